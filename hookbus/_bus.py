@@ -1,0 +1,963 @@
+"""The EventBus: registration, the per-name dispatch plans, and the ``emit`` fast path."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import itertools
+import threading
+import weakref
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
+
+from typing_extensions import ParamSpec
+
+from ._dispatch import PointPlan, dispatch_event, dispatch_event_async
+from ._errors import ErrorPolicy, add_note, check_policy, describe
+from ._handle import Handle, Scope, innermost_scope
+from ._names import Matcher, check_name, is_pattern, matcher_for
+from ._priority import PriorityLike, to_priority
+from ._trace import Trace
+from ._wrapper import HookPoint, make_hookable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["EventBus"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+H = TypeVar("H", bound=Callable[..., Any])
+
+_OPTIONS = ("priority", "once", "target", "weak")
+
+# An event plan is either a tuple of plain callables (the fast path) or an
+# _EventPlan holding the handles, when any rare feature is in play.
+_FastPlan = Tuple[Callable[..., Any], ...]
+
+# Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
+_PLAN_CACHE_LIMIT = 65_536
+
+
+class _EventPlan:
+    """The hooks of one event in order, when the plain fast loop can't run them."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles: Tuple[Handle, ...]) -> None:
+        self.handles = handles
+
+
+def _is_async_callable(hook: Any) -> bool:
+    if inspect.iscoroutinefunction(hook):
+        return True
+    call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _order(handle: Handle) -> Tuple[int, int]:
+    return (-handle.priority, handle.seq)
+
+
+class EventBus:
+    """Events, hook points, and the hooks registered on them.
+
+    A bus holds two kinds of hooks:
+
+    * **event hooks**, ``bus.on(event, hook)``, called as ``hook(*args, **kwargs)``
+      with exactly what ``bus.emit(event, *args, **kwargs)`` was given: the observer
+      pattern, with any existing callback;
+    * **hooks around calls**: ``bus.pre``, ``bus.post`` and ``bus.exception`` on a
+      hook point, a callable made with ``@bus.hookable`` or ``bus.wrap`` (or, with
+      :mod:`hookbus.torch`, a module). Each is called as ``hook(ctx)`` with a
+      :class:`CallContext`.
+
+    Every registration takes the options ``priority`` (higher runs first, ties in
+    registration order; an int or a :class:`Priority` name), ``once`` (removed after
+    its first call), ``target`` (fires only for that sender or target) and ``weak``
+    (held by weak reference), and returns a :class:`Handle`. Names may be glob
+    patterns when registering (``"train.*"``).
+
+    **Dispatch and reentrancy.** Each name's hooks are kept as an immutable,
+    pre-sorted tuple, rebuilt under a lock when hooks change. An emission or call
+    runs the tuple it read when it began: a hook added meanwhile (by a hook, or by
+    another thread) first runs at the next dispatch, and a hook removed meanwhile
+    still gets this one, except a ``once`` hook, which is claimed atomically and so
+    runs at most once.
+
+    **Errors.** ``errors="raise"`` (default) propagates a hook's error at once,
+    with a note naming the hook and the event; ``"collect"`` runs every hook and
+    then raises one :class:`HookError` (an ``ExceptionGroup``); ``"log"`` logs each
+    error on the ``"hookbus"`` logger and goes on.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> _ = bus.on("saved", lambda doc: print("saved", doc))
+        >>> bus.emit("saved", "report.txt")
+        saved report.txt
+    """
+
+    def __init__(self, name: str = "bus", *, errors: ErrorPolicy = "raise") -> None:
+        self.name = name
+        self._errors: ErrorPolicy = check_policy(errors)
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+        self._exact: Dict[Tuple[str, str], List[Handle]] = {}
+        self._patterns: Dict[str, List[Handle]] = {}
+        # Any, not Union[_FastPlan, _EventPlan]: emit tells them apart by class, the
+        # fastest test there is, which type checkers don't narrow on.
+        self._event_plans: Dict[str, Any] = {}
+        self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
+        self._points: Dict[str, weakref.WeakSet[HookPoint]] = {}
+        self._pauses: Dict[Optional[str], int] = {}
+        self._pause_matchers: Dict[str, Matcher] = {}
+        self._collected: List[Handle] = []
+        self._tracer: Optional[Trace] = None
+
+    # --- the fast path --------------------------------------------------------------
+
+    def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """Call every hook of ``event`` as ``hook(*args, **kwargs)``, in order.
+
+        Returns ``None``: events are notifications. To gather the hooks' return
+        values, as an extension point does, use :meth:`collect`. An event with
+        async hooks needs :meth:`emit_async`; here it raises ``TypeError``.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("greet", lambda name, punct="!": print(f"hi {name}{punct}"))
+            >>> bus.emit("greet", "ada", punct="?")
+            hi ada?
+        """
+        plan: Any
+        try:
+            plan = self._event_plans[event]
+        except KeyError:
+            plan = self._plan_event(event)
+        if plan.__class__ is not tuple:
+            dispatch_event(self, event, plan.handles, args, kwargs, None)
+            return
+        hook = None
+        try:
+            if kwargs:
+                for hook in plan:
+                    hook(*args, **kwargs)
+            else:
+                for hook in plan:
+                    hook(*args)
+        except Exception as error:
+            self._note_fast_error(error, event, hook)
+            raise
+
+    # --- events, the rest ----------------------------------------------------------
+
+    def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """Like :meth:`emit`, but return the hooks' results in call order.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("plugins", lambda: "csv")
+            >>> _ = bus.on("plugins", lambda: "json", priority="HIGH")
+            >>> bus.collect("plugins")
+            ['json', 'csv']
+        """
+        results: List[Any] = []
+        dispatch_event(self, event, self._handles_for_event(event), args, kwargs, results)
+        return results
+
+    async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """Call every hook of ``event`` in order, awaiting those that return awaitables.
+
+        Sync and ``async def`` hooks mix freely; each is awaited before the next
+        starts, with the same order and error policy as :meth:`emit`.
+
+        Example:
+            >>> import asyncio, hookbus
+            >>> bus = hookbus.EventBus()
+            >>> async def notify(user):
+            ...     await asyncio.sleep(0)
+            ...     print("notified", user)
+            >>> _ = bus.on("signup", notify)
+            >>> asyncio.run(bus.emit_async("signup", "ada"))
+            notified ada
+        """
+        await dispatch_event_async(self, event, self._handles_for_event(event), args, kwargs, None)
+
+    async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """Like :meth:`emit_async`, but return the hooks' (awaited) results in call order.
+
+        Example:
+            >>> import asyncio, hookbus
+            >>> bus = hookbus.EventBus()
+            >>> async def double(x):
+            ...     return 2 * x
+            >>> _ = bus.on("calc", double)
+            >>> asyncio.run(bus.collect_async("calc", 21))
+            [42]
+        """
+        results: List[Any] = []
+        await dispatch_event_async(
+            self, event, self._handles_for_event(event), args, kwargs, results
+        )
+        return results
+
+    # --- registration --------------------------------------------------------------
+
+    @overload
+    def on(
+        self,
+        event: str,
+        hook: Callable[..., Any],
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Handle: ...
+
+    @overload
+    def on(
+        self,
+        event: str,
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Callable[[H], H]: ...
+
+    def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` for ``event``; with no hook, return a decorator.
+
+        ``event`` may be a glob pattern (``"train.*"``, ``"*"``). The hook is called
+        with exactly what :meth:`emit` is given. ``target=obj`` makes it fire only
+        when ``obj`` is the first positional argument (the sender, as in blinker).
+
+        The call form returns a :class:`Handle`. The decorator form returns the
+        function unchanged; :meth:`handles_of` finds its handle.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.on("train.*", priority="HIGH")
+            ... def log(step):
+            ...     print("step", step)
+            >>> bus.emit("train.step", 3)
+            step 3
+            >>> [h.name for h in bus.handles_of(log)]
+            ['train.*']
+        """
+        return self._register_or_decorate("event", event, hook, options)
+
+    @overload
+    def pre(
+        self,
+        name: str,
+        hook: Callable[..., Any],
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Handle: ...
+
+    @overload
+    def pre(
+        self,
+        name: str,
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Callable[[H], H]: ...
+
+    def pre(self, name: str, hook: Any = None, /, **options: Any) -> Any:
+        """Register a hook that runs before each call of the hook point ``name``.
+
+        It is called as ``hook(ctx)``, and may replace the arguments by assigning
+        ``ctx.args`` (a tuple) and ``ctx.kwargs`` (a dict). It must return ``None``.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("greet")
+            ... def greet(name):
+            ...     return f"hello {name}"
+            >>> @bus.pre("greet")
+            ... def shout(ctx):
+            ...     ctx.args = (ctx.args[0].upper(),)
+            >>> greet("ada")
+            'hello ADA'
+        """
+        return self._register_or_decorate("pre", name, hook, options)
+
+    @overload
+    def post(
+        self,
+        name: str,
+        hook: Callable[..., Any],
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Handle: ...
+
+    @overload
+    def post(
+        self,
+        name: str,
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Callable[[H], H]: ...
+
+    def post(self, name: str, hook: Any = None, /, **options: Any) -> Any:
+        """Register a hook that runs after each call of ``name`` that returned.
+
+        It is called as ``hook(ctx)`` with the return value in ``ctx.result``, and
+        may replace it by assigning ``ctx.result`` (``None`` included).
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("load")
+            ... def load():
+            ...     return {"secret": 1, "public": 2}
+            >>> @bus.post("load")
+            ... def redact(ctx):
+            ...     ctx.result = {k: v for k, v in ctx.result.items() if k != "secret"}
+            >>> load()
+            {'public': 2}
+        """
+        return self._register_or_decorate("post", name, hook, options)
+
+    @overload
+    def exception(
+        self,
+        name: str,
+        hook: Callable[..., Any],
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Handle: ...
+
+    @overload
+    def exception(
+        self,
+        name: str,
+        /,
+        *,
+        priority: PriorityLike = 0,
+        once: bool = False,
+        target: Any = None,
+        weak: bool = False,
+    ) -> Callable[[H], H]: ...
+
+    def exception(self, name: str, hook: Any = None, /, **options: Any) -> Any:
+        """Register a hook that runs when a call of ``name`` raises an ``Exception``.
+
+        It is called as ``hook(ctx)`` with the error in ``ctx.exception``. It may
+        observe it (return: the error propagates unchanged), raise another error,
+        or recover with ``ctx.recover(value)``: the call then returns ``value``,
+        after the post hooks ran on it.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("fetch")
+            ... def fetch(url):
+            ...     raise ConnectionError(url)
+            >>> @bus.exception("fetch")
+            ... def offline(ctx):
+            ...     if isinstance(ctx.exception, ConnectionError):
+            ...         ctx.recover("cached page")
+            >>> fetch("https://example.org")
+            'cached page'
+        """
+        return self._register_or_decorate("exception", name, hook, options)
+
+    # --- hook points ---------------------------------------------------------------
+
+    @overload
+    def hookable(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+
+    @overload
+    def hookable(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+
+    @overload
+    def hookable(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+    @overload
+    def hookable(self, name: Optional[str] = None, /) -> _Decorator: ...
+
+    def hookable(self, fn_or_name: Any = None, /) -> Any:
+        """Make a callable a hook point: ``@bus.hookable`` or ``@bus.hookable("name")``.
+
+        Each call of the result runs the point's pre hooks, the callable, then its
+        post hooks (or its exception hooks, if it raised). With no hooks
+        registered, it costs about as much as a ``functools.wraps`` pass-through.
+        The name defaults to the callable's ``__qualname__``.
+
+        Works on functions, methods, classmethods and staticmethods (in a class
+        body, either above or below ``@classmethod``), builtins, callable objects
+        and ``async def`` functions (the result is then a coroutine function whose
+        hooks may be sync or async). The result keeps ``__name__``, ``__doc__``,
+        ``__wrapped__`` and ``inspect.signature``, and its type is the original's.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> class Model:
+            ...     @bus.hookable("forward")
+            ...     def forward(self, x):
+            ...         return x + 1
+            >>> _ = bus.post("forward", lambda ctx: print(type(ctx.target).__name__, ctx.result))
+            >>> Model().forward(1)
+            Model 2
+            2
+        """
+        if fn_or_name is None or isinstance(fn_or_name, str):
+            name: Optional[str] = fn_or_name
+            if name is not None:
+                self._check_point_name(name)
+
+            def decorate(fn: Any) -> Any:
+                return make_hookable(self, fn, name)
+
+            return decorate
+        return make_hookable(self, fn_or_name, None)
+
+    @overload
+    def wrap(
+        self, fn: classmethod[T, P, R], name: Optional[str] = None, /
+    ) -> classmethod[T, P, R]: ...
+
+    @overload
+    def wrap(
+        self, fn: staticmethod[P, R], name: Optional[str] = None, /
+    ) -> staticmethod[P, R]: ...
+
+    @overload
+    def wrap(self, fn: Callable[P, R], name: Optional[str] = None, /) -> Callable[P, R]: ...
+
+    def wrap(self, fn: Any, name: Optional[str] = None, /) -> Any:
+        """Return ``fn`` wrapped as the hook point ``name``; ``fn`` itself is unchanged.
+
+        The call form of :meth:`hookable`, for callables you don't define, such as
+        builtins, bound methods or other libraries' functions.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> hooked_len = bus.wrap(len, "len")
+            >>> _ = bus.post("len", lambda ctx: print("len ->", ctx.result))
+            >>> hooked_len("four")
+            len -> 4
+            4
+        """
+        return make_hookable(self, fn, name)
+
+    # --- handles, scopes, pauses ---------------------------------------------------
+
+    def scope(self) -> Scope:
+        """A context manager that removes, on exit, every hook registered while open.
+
+        Only registrations on this bus, from the same thread or asyncio task, join
+        the innermost open scope. The scope's own ``on`` / ``pre`` / ``post`` /
+        ``exception`` methods add to it from anywhere.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> with bus.scope() as scope:
+            ...     _ = bus.on("a", print)
+            ...     _ = scope.on("b", print)
+            ...     len(bus.hooks())
+            2
+            >>> len(bus.hooks())
+            0
+        """
+        return Scope(self)
+
+    def paused(self, name: Optional[str] = None) -> _Pause:
+        """A context manager during which ``name`` (a name or pattern) dispatches nothing.
+
+        With no name, the whole bus is paused. Pauses apply to every thread and
+        nest (a name stays paused until its last pause ends). Hook points still run
+        their callable, just without hooks.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("tick", print)
+            >>> with bus.paused("tick"):
+            ...     bus.emit("tick", "muted")
+            >>> bus.emit("tick", "heard")
+            heard
+        """
+        if name is not None:
+            check_name(name, "paused() name", allow_pattern=True)
+        return _Pause(self, name)
+
+    def trace(self) -> Trace:
+        """A context manager recording every hook call while open, with its duration.
+
+        Tracing switches dispatch to the instrumented loop; when no trace is open,
+        it costs nothing.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("tick", lambda: None)
+            >>> with bus.trace() as trace:
+            ...     bus.emit("tick")
+            >>> [(record.name, record.kind) for record in trace.records]
+            [('tick', 'event')]
+        """
+        return Trace(self)
+
+    def clear(self, name: Optional[str] = None) -> None:
+        """Remove every hook, or every hook registered under exactly ``name``.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> handle = bus.on("a", print)
+            >>> bus.clear()
+            >>> handle.active, bus.hooks()
+            (False, [])
+        """
+        if name is not None:
+            check_name(name, "clear() name", allow_pattern=True)
+        with self._lock:
+            handles = [
+                handle for handle in self._all_locked() if name is None or handle.name == name
+            ]
+            self._remove_locked(handles)
+
+    # --- introspection -------------------------------------------------------------
+
+    def hooks(self, name: Optional[str] = None, *, kind: Optional[str] = None) -> List[Handle]:
+        """The registered hooks, as handles.
+
+        With a ``name``, the hooks that would run for it (patterns included), in
+        dispatch order, kind by kind; without one, all hooks. ``kind`` keeps one
+        kind (``"event"``, ``"pre"``, ``"post"``, ``"exception"``, ...). Each handle
+        tells its ``priority``, ``where`` it was defined, and more.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("train.*", print)
+            >>> _ = bus.on("train.step", print, priority=5)
+            >>> [(h.name, h.priority) for h in bus.hooks("train.step")]
+            [('train.step', 5), ('train.*', 0)]
+        """
+        with self._lock:
+            self._sweep_collected_locked()
+            if name is None:
+                handles = sorted(
+                    self._all_locked(), key=lambda h: (h.kind, h.name, -h.priority, h.seq)
+                )
+            else:
+                kinds = sorted({h.kind for h in self._all_locked()})
+                handles = [
+                    handle
+                    for each in kinds
+                    for handle in self._resolve_locked(each, name, paused_ok=True)
+                ]
+        return [handle for handle in handles if kind is None or handle.kind == kind]
+
+    def events(self) -> List[str]:
+        """The event names and patterns that have event hooks, sorted.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("b", print); _ = bus.on("a.*", print)
+            >>> bus.events()
+            ['a.*', 'b']
+        """
+        return sorted({handle.name for handle in self.hooks(kind="event")})
+
+    def handles_of(self, hook: Callable[..., Any]) -> List[Handle]:
+        """The handles of every registration of ``hook`` on this bus.
+
+        This reaches the handle of a hook registered with the decorator form.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.on("a")
+            ... def react():
+            ...     pass
+            >>> for handle in bus.handles_of(react):
+            ...     handle.remove()
+            >>> bus.hooks()
+            []
+        """
+        return [handle for handle in self.hooks() if handle.hook == hook]
+
+    @property
+    def errors(self) -> ErrorPolicy:
+        """The error policy: ``"raise"``, ``"collect"`` or ``"log"`` (settable)."""
+        return self._errors
+
+    @errors.setter
+    def errors(self, policy: ErrorPolicy) -> None:
+        policy = check_policy(policy)
+        with self._lock:
+            self._errors = policy
+            self._invalidate_all_locked()
+
+    def __repr__(self) -> str:
+        hooks = self.hooks()
+        names = len({(handle.kind, handle.name) for handle in hooks})
+        return (
+            f"<EventBus {self.name!r} {len(hooks)} hooks on {names} names, "
+            f"errors={self._errors!r}>"
+        )
+
+    # --- internals: registration ---------------------------------------------------
+
+    def _register_or_decorate(
+        self, kind: str, name: str, hook: Any, options: Dict[str, Any]
+    ) -> Any:
+        if hook is None:
+            # Check everything now, so that a bad decorator fails where it is written.
+            check_name(name, f"{_WHAT[kind]} name", allow_pattern=True)
+            self._parse_options(kind, options)
+
+            def decorate(fn: H) -> H:
+                self._register(kind, name, fn, options)
+                return fn
+
+            return decorate
+        return self._register(kind, name, hook, options)
+
+    def _parse_options(self, kind: str, options: Dict[str, Any]) -> Tuple[int, bool, Any, bool]:
+        unknown = [key for key in options if key not in _OPTIONS]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(
+                f"unknown option {unknown[0]!r} for {_METHOD[kind]}(){hint}; "
+                f"accepted: {', '.join(_OPTIONS)}"
+            )
+        priority = to_priority(options.get("priority", 0))
+        once, weak = options.get("once", False), options.get("weak", False)
+        for option, value in (("once", once), ("weak", weak)):
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"option {option}= takes True or False, got {type(value).__name__} {value!r}"
+                )
+        return priority, once, options.get("target"), weak
+
+    def _register(
+        self,
+        kind: str,
+        name: str,
+        hook: Callable[..., Any],
+        options: Dict[str, Any],
+        *,
+        scope: Optional[Scope] = None,
+    ) -> Handle:
+        """Check everything, then register; nothing is half-registered on failure."""
+        name = check_name(name, f"{_WHAT[kind]} name", allow_pattern=True)
+        if not callable(hook):
+            raise TypeError(
+                f"{_METHOD[kind]}() needs a callable hook, got {type(hook).__name__} {hook!r}; "
+                f"accepted: a function, method, lambda, functools.partial or callable object"
+            )
+        priority, once, target, weak = self._parse_options(kind, options)
+        match = matcher_for(name) if is_pattern(name) else None
+        is_async = _is_async_callable(hook)
+        handle = Handle(
+            self, kind, name, hook, priority, 0,
+            once=once, target=target, weak=weak, is_async=is_async, match=match,
+        )  # fmt: skip
+        if scope is None:
+            scope = innermost_scope(self)
+        with self._lock:
+            self._sweep_collected_locked()
+            if is_async and kind != "event":
+                self._refuse_async_on_sync_points_locked(handle)
+            handle.seq = next(self._seq)
+            if match is None:
+                self._exact.setdefault((kind, name), []).append(handle)
+            else:
+                self._patterns.setdefault(kind, []).append(handle)
+            handle._registered = True
+            self._invalidate_locked(kind, name, match)
+        if scope is not None:
+            scope.add(handle)
+        return handle
+
+    def _refuse_async_on_sync_points_locked(self, handle: Handle) -> None:
+        for point_name, points in self._points.items():
+            if handle.name == point_name or (handle.match and handle.match(point_name)):
+                if any(not point.is_async for point in points):
+                    raise TypeError(
+                        f"async {handle.kind} hook {handle!r} matches the sync hook point "
+                        f"{point_name!r}; async hooks need an async hook point (an "
+                        f"'async def' function). Use a plain 'def' hook there."
+                    )
+
+    def _remove(self, handles: Iterable[Handle]) -> None:
+        with self._lock:
+            self._remove_locked(handles)
+
+    def _remove_locked(self, handles: Iterable[Handle]) -> None:
+        for handle in handles:
+            if handle.bus is not self:
+                raise ValueError(
+                    f"{handle!r} belongs to {handle.bus!r}, not to {self!r}; remove it "
+                    f"with handle.remove() or through its own bus"
+                )
+            if not handle._registered:
+                continue
+            handle._registered = False
+            if handle.match is None:
+                key = (handle.kind, handle.name)
+                bucket = self._exact[key]
+                bucket.remove(handle)
+                if not bucket:
+                    del self._exact[key]
+            else:
+                self._patterns[handle.kind].remove(handle)
+            self._invalidate_locked(handle.kind, handle.name, handle.match)
+
+    def _claim(self, handle: Handle) -> bool:
+        """Atomically unregister a ``once`` hook; True for the one caller that won."""
+        with self._lock:
+            if not handle._registered:
+                return False
+            self._remove_locked([handle])
+            return True
+
+    def _forget_collected(self, handle: Handle) -> None:
+        """Weakref callback: unregister a weak hook whose object died.
+
+        It may run at any moment, even inside this bus's own locked section on this
+        thread (a collection can start anywhere), so it never waits for the lock:
+        if the lock is busy, the handle is swept by the next locked operation.
+        Until then the dispatch loops skip it, and ``handle.active`` is already False.
+        """
+        if self._lock.acquire(blocking=False):
+            try:
+                self._remove_locked([handle])
+            finally:
+                self._lock.release()
+        else:
+            self._collected.append(handle)
+
+    def _sweep_collected_locked(self) -> None:
+        while self._collected:
+            self._remove_locked([self._collected.pop()])
+
+    def _all_locked(self) -> List[Handle]:
+        handles = [h for bucket in self._exact.values() for h in bucket]
+        handles += [h for bucket in self._patterns.values() for h in bucket]
+        return handles
+
+    # --- internals: plans ----------------------------------------------------------
+
+    def _resolve_locked(
+        self, kind: str, name: str, *, paused_ok: bool = False
+    ) -> Tuple[Handle, ...]:
+        """The hooks of ``kind`` that run for ``name``, in order (lock held)."""
+        if not paused_ok and self._pauses and self._is_paused_locked(name):
+            return ()
+        handles = list(self._exact.get((kind, name), ()))
+        if is_pattern(name):
+            return tuple(handles)  # introspection of a pattern: its own hooks only
+        handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]
+        handles.sort(key=_order)
+        return tuple(handles)
+
+    def _is_paused_locked(self, name: str) -> bool:
+        if None in self._pauses or name in self._pauses:
+            return True
+        return any(match(name) for match in self._pause_matchers.values())
+
+    def _plan_event(self, event: str) -> Union[_FastPlan, _EventPlan]:
+        """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
+        check_name(event, "event name", allow_pattern=False)
+        with self._lock:
+            self._sweep_collected_locked()
+            handles = self._resolve_locked("event", event)
+            plain = (
+                self._errors == "raise"
+                and self._tracer is None
+                and not any(
+                    h.once or h.weak or h.is_async or h.target is not None for h in handles
+                )
+            )
+            plan: Union[_FastPlan, _EventPlan] = (
+                tuple(h._hook for h in handles) if plain else _EventPlan(handles)
+            )
+            if len(self._event_plans) >= _PLAN_CACHE_LIMIT:
+                self._event_plans.clear()
+                self._event_handles.clear()
+            self._event_plans[event] = plan
+            self._event_handles[event] = handles
+        return plan
+
+    def _handles_for_event(self, event: str) -> Tuple[Handle, ...]:
+        handles = self._event_handles.get(event)
+        if handles is None:
+            self._plan_event(event)
+            handles = self._event_handles.get(event, ())
+        return handles
+
+    def _note_fast_error(self, error: BaseException, event: str, hook: Any) -> None:
+        for handle in self._event_handles.get(event, ()):
+            if handle._hook is hook:
+                add_note(error, describe(handle, event))
+                return
+
+    def _check_point_name(self, name: str) -> str:
+        return check_name(name, "hook point name", allow_pattern=False)
+
+    def _add_point(self, point: HookPoint) -> None:
+        with self._lock:
+            if not point.is_async:
+                for handle in self._all_locked():
+                    if (
+                        handle.is_async
+                        and handle.kind in point.kinds
+                        and (
+                            handle.name == point.name
+                            or (handle.match and handle.match(point.name))
+                        )
+                    ):
+                        raise TypeError(
+                            f"the sync hook point {point.name!r} matches the async hook "
+                            f"{handle!r}; async hooks need an async hook point (an "
+                            f"'async def' function)"
+                        )
+            self._points.setdefault(point.name, weakref.WeakSet()).add(point)
+
+    def _resolve_point(self, point: HookPoint) -> Optional[PointPlan]:
+        with self._lock:
+            self._sweep_collected_locked()
+            plan = point.build_plan()
+            point.plan = plan
+        return plan
+
+    def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
+        if kind == "event":
+            if match is None:
+                self._event_plans.pop(name, None)
+                self._event_handles.pop(name, None)
+            else:
+                self._event_plans.clear()
+                self._event_handles.clear()
+            return
+        if match is None:
+            for point in list(self._points.get(name, ())):
+                point.invalidate()
+            return
+        for point_name, points in list(self._points.items()):
+            if match(point_name):
+                for point in list(points):
+                    point.invalidate()
+
+    def _invalidate_all_locked(self) -> None:
+        self._event_plans.clear()
+        self._event_handles.clear()
+        for points in list(self._points.values()):
+            for point in list(points):
+                point.invalidate()
+
+    def _set_pause_locked(self, name: Optional[str], delta: int) -> None:
+        count = self._pauses.get(name, 0) + delta
+        if count:
+            self._pauses[name] = count
+            if name is not None and is_pattern(name):
+                self._pause_matchers[name] = matcher_for(name)
+        else:
+            self._pauses.pop(name, None)
+            self._pause_matchers.pop(name or "", None)
+        self._invalidate_all_locked()
+
+    def _set_tracer(self, tracer: Optional[Trace]) -> None:
+        with self._lock:
+            self._tracer = tracer
+            self._invalidate_all_locked()
+
+
+_WHAT = {"event": "event", "pre": "hook point", "post": "hook point", "exception": "hook point"}
+_METHOD = {"event": "on", "pre": "pre", "post": "post", "exception": "exception"}
+
+
+class _Decorator:
+    """What ``@bus.hookable("name")`` returns: a decorator that keeps the signature."""
+
+    @overload
+    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+
+    @overload
+    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+    def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
+
+
+class _Pause:
+    """The context manager returned by :meth:`EventBus.paused`."""
+
+    __slots__ = ("_bus", "_name")
+
+    def __init__(self, bus: EventBus, name: Optional[str]) -> None:
+        self._bus = bus
+        self._name = name
+
+    def __enter__(self) -> Self:
+        with self._bus._lock:
+            self._bus._set_pause_locked(self._name, +1)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        with self._bus._lock:
+            self._bus._set_pause_locked(self._name, -1)
+
+    def __repr__(self) -> str:
+        return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"

@@ -1,0 +1,166 @@
+"""The call context: the one shape every pre, post and exception hook receives."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["CallContext"]
+
+
+class CallContext:
+    """What a pre, post or exception hook sees of one call, and how it changes it.
+
+    Every hook around a call has the same shape, ``hook(ctx) -> None``, whether the
+    call is a decorated function, a method, or a ``torch.nn.Module`` (through
+    :mod:`hookbus.torch`). A hook changes the call only by assigning to the context,
+    never by returning a value: returning anything but ``None`` raises ``TypeError``,
+    so a stray return (torch's classic trap: a lambda that returns a handle) can
+    never silently replace an output.
+
+    Attributes:
+        name: the hook point's name (for a module, its qualified name).
+        target: what the call is about: the instance for a method, the class for a
+            classmethod, the module for torch, else the wrapped callable itself.
+        phase: ``"pre"``, ``"post"`` or ``"exception"`` (torch adds its own phases).
+        args: the positional arguments. A pre hook may assign a new tuple.
+        kwargs: the keyword arguments. A pre hook may assign a new dict.
+        result: the return value, in post hooks. Assign to replace it (``None`` too).
+        exception: the error the call raised, in exception hooks; else ``None``.
+        call_index: numbers the calls of this hook point that ran hooks, from 0, so
+            the hooks of one call can be told from those of the next.
+        data: a dict private to this call, shared by its pre, post and exception
+            hooks (a pre hook stores a start time, the post hook reads it).
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> @bus.hookable("scale")
+        ... def scale(x, factor=2):
+        ...     return x * factor
+        >>> def triple(ctx):
+        ...     ctx.kwargs = {**ctx.kwargs, "factor": 3}
+        >>> def add_one(ctx):
+        ...     ctx.result = ctx.result + 1
+        >>> _ = bus.pre("scale", triple)
+        >>> _ = bus.post("scale", add_one)
+        >>> scale(10)
+        31
+    """
+
+    __slots__ = (
+        "_args",
+        "_data",
+        "_exception",
+        "_kwargs",
+        "_recovered",
+        "call_index",
+        "name",
+        "phase",
+        "result",
+        "target",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        target: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        call_index: int = 0,
+        phase: str = "pre",
+    ) -> None:
+        self.name = name
+        self.target = target
+        self._args: Tuple[Any, ...] = args
+        self._kwargs: Dict[str, Any] = kwargs
+        self.call_index = call_index
+        self.phase = phase
+        self.result: Any = None
+        self._exception: Optional[BaseException] = None
+        self._recovered = False
+        self._data: Optional[Dict[str, Any]] = None
+
+    @property
+    def args(self) -> Tuple[Any, ...]:
+        """The positional arguments; a pre hook may assign a new tuple."""
+        return self._args
+
+    @args.setter
+    def args(self, value: Tuple[Any, ...]) -> None:
+        checked: object = value
+        if not isinstance(checked, tuple):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"ctx.args must be a tuple, got {type(checked).__name__}; "
+                f"assign a tuple such as (x,) or ()"
+            )
+        self._args = tuple(value)  # a plain tuple, even from a namedtuple
+
+    @property
+    def kwargs(self) -> Dict[str, Any]:
+        """The keyword arguments; a pre hook may assign a new dict."""
+        return self._kwargs
+
+    @kwargs.setter
+    def kwargs(self, value: Dict[str, Any]) -> None:
+        checked: object = value
+        if not isinstance(checked, dict):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"ctx.kwargs must be a dict of str to value, got {type(checked).__name__}; "
+                f"assign a dict such as {{'factor': 3}} or {{}}"
+            )
+        keys: List[object] = list(value)
+        bad = [key for key in keys if not isinstance(key, str)]
+        if bad:
+            raise TypeError(f"ctx.kwargs keys must be str, got {bad[0]!r}")
+        self._kwargs = value
+
+    @property
+    def exception(self) -> Optional[BaseException]:
+        """The error the call raised (exception hooks only), else ``None``."""
+        return self._exception
+
+    @property
+    def recovered(self) -> bool:
+        """Whether an exception hook called :meth:`recover`."""
+        return self._recovered
+
+    @property
+    def data(self) -> Dict[str, Any]:
+        """A dict private to this call, shared by all its hooks."""
+        if self._data is None:
+            self._data = {}
+        return self._data
+
+    def recover(self, value: Any = None) -> None:
+        """From an exception hook: swallow the error and make the call return ``value``.
+
+        The remaining exception hooks are skipped, and the post hooks then run on
+        ``value`` as if the call had returned it. To replace the error instead,
+        raise another one from the hook; to observe it, just return.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("parse")
+            ... def parse(text):
+            ...     return int(text)
+            >>> _ = bus.exception("parse", lambda ctx: ctx.recover(0))
+            >>> parse("12"), parse("oops")
+            (12, 0)
+        """
+        if self.phase != "exception":
+            raise RuntimeError(
+                f"ctx.recover() is for exception hooks; this is a {self.phase!r} hook"
+            )
+        self._recovered = True
+        self.result = value
+
+    def __repr__(self) -> str:
+        # Argument values may be secrets or large tensors: show their count, not them.
+        target = type(self.target).__name__ if self.target is not None else None
+        extra = f" exception={type(self._exception).__name__}" if self._exception else ""
+        return (
+            f"<CallContext {self.phase} {self.name!r} target={target} "
+            f"call_index={self.call_index} args={len(self._args)} "
+            f"kwargs={sorted(self._kwargs)}{extra}>"
+        )

@@ -1,0 +1,320 @@
+"""Handles: one per registration, plus groups and scopes that remove many at once."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple, Type
+
+from ._names import Matcher
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ._bus import EventBus
+
+__all__ = ["Handle", "HandleGroup", "Scope"]
+
+
+class Handle:
+    """One registered hook. Returned by every registration; removes it again.
+
+    ``remove()`` is idempotent, ``active`` says whether the hook is still
+    registered, and a handle is a context manager that removes its hook on exit.
+    The handle is also the bus's own record of the hook, so introspection
+    (:meth:`EventBus.hooks`) returns handles too.
+
+    Attributes:
+        bus: the :class:`EventBus` the hook is registered on.
+        kind: ``"event"``, ``"pre"``, ``"post"`` or ``"exception"`` (torch adds more).
+        name: the event or hook-point name, or the glob pattern, it was registered for.
+        priority: higher runs first; ties run in registration order.
+        once: whether it removes itself after its first call.
+        target: the only target (or sender) it fires for, or ``None`` for any.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> handle = bus.on("saved", print)
+        >>> handle.active
+        True
+        >>> handle.remove(); handle.remove()  # the second call does nothing
+        >>> handle.active
+        False
+        >>> with bus.on("saved", print):
+        ...     bus.emit("saved", "inside the block")
+        inside the block
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_hook",
+        "_registered",
+        "bus",
+        "is_async",
+        "kind",
+        "match",
+        "name",
+        "once",
+        "priority",
+        "seq",
+        "target",
+        "weak",
+    )
+
+    def __init__(
+        self,
+        bus: EventBus,
+        kind: str,
+        name: str,
+        hook: Callable[..., Any],
+        priority: int,
+        seq: int,
+        *,
+        once: bool,
+        target: Any,
+        weak: bool,
+        is_async: bool,
+        match: Optional[Matcher],
+    ) -> None:
+        self.bus = bus
+        self.kind = kind
+        self.name = name
+        self.priority = priority
+        self.seq = seq
+        self.once = once
+        self.target = target
+        self.weak = weak
+        self.is_async = is_async
+        self.match = match
+        self._registered = False
+        self._hook: Any = _weak_reference(hook, self) if weak else hook
+
+    @property
+    def hook(self) -> Optional[Callable[..., Any]]:
+        """The registered callable, or ``None`` once a weakly held one was collected."""
+        return self._hook() if self.weak else self._hook  # type: ignore[no-any-return]
+
+    @property
+    def active(self) -> bool:
+        """Whether the hook is registered and (if held weakly) still alive."""
+        return self._registered and (not self.weak or self._hook() is not None)
+
+    @property
+    def where(self) -> str:
+        """Where the hook was defined, as ``file:line`` (or ``"?"`` when unknown)."""
+        return _where(self.hook)
+
+    def remove(self) -> None:
+        """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
+        if self._registered:
+            self.bus._remove([self])
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        options = "".join(
+            (
+                f" priority={self.priority}" if self.priority else "",
+                " once" if self.once else "",
+                " weak" if self.weak else "",
+                f" target={type(self.target).__name__}" if self.target is not None else "",
+            )
+        )
+        state = "active" if self.active else "removed"
+        return f"<Handle {self.kind} {self.name!r} {_hook_name(self.hook)}{options} {state}>"
+
+
+class HandleGroup:
+    """Handles removed together: ``remove()`` removes all, and so does leaving a ``with``.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> group = hookbus.HandleGroup([bus.on("a", print), bus.on("b", print)])
+        >>> group.add(bus.on("c", print))
+        >>> len(group), group.active
+        (3, True)
+        >>> group.remove()
+        >>> group.active, bus.hooks()
+        (False, [])
+    """
+
+    __slots__ = ("_handles",)
+
+    def __init__(self, handles: Iterable[Handle] = ()) -> None:
+        self._handles: List[Handle] = list(handles)
+
+    def add(self, handle: Handle) -> None:
+        """Add a handle to the group."""
+        self._handles.append(handle)
+
+    @property
+    def active(self) -> bool:
+        """Whether any hook of the group is still registered."""
+        return any(handle.active for handle in self._handles)
+
+    def remove(self) -> None:
+        """Remove every hook of the group (each bus's lock is taken once)."""
+        handles, self._handles = self._handles, []
+        by_bus: dict[int, Tuple[EventBus, List[Handle]]] = {}
+        for handle in handles:
+            by_bus.setdefault(id(handle.bus), (handle.bus, []))[1].append(handle)
+        for bus, bus_handles in by_bus.values():
+            bus._remove(bus_handles)
+
+    def __iter__(self) -> Iterator[Handle]:
+        return iter(list(self._handles))
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        active = sum(handle.active for handle in self._handles)
+        return f"<{type(self).__name__} {len(self._handles)} handles, {active} active>"
+
+
+# The scopes open in this thread or task, innermost last. Registration adds its
+# handle to the innermost open scope of the same bus.
+_open_scopes: contextvars.ContextVar[Tuple[Scope, ...]] = contextvars.ContextVar(
+    "hookbus_open_scopes", default=()
+)
+
+
+class Scope(HandleGroup):
+    """A group that also collects every hook registered on its bus while it is open.
+
+    Made by :meth:`EventBus.scope`. Inside ``with bus.scope():``, every registration
+    on ``bus`` made in the same thread or asyncio task (and tasks it starts) joins
+    the innermost open scope, and leaving the block removes them all, even when it
+    raises. Scopes nest: an inner scope removes only what was registered inside it.
+    A scope can also register directly (``scope.on(...)``), from any thread.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> with bus.scope():
+        ...     _ = bus.on("tick", print)
+        ...     bus.emit("tick", "heard")
+        heard
+        >>> bus.emit("tick", "not heard")
+        >>> bus.hooks()
+        []
+    """
+
+    __slots__ = ("_token", "bus")
+
+    def __init__(self, bus: EventBus) -> None:
+        super().__init__()
+        self.bus = bus
+        self._token: Optional[contextvars.Token[Tuple[Scope, ...]]] = None
+
+    def on(self, event: str, hook: Callable[..., Any], **options: Any) -> Handle:
+        """Register an event hook in this scope (see :meth:`EventBus.on`)."""
+        return self.bus._register("event", event, hook, options, scope=self)
+
+    def pre(self, name: str, hook: Callable[..., Any], **options: Any) -> Handle:
+        """Register a pre hook in this scope (see :meth:`EventBus.pre`)."""
+        return self.bus._register("pre", name, hook, options, scope=self)
+
+    def post(self, name: str, hook: Callable[..., Any], **options: Any) -> Handle:
+        """Register a post hook in this scope (see :meth:`EventBus.post`)."""
+        return self.bus._register("post", name, hook, options, scope=self)
+
+    def exception(self, name: str, hook: Callable[..., Any], **options: Any) -> Handle:
+        """Register an exception hook in this scope (see :meth:`EventBus.exception`)."""
+        return self.bus._register("exception", name, hook, options, scope=self)
+
+    def __enter__(self) -> Self:
+        if self._token is not None:
+            raise RuntimeError("this scope is already open; make a new one with bus.scope()")
+        self._token = _open_scopes.set((*_open_scopes.get(), self))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        token, self._token = self._token, None
+        try:
+            if token is not None:
+                _open_scopes.reset(token)
+        finally:
+            self.remove()
+
+
+def innermost_scope(bus: EventBus) -> Optional[Scope]:
+    """The innermost scope of ``bus`` open in this context, if any."""
+    for scope in reversed(_open_scopes.get()):
+        if scope.bus is bus:
+            return scope
+    return None
+
+
+def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
+    """A weak reference to ``hook`` that unregisters ``handle`` when it dies."""
+    # Bound methods are made afresh at each attribute access: hold the object and
+    # the function apart, as WeakMethod does, or the reference dies at once.
+    handle_ref = weakref.ref(handle)
+
+    def collected(_: object) -> None:
+        alive = handle_ref()
+        if alive is not None:
+            alive.bus._forget_collected(alive)
+
+    if hasattr(hook, "__self__") and hasattr(hook, "__func__"):
+        return weakref.WeakMethod(hook, collected)
+    try:
+        return weakref.ref(hook, collected)
+    except TypeError:
+        raise TypeError(
+            f"weak=True needs a hook that supports weak references, got "
+            f"{type(hook).__name__} {_hook_name(hook)}; accepted: functions, bound "
+            f"methods and most objects (not builtins); or register it strongly"
+        ) from None
+
+
+def _hook_name(hook: Any) -> str:
+    if hook is None:
+        return "<collected>"
+    if isinstance(hook, functools.partial):
+        return f"partial({_hook_name(hook.func)})"
+    name = getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None)
+    return str(name) if name else f"<{type(hook).__name__} object>"
+
+
+def _where(hook: Any) -> str:
+    while isinstance(hook, functools.partial):
+        hook = hook.func
+    hook = getattr(hook, "__func__", hook)
+    code = getattr(hook, "__code__", None)
+    if code is None:
+        call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
+        code = getattr(call, "__code__", None)
+    if code is None:
+        return "?"
+    return f"{code.co_filename}:{code.co_firstlineno}"

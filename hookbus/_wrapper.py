@@ -1,0 +1,167 @@
+"""Hook points: the wrapper that runs pre, post and exception hooks around a callable."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+
+from ._context import CallContext
+from ._dispatch import PointPlan, call_with_hooks, call_with_hooks_async
+
+if TYPE_CHECKING:
+    from ._bus import EventBus
+
+__all__ = ["HookPoint", "make_hookable"]
+
+
+class _Unresolved:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unresolved>"
+
+
+UNRESOLVED: Any = _Unresolved()
+"""A point's plan after its hooks changed: the next call works it out again."""
+
+
+class HookPoint:
+    """A named place where pre, post and exception hooks run around calls.
+
+    The bus keeps every point weakly, by name, and calls :meth:`invalidate` (with
+    its lock held) when a hook that may match the point is added or removed. The
+    plan is then worked out again at the next call, so registering costs no call.
+    ``plan is None`` means "no hooks": the wrapper then calls straight through.
+
+    The torch adapter subclasses this, one point per module, to add and remove
+    native torch hooks as bus hooks come and go.
+    """
+
+    __slots__ = ("__weakref__", "_calls", "bus", "is_async", "name", "plan")
+
+    kinds: Tuple[str, ...] = ("pre", "post", "exception")
+    """The hook kinds that apply to this point."""
+
+    def __init__(self, bus: EventBus, name: str, *, is_async: bool = False) -> None:
+        self.bus = bus
+        self.name = name
+        self.is_async = is_async
+        self.plan: Optional[PointPlan] = UNRESOLVED
+        self._calls = itertools.count()
+
+    def invalidate(self) -> None:
+        """Forget the plan (called with the bus lock held, when hooks change)."""
+        self.plan = UNRESOLVED
+
+    def build_plan(self) -> Optional[PointPlan]:
+        """Work out the plan from the bus (called with the bus lock held)."""
+        pre, post, exception = (self.bus._resolve_locked(kind, self.name) for kind in self.kinds)
+        if not (pre or post or exception):
+            return None
+        return PointPlan(pre, post, exception)
+
+    def current_plan(self) -> Optional[PointPlan]:
+        """The plan for a call starting now, worked out again if hooks changed."""
+        plan = self.plan
+        if plan is UNRESOLVED:
+            plan = self.bus._resolve_point(self)
+        return plan
+
+    def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
+        """A fresh call context for one call of this point."""
+        return CallContext(self.name, target, args, kwargs, next(self._calls))
+
+    def __repr__(self) -> str:
+        state = "unresolved" if self.plan is UNRESOLVED else "hooked" if self.plan else "no hooks"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+
+_SELF_NAMES = frozenset({"self", "cls", "mcs", "metacls"})
+
+
+def _is_method(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn``, a plain function, will be a method, so that args[0] is self or cls.
+
+    A function decorated in a class body is not bound yet: it is a method if it was
+    defined in a class (its qualname says so) and its first parameter is named as
+    PEP 8 asks (``self`` or ``cls``). A staticmethod decorated below
+    ``@staticmethod`` fails the second test, as it should.
+    """
+    owner = getattr(fn, "__qualname__", "").rpartition(".")[0]
+    if not owner or owner.endswith("<locals>"):
+        return False
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_argcount > 0 and code.co_varnames[0] in _SELF_NAMES
+
+
+def _default_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return str(name) if name else type(fn).__name__
+
+
+def make_hookable(
+    bus: EventBus, fn: Any, name: Optional[str], *, self_from_args: Optional[bool] = None
+) -> Any:
+    """Wrap ``fn`` as the hook point ``name`` of ``bus``; see :meth:`EventBus.hookable`."""
+    if isinstance(fn, (classmethod, staticmethod)):
+        # Wrap the function inside, and put it back in the same kind of descriptor,
+        # so that Python's own binding passes cls (or nothing) as usual.
+        is_class = isinstance(fn, classmethod)
+        descriptor: Any = fn  # typeshed leaves the function inside partly unknown
+        wrapped = make_hookable(bus, descriptor.__func__, name, self_from_args=is_class)
+        return classmethod(wrapped) if is_class else staticmethod(wrapped)
+    if not callable(fn):
+        raise TypeError(
+            f"hookable() needs a callable, got {type(fn).__name__} {fn!r}; accepted: "
+            f"functions, methods, classmethods, staticmethods, builtins, callable objects "
+            f"and 'async def' functions"
+        )
+    call: Any = fn  # what the wrapper calls; typed Any so both wrappers may await it
+    point_name = bus._check_point_name(_default_name(fn) if name is None else name)
+    is_async = inspect.iscoroutinefunction(fn)
+    point = HookPoint(bus, point_name, is_async=is_async)
+    # Where the target comes from: self/cls for a function defined in a class body
+    # (it becomes a method), the bound object for a bound method, else fn itself.
+    if self_from_args is None:
+        self_from_args = inspect.isfunction(fn) and _is_method(fn)
+    fixed_target: Union[object, None] = getattr(fn, "__self__", fn)
+
+    if is_async:
+
+        async def call_point_async(*args: Any, **kwargs: Any) -> Any:
+            plan = point.plan
+            if plan is None:
+                return await call(*args, **kwargs)
+            plan = point.current_plan()
+            if plan is None:
+                return await call(*args, **kwargs)
+            target = (args[0] if args else None) if self_from_args else fixed_target
+            return await call_with_hooks_async(
+                bus, plan, point.context(target, args, kwargs), call
+            )
+
+        wrapper: Callable[..., Any] = call_point_async
+    else:
+
+        def call_point(*args: Any, **kwargs: Any) -> Any:
+            if point.plan is None:
+                return call(*args, **kwargs)
+            plan = point.current_plan()
+            if plan is None:
+                return call(*args, **kwargs)
+            target = (args[0] if args else None) if self_from_args else fixed_target
+            return call_with_hooks(bus, plan, point.context(target, args, kwargs), call)
+
+        wrapper = call_point
+
+    try:
+        functools.update_wrapper(wrapper, fn)
+    except AttributeError:  # pragma: no cover - objects that refuse some attributes
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    if not hasattr(fn, "__name__"):  # a callable object: name the wrapper after its type
+        wrapper.__name__ = wrapper.__qualname__ = type(fn).__name__
+    wrapper.__hookbus_point__ = point  # type: ignore[attr-defined]
+    bus._add_point(point)
+    return wrapper
