@@ -725,13 +725,12 @@ class EventBus:
 
     def _refuse_async_on_sync_points_locked(self, handle: Handle) -> None:
         for point_name, points in self._points.items():
-            if handle.name == point_name or (handle.match and handle.match(point_name)):
-                if any(not point.is_async for point in points):
-                    raise TypeError(
-                        f"async {handle.kind} hook {handle!r} matches the sync hook point "
-                        f"{point_name!r}; async hooks need an async hook point (an "
-                        f"'async def' function). Use a plain 'def' hook there."
-                    )
+            if handle.applies_to(point_name) and any(not p.is_async for p in points):
+                raise TypeError(
+                    f"async {handle.kind} hook {handle!r} matches the sync hook point "
+                    f"{point_name!r}; async hooks need an async hook point (an "
+                    f"'async def' function). Use a plain 'def' hook there."
+                )
 
     def _remove(self, handles: Iterable[Handle]) -> None:
         with self._lock:
@@ -856,10 +855,7 @@ class EventBus:
                     if (
                         handle.is_async
                         and handle.kind in point.kinds
-                        and (
-                            handle.name == point.name
-                            or (handle.match and handle.match(point.name))
-                        )
+                        and handle.applies_to(point.name)
                     ):
                         raise TypeError(
                             f"the sync hook point {point.name!r} matches the async hook "

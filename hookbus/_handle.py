@@ -107,6 +107,10 @@ class Handle:
         """Where the hook was defined, as ``file:line`` (or ``"?"`` when unknown)."""
         return _where(self.hook)
 
+    def applies_to(self, name: str) -> bool:
+        """Whether the hook is registered for ``name``, exactly or by pattern."""
+        return self.name == name or (self.match is not None and self.match(name) is not None)
+
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
         if self._registered:

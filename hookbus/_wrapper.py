@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union, cast
 
 from ._context import CallContext
 from ._dispatch import PointPlan, call_with_hooks, call_with_hooks_async
@@ -109,7 +109,7 @@ def make_hookable(
         # Wrap the function inside, and put it back in the same kind of descriptor,
         # so that Python's own binding passes cls (or nothing) as usual.
         is_class = isinstance(fn, classmethod)
-        descriptor: Any = fn  # typeshed leaves the function inside partly unknown
+        descriptor: Any = cast(Any, fn)  # typeshed leaves the function inside partly unknown
         wrapped = make_hookable(bus, descriptor.__func__, name, self_from_args=is_class)
         return classmethod(wrapped) if is_class else staticmethod(wrapped)
     if not callable(fn):
