@@ -655,7 +655,7 @@ class EventBus:
     ) -> Any:
         if hook is None:
             # Check everything now, so that a bad decorator fails where it is written.
-            check_name(name, f"{_WHAT[kind]} name", allow_pattern=True)
+            check_name(name, f"{_what(kind)} name", allow_pattern=True)
             self._parse_options(kind, options)
 
             def decorate(fn: H) -> H:
@@ -671,7 +671,7 @@ class EventBus:
             close = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(
-                f"unknown option {unknown[0]!r} for {_METHOD[kind]}(){hint}; "
+                f"unknown option {unknown[0]!r} for {_method(kind)}(){hint}; "
                 f"accepted: {', '.join(_OPTIONS)}"
             )
         priority = to_priority(options.get("priority", 0))
@@ -693,10 +693,10 @@ class EventBus:
         scope: Optional[Scope] = None,
     ) -> Handle:
         """Check everything, then register; nothing is half-registered on failure."""
-        name = check_name(name, f"{_WHAT[kind]} name", allow_pattern=True)
+        name = check_name(name, f"{_what(kind)} name", allow_pattern=True)
         if not callable(hook):
             raise TypeError(
-                f"{_METHOD[kind]}() needs a callable hook, got {type(hook).__name__} {hook!r}; "
+                f"{_method(kind)}() needs a callable hook, got {type(hook).__name__} {hook!r}; "
                 f"accepted: a function, method, lambda, functools.partial or callable object"
             )
         priority, once, target, weak = self._parse_options(kind, options)
@@ -913,8 +913,13 @@ class EventBus:
             self._invalidate_all_locked()
 
 
-_WHAT = {"event": "event", "pre": "hook point", "post": "hook point", "exception": "hook point"}
-_METHOD = {"event": "on", "pre": "pre", "post": "post", "exception": "exception"}
+def _what(kind: str) -> str:
+    return "event" if kind == "event" else "hook point"
+
+
+def _method(kind: str) -> str:
+    """The registering method's name, for messages (the torch adapter adds kinds)."""
+    return "on" if kind == "event" else kind
 
 
 class _Decorator:
