@@ -23,6 +23,7 @@ from ._context import CallContext
 from ._errors import ErrorPolicy, HookError
 from ._handle import Handle, HandleGroup, Scope
 from ._priority import Priority, PriorityLike
+from ._subscribe import listens
 from ._trace import Trace, TraceRecord
 from ._wrapper import HookPoint
 
@@ -47,11 +48,13 @@ __all__ = [
     "exception",
     "hookable",
     "hooks",
+    "listens",
     "on",
     "paused",
     "post",
     "pre",
     "scope",
+    "subscribe",
     "wrap",
 ]
 
@@ -75,3 +78,4 @@ scope = default_bus.scope
 paused = default_bus.paused
 clear = default_bus.clear
 hooks = default_bus.hooks
+subscribe = default_bus.subscribe

@@ -27,9 +27,10 @@ from typing_extensions import ParamSpec
 
 from ._dispatch import PointPlan, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, add_note, check_policy, describe
-from ._handle import Handle, Scope, innermost_scope
+from ._handle import Handle, HandleGroup, Scope, innermost_scope
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._priority import PriorityLike, to_priority
+from ._subscribe import subscribe
 from ._trace import Trace
 from ._wrapper import HookPoint, make_hookable
 
@@ -405,6 +406,48 @@ class EventBus:
             'cached page'
         """
         return self._register_or_decorate("exception", name, hook, options)
+
+    def subscribe(
+        self,
+        obj: object,
+        /,
+        *,
+        weak: bool = False,
+        priority: Optional[PriorityLike] = None,
+        events: Optional[Iterable[str]] = None,
+        target: Any = None,
+    ) -> HandleGroup:
+        """Register every hook method of ``obj``; return one group that removes them all.
+
+        The hook methods are those marked with :func:`hookbus.listens`, plus, when
+        the object declares event names (a ``hook_events`` attribute, or
+        ``events=``, a collection of names or a mapping of method name to event
+        name), each method named like one of them. Methods without a priority of
+        their own take ``priority=``, else the object's ``hook_priority`` (an int
+        or a :class:`Priority` name, mmengine's included), else 0. ``weak=True``
+        holds the methods weakly: when ``obj`` is collected, its hooks go too.
+        ``target`` applies to every method. All are registered, or none.
+
+        Example:
+            >>> import hookbus
+            >>> class Logger:
+            ...     hook_events = ("before_run", "after_run")
+            ...     hook_priority = "LOW"
+            ...     def before_run(self, runner):
+            ...         print("start", runner)
+            ...     def after_run(self, runner):
+            ...         print("done", runner)
+            >>> bus = hookbus.EventBus()
+            >>> subscription = bus.subscribe(Logger())
+            >>> bus.emit("before_run", "runner-1")
+            start runner-1
+            >>> [(h.name, h.priority) for h in subscription]
+            [('before_run', -20), ('after_run', -20)]
+            >>> subscription.remove()
+            >>> bus.hooks()
+            []
+        """
+        return subscribe(self, obj, weak=weak, priority=priority, events=events, target=target)
 
     # --- hook points ---------------------------------------------------------------
 

@@ -1,0 +1,247 @@
+"""Hook classes: ``bus.subscribe(obj)`` registers an object's hook methods in one go.
+
+Two ways to say which methods are hooks, usable together:
+
+* **marked**: ``@listens("event", ...)`` on a method, any name, any kind of hook;
+* **named**: the class declares a set of event names (``hook_events``, or
+  ``subscribe(events=...)``), and each method named like one of them listens to it,
+  as mmengine's ``Hook`` and Lightning's ``Callback`` methods do.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Tuple,
+    TypeVar,
+    cast,
+)
+
+from ._handle import HandleGroup
+from ._names import check_name
+from ._priority import PriorityLike, to_priority
+
+if TYPE_CHECKING:
+    from ._bus import EventBus
+
+__all__ = ["KINDS", "Listening", "listens", "subscribe"]
+
+F = TypeVar("F")
+
+KINDS = ("event", "pre", "post", "exception")
+"""What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point."""
+
+_MARK = "__hookbus_listens__"
+
+
+class Listening(NamedTuple):
+    """One ``@listens`` mark: what a method listens to, and how."""
+
+    event: str
+    """The event or hook-point name, or a glob pattern."""
+    kind: str
+    """``"event"``, ``"pre"``, ``"post"`` or ``"exception"``."""
+    priority: Optional[int]
+    """The method's own priority, or ``None`` to take the object's default."""
+    once: bool
+    """Whether the hook removes itself after its first call."""
+
+
+def listens(
+    event: str,
+    *,
+    priority: Optional[PriorityLike] = None,
+    once: bool = False,
+    kind: str = "event",
+) -> Callable[[F], F]:
+    """Mark a method as a hook for :meth:`EventBus.subscribe`; the method is unchanged.
+
+    ``kind="event"`` (the default) makes it an event hook, called with what
+    :meth:`EventBus.emit` is given; ``"pre"``, ``"post"`` and ``"exception"`` make
+    it a hook around the hook point ``event``, called with a :class:`CallContext`.
+    Without ``priority``, the method takes the object's default (its
+    ``hook_priority`` attribute, else ``subscribe(priority=...)``, else 0). Marks
+    stack, so one method may listen to several names. A subclass that overrides a
+    marked method without marking it keeps listening; one that sets the name to
+    ``None`` stops. Works on ``async def`` methods, classmethods and staticmethods.
+
+    Example:
+        >>> import hookbus
+        >>> class Thermostat:
+        ...     @hookbus.listens("temperature")
+        ...     def react(self, celsius):
+        ...         print("heating" if celsius < 19 else "idle")
+        ...     @hookbus.listens("temperature", priority="HIGH")
+        ...     def log(self, celsius):
+        ...         print(f"{celsius} C")
+        >>> bus = hookbus.EventBus()
+        >>> _ = bus.subscribe(Thermostat())
+        >>> bus.emit("temperature", 17)
+        17 C
+        heating
+    """
+    check_name(event, "event name" if kind == "event" else "hook point name", allow_pattern=True)
+    if kind not in KINDS:
+        raise ValueError(f"unknown hook kind {kind!r}; accepted: {', '.join(map(repr, KINDS))}")
+    own_priority = None if priority is None else to_priority(priority)
+    if not isinstance(once, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"listens(once=) takes True or False, got {type(once).__name__} {once!r}")
+    mark = Listening(event, kind, own_priority, once)
+
+    def mark_method(method: F) -> F:
+        # classmethod and staticmethod hide the function: mark the function inside,
+        # which is what the class body lookup in subscribe() finds again.
+        function: Any = getattr(method, "__func__", method)
+        if not callable(function):
+            raise TypeError(
+                f"@listens({event!r}) needs a method, got {type(method).__name__} {method!r}; "
+                f"accepted: a function defined in a class body (plain, async, classmethod "
+                f"or staticmethod)"
+            )
+        marks: Tuple[Listening, ...] = getattr(function, _MARK, ())
+        if any(m.event == event and m.kind == kind for m in marks):
+            raise ValueError(
+                f"{_qualname(function)} already listens to {kind} {event!r}; a method "
+                f"listens to each name once"
+            )
+        # Decorators apply bottom-up: prepend, so the marks read in source order.
+        setattr(function, _MARK, (mark, *marks))
+        return method
+
+    return mark_method
+
+
+def subscribe(
+    bus: EventBus,
+    obj: object,
+    *,
+    weak: bool = False,
+    priority: Optional[PriorityLike] = None,
+    events: Optional[Iterable[str]] = None,
+    target: Any = None,
+) -> HandleGroup:
+    """Register every hook method of ``obj`` on ``bus``; see :meth:`EventBus.subscribe`."""
+    if isinstance(obj, type):
+        raise TypeError(
+            f"subscribe() takes an instance, got the class {obj.__qualname__}; "
+            f"did you mean subscribe({obj.__qualname__}())?"
+        )
+    default = _default_priority(obj, priority)
+    plan = _marked(type(obj))
+    declared = _declared_events(obj, events)
+    for method_name, event in declared.items():
+        if method_name not in plan and callable(getattr(type(obj), method_name, None)):
+            plan[method_name] = (Listening(event, "event", None, False),)
+    if not plan:
+        raise ValueError(_nothing_to_subscribe(obj, declared))
+
+    group = HandleGroup()
+    try:  # all or nothing: a failing registration removes the ones before it
+        for method_name, marks in plan.items():
+            method = getattr(obj, method_name)
+            if method is None:  # a subclass switched the hook off
+                continue
+            for mark in marks:
+                options: Dict[str, Any] = {
+                    "priority": default if mark.priority is None else mark.priority,
+                    "once": mark.once,
+                    "weak": weak,
+                    "target": target,
+                }
+                group.add(bus._register(mark.kind, mark.event, method, options))
+    except BaseException:
+        group.remove()
+        raise
+    return group
+
+
+def _marked(cls: type) -> Dict[str, Tuple[Listening, ...]]:
+    """Method name -> marks, bases first, each name where it was first defined."""
+    found: Dict[str, Tuple[Listening, ...]] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            function = getattr(value, "__func__", value)
+            marks: Tuple[Listening, ...] = getattr(function, _MARK, ())
+            # An unmarked override keeps the base's marks (and its place in the order).
+            if marks:
+                found[name] = marks
+    return found
+
+
+def _default_priority(obj: object, priority: Optional[PriorityLike]) -> int:
+    if priority is not None:
+        return to_priority(priority)
+    declared = getattr(obj, "hook_priority", None)
+    if declared is None:
+        return 0
+    try:
+        return to_priority(declared)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{type(obj).__qualname__}.hook_priority: {error}") from None
+
+
+def _declared_events(obj: object, events: Optional[Iterable[str]]) -> Dict[str, str]:
+    """Method name -> event name, from ``events=`` or the object's ``hook_events``."""
+    source = "events="
+    given: object = events
+    if given is None:
+        given = getattr(obj, "hook_events", None)
+        source = f"{type(obj).__qualname__}.hook_events"
+        if given is None:
+            return {}
+    if isinstance(given, str) or not isinstance(given, Iterable):
+        raise TypeError(
+            f"{source} must be a collection of event names or a mapping of method name to "
+            f"event name, got {type(given).__name__} {given!r}"
+            + (f"; write ({given!r},) for one event" if isinstance(given, str) else "")
+        )
+    pairs: Iterable[Tuple[object, object]]
+    if isinstance(given, Mapping):
+        pairs = cast("Mapping[object, object]", given).items()
+    else:
+        names: List[object] = list(cast("Iterable[object]", given))
+        if isinstance(given, (set, frozenset)):
+            names.sort(key=str)  # registration order must not depend on hashing
+        pairs = [(name, name) for name in names]
+    declared: Dict[str, str] = {}
+    for method_name, event in pairs:
+        if not isinstance(method_name, str) or not method_name.isidentifier():
+            raise ValueError(
+                f"{source}: {method_name!r} can't be a method name; for events whose "
+                f"names aren't identifiers, give a mapping {{method name: event name}}"
+            )
+        declared[method_name] = check_name(event, f"{source} event", allow_pattern=True)
+    return declared
+
+
+def _nothing_to_subscribe(obj: object, declared: Mapping[str, str]) -> str:
+    kind = type(obj).__qualname__
+    if not declared:
+        return (
+            f"{kind} has no hook methods: mark methods with @hookbus.listens('event'), "
+            f"or declare the events its methods are named after (hook_events = [...] "
+            f"or subscribe(obj, events=[...]))"
+        )
+    methods = [name for name in dir(type(obj)) if not name.startswith("_")]
+    hints = [
+        f"{method!r} (did you mean {close[0]!r}?)"
+        for method in methods
+        for close in [difflib.get_close_matches(method, list(declared), n=1, cutoff=0.8)]
+        if close
+    ]
+    return f"{kind} has no method named after any of its events ({', '.join(declared)})" + (
+        f"; near misses: {', '.join(hints)}" if hints else ""
+    )
+
+
+def _qualname(function: Any) -> str:
+    return str(getattr(function, "__qualname__", None) or repr(function))
