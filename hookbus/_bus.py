@@ -7,7 +7,8 @@ import inspect
 import itertools
 import threading
 import weakref
-from types import TracebackType
+from inspect import CO_COROUTINE
+from types import FunctionType, TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -27,7 +28,7 @@ from typing_extensions import ParamSpec
 
 from ._dispatch import PointPlan, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, add_note, check_policy, describe
-from ._handle import Handle, HandleGroup, Scope, innermost_scope
+from ._handle import Handle, HandleGroup, Scope, _open_scopes, innermost_scope
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._priority import PriorityLike, to_priority
 from ._subscribe import subscribe
@@ -129,6 +130,8 @@ class EventBus:
         self._pause_matchers: Dict[str, Matcher] = {}
         self._collected: List[Handle] = []
         self._tracer: Optional[Trace] = None
+        # Names already checked, with their glob matcher (None for a plain name).
+        self._names: Dict[str, Optional[Matcher]] = {}
 
     # --- the fast path --------------------------------------------------------------
 
@@ -267,6 +270,8 @@ class EventBus:
             >>> [h.name for h in bus.handles_of(log)]
             ['train.*']
         """
+        if hook is not None:  # the call form, straight to the hot path
+            return self._register("event", event, hook, options)
         return self._register_or_decorate("event", event, hook, options)
 
     @overload
@@ -735,36 +740,72 @@ class EventBus:
         *,
         scope: Optional[Scope] = None,
     ) -> Handle:
-        """Check everything, then register; nothing is half-registered on failure."""
-        name = check_name(name, f"{_what(kind)} name", allow_pattern=True)
+        """Check everything, then register; nothing is half-registered on failure.
+
+        This is the hot path of register + remove, hence the shortcuts: names
+        checked once (with their pattern matcher) and cached, no option parsing
+        when there are none, plain functions told sync without ``inspect``.
+        """
+        try:
+            match = self._names[name]
+        except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
+            match = self._check_new_name(kind, name)
         if not callable(hook):
             raise TypeError(
                 f"{_method(kind)}() needs a callable hook, got {type(hook).__name__} {hook!r}; "
                 f"accepted: a function, method, lambda, functools.partial or callable object"
             )
-        priority, once, target, weak = self._parse_options(kind, options)
-        match = matcher_for(name) if is_pattern(name) else None
-        is_async = _is_async_callable(hook)
+        if options:
+            priority, once, target, weak = self._parse_options(kind, options)
+        else:
+            priority, once, target, weak = 0, False, None, False
+        is_async = (
+            hook.__class__ is not FunctionType
+            or hook.__code__.co_flags & CO_COROUTINE != 0
+            or getattr(hook, "_is_coroutine_marker", None) is not None  # 3.12+ marked
+        ) and _is_async_callable(hook)
         handle = Handle(
-            self, kind, name, hook, priority, 0,
-            once=once, target=target, weak=weak, is_async=is_async, match=match,
+            self, kind, name, hook, priority, 0, once, target, weak, is_async, match
         )  # fmt: skip
-        if scope is None:
+        if scope is None and _open_scopes.get():
             scope = innermost_scope(self)
-        with self._lock:
-            self._sweep_collected_locked()
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._collected:
+                self._sweep_collected_locked()
             if is_async and kind != "event":
                 self._refuse_async_on_sync_points_locked(handle)
             handle.seq = next(self._seq)
             if match is None:
-                self._exact.setdefault((kind, name), []).append(handle)
+                key = (kind, name)
+                bucket = self._exact.get(key)
+                if bucket is None:
+                    self._exact[key] = [handle]
+                else:
+                    bucket.append(handle)
             else:
                 self._patterns.setdefault(kind, []).append(handle)
             handle._registered = True
-            self._invalidate_locked(kind, name, match)
+            if kind == "event" and match is None:
+                self._event_plans.pop(name, None)  # _invalidate_locked's common case
+                self._event_handles.pop(name, None)
+            else:
+                self._invalidate_locked(kind, name, match)
+        finally:
+            lock.release()
         if scope is not None:
             scope.add(handle)
         return handle
+
+    def _check_new_name(self, kind: str, name: str) -> Optional[Matcher]:
+        """Check a name not seen before; cache it with its matcher (None: not a pattern)."""
+        check_name(name, f"{_what(kind)} name", allow_pattern=True)
+        match = matcher_for(name) if is_pattern(name) else None
+        if len(self._names) >= _PLAN_CACHE_LIMIT:
+            self._names.clear()
+        self._names[name] = match
+        return match
 
     def _refuse_async_on_sync_points_locked(self, handle: Handle) -> None:
         for point_name, points in self._points.items():
@@ -776,8 +817,12 @@ class EventBus:
                 )
 
     def _remove(self, handles: Iterable[Handle]) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
+        try:
             self._remove_locked(handles)
+        finally:
+            lock.release()
 
     def _remove_locked(self, handles: Iterable[Handle]) -> None:
         for handle in handles:
@@ -795,6 +840,10 @@ class EventBus:
                 bucket.remove(handle)
                 if not bucket:
                     del self._exact[key]
+                if handle.kind == "event":  # _invalidate_locked's common case
+                    self._event_plans.pop(handle.name, None)
+                    self._event_handles.pop(handle.name, None)
+                    continue
             else:
                 self._patterns[handle.kind].remove(handle)
             self._invalidate_locked(handle.kind, handle.name, handle.match)

@@ -72,8 +72,7 @@ class Handle:
         hook: Callable[..., Any],
         priority: int,
         seq: int,
-        *,
-        once: bool,
+        once: bool,  # positional too: keywords cost a third of a registration
         target: Any,
         weak: bool,
         is_async: bool,
