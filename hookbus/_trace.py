@@ -15,7 +15,20 @@ __all__ = ["Trace", "TraceRecord"]
 
 
 class TraceRecord(NamedTuple):
-    """One hook call seen by a :class:`Trace`."""
+    """One hook call seen by a :class:`Trace`.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> def audit(user):
+        ...     pass
+        >>> _ = bus.on("login", audit)
+        >>> with bus.trace() as trace:
+        ...     bus.emit("login", "ada")
+        >>> record = trace.records[0]
+        >>> record.name, record.kind, record.handle.hook is audit, record.duration_ns >= 0
+        ('login', 'event', True, True)
+    """
 
     name: str
     """The event or hook point dispatched."""

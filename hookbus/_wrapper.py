@@ -37,6 +37,23 @@ class HookPoint:
 
     The torch adapter subclasses this, one point per module, to add and remove
     native torch hooks as bus hooks come and go.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> @bus.hookable("double")
+        ... def double(x):
+        ...     return 2 * x
+        >>> point = double.__hookbus_point__
+        >>> point.name, point.is_async
+        ('double', False)
+        >>> double(1), point  # the first call worked out the plan: no hooks
+        (2, <HookPoint 'double' no hooks>)
+        >>> _ = bus.post("double", lambda ctx: None)
+        >>> point  # registering only invalidated it; the next call works it out
+        <HookPoint 'double' unresolved>
+        >>> double(1), point
+        (2, <HookPoint 'double' hooked>)
     """
 
     __slots__ = ("__weakref__", "_calls", "bus", "is_async", "name", "plan")
