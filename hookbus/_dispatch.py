@@ -48,6 +48,12 @@ class PointPlan:
 
 # --- events ------------------------------------------------------------------------
 
+NOT_COLLECTED: Any = object()
+"""Returned by an event hook that observes only: ``collect()`` leaves it out of its results.
+
+The pytest plugin's recorder listens to ``"*"``; without this, every ``collect()``
+would gain a ``None`` from it and the code under test would see other results."""
+
 
 def _event_hook(
     bus: EventBus, handle: Handle, args: Tuple[Any, ...]
@@ -97,7 +103,7 @@ def dispatch_event(
         finally:
             if tracer is not None:
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
-        if results is not None:
+        if results is not None and result is not NOT_COLLECTED:
             results.append(result)
     raise_collected(errors, event)
 
@@ -132,7 +138,7 @@ async def dispatch_event_async(
         finally:
             if tracer is not None:
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
-        if results is not None:
+        if results is not None and result is not NOT_COLLECTED:
             results.append(result)
     raise_collected(errors, event)
 
