@@ -1,0 +1,67 @@
+"""Every script in examples/ runs, checks its own results, and exits 0.
+
+Each runs in a fresh interpreter, as a user would run it, so that an example
+can't lean on state another test left behind.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = [
+    pytest.mark.torch,
+    pytest.mark.skipif(not HAS_TORCH, reason="the example needs PyTorch (pip install torch)"),
+]
+
+CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py"]
+TORCH_EXAMPLES = ["training_loop.py"]
+
+
+def all_examples() -> List[str]:
+    return sorted(path.name for path in EXAMPLES.glob("*.py"))
+
+
+def run(name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=EXAMPLES.parent,
+    )
+
+
+def test_every_example_is_run_by_a_test() -> None:
+    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES)
+
+
+@pytest.mark.parametrize("name", all_examples())
+def test_each_example_says_what_it_shows(name: str) -> None:
+    docstring = ast.get_docstring(ast.parse((EXAMPLES / name).read_text()))
+    assert docstring, f"{name} has no module docstring"
+    assert "Shows:" in docstring
+    assert f"python examples/{name}" in docstring
+
+
+@pytest.mark.parametrize("name", CORE_EXAMPLES)
+def test_core_example_runs(name: str) -> None:
+    result = run(name)
+    assert result.returncode == 0, result.stderr
+    assert "example: ok" in result.stdout
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs_torch) for n in TORCH_EXAMPLES])
+def test_torch_example_runs(name: str) -> None:
+    result = run(name)
+    assert result.returncode == 0, result.stderr
+    assert "example: ok" in result.stdout
