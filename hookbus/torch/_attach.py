@@ -1,0 +1,523 @@
+"""Attaching a model: every module becomes a hook point, named by its qualified name."""
+
+from __future__ import annotations
+
+import difflib
+import weakref
+from types import TracebackType
+from typing import (
+    AbstractSet,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Tuple,
+    Type,
+    Union,
+    cast,
+    overload,
+)
+
+from torch import nn
+
+from .._bus import EventBus
+from .._context import CallContext
+from .._handle import Handle, HandleGroup
+from ._point import KINDS, ModulePoint
+
+__all__ = ["ROOT", "Attachment", "Selector", "attach", "unwrap"]
+
+ROOT = "<root>"
+"""The name of the attached model itself when no prefix is given."""
+
+GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
+"""Selectors that may select many modules: a module type, or a list of selectors."""
+
+Selector = Union[str, nn.Module, GroupSelector]
+"""What selects modules: a name or glob, a module, a module type, or a list of those."""
+
+Hook = Callable[[CallContext], None]
+
+# Keeps each model's attachments (and so their points) alive as long as the model,
+# even when the caller drops the Attachment. Attachments hold the model weakly.
+_attachments: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module that runs: ``torch.compile(model)`` wraps it in ``_orig_mod``."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
+def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = "") -> Attachment:
+    """Make every module of ``model`` a hook point of ``bus`` (default: ``hookbus.default_bus``).
+
+    Each module is named by its qualified name from ``model.named_modules()``
+    (``"encoder.layers.0.attn"``), after ``prefix`` and a dot if a prefix is given.
+    The model itself is named ``prefix``, or ``"<root>"`` without one. The usual
+    ``bus.pre`` / ``bus.post`` / ``bus.exception`` calls then apply to module calls,
+    with ``ctx.target`` the module and ``ctx.name`` its name; the returned
+    :class:`Attachment` adds selection by type or object, gradient and backward
+    hooks, and :meth:`Attachment.detach`.
+
+    Attaching installs no torch hook: a module gets one native dispatcher per
+    phase while some bus hook matches it, and loses it when the last goes. A
+    ``torch.compile`` wrapper is unwrapped, so the names are the eager ones.
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> bus = hookbus.EventBus()
+        >>> model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+        >>> net = hookbus.torch.attach(model, bus)
+        >>> net.names
+        ['<root>', '0', '1']
+        >>> _ = bus.post("0", lambda ctx: print(ctx.name, tuple(ctx.result.shape)))
+        >>> _ = model(torch.ones(4, 2))
+        0 (4, 3)
+        >>> net.detach()
+    """
+    if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
+    if bus is None:
+        from .. import default_bus
+
+        bus = default_bus
+    if not isinstance(prefix, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
+    if prefix:
+        bus._check_point_name(prefix)
+    model = unwrap(model)
+    for existing in _attachments.get(model, ()):
+        if existing.bus is bus and existing.active:
+            raise ValueError(
+                f"{type(model).__name__} is already attached to {bus!r} as {existing!r}; "
+                f"use that attachment, or detach() it first"
+            )
+    return Attachment(model, bus, prefix)
+
+
+class Attachment:
+    """A model attached to a bus: its modules' names, selection, and extra hook kinds.
+
+    Every registration method takes a *selector* and the usual options
+    (``priority``, ``once``, ``target``, ``weak``):
+
+    * a name or glob pattern (``"layers.*.attn"``), checked against the model's
+      names: one that matches no module is a ``ValueError`` listing close names;
+      returns one :class:`~hookbus.Handle` (a pattern keeps matching by name);
+    * a module of the model: one ``Handle`` for its name;
+    * a module type (``nn.Linear``), or a list of selectors: a
+      :class:`~hookbus.HandleGroup` of one handle per module selected now.
+
+    Hooks registered here are removed by :meth:`detach`, which also removes every
+    native hook and leaves the model's hook dicts exactly as they were. An
+    attachment is a context manager that detaches on exit.
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+        >>> with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        ...     _ = net.post(nn.Linear, lambda ctx: print("ran", ctx.name))
+        ...     _ = model(torch.ones(1, 2))
+        ran 0
+        ran 2
+        >>> model._forward_hooks
+        OrderedDict()
+    """
+
+    __slots__ = ("__weakref__", "_handles", "_model", "_names", "_points", "bus", "prefix")
+
+    def __init__(self, model: nn.Module, bus: EventBus, prefix: str) -> None:
+        self.bus = bus
+        self.prefix = prefix
+        self._model = weakref.ref(model)
+        self._points: Dict[str, ModulePoint] = {}
+        self._names: Dict[int, str] = {}
+        self._handles = HandleGroup()
+        try:
+            # torch leaves named_modules() partly untyped
+            named = cast("Iterable[Tuple[str, nn.Module]]", model.named_modules())
+            for qualname, module in named:
+                name = self._full_name(qualname)
+                point = ModulePoint(bus, name, module)
+                bus._add_point(point)  # refuses a model that async hooks already match
+                self._points[name] = point
+                self._names[id(module)] = name
+            with bus._lock:
+                for point in self._points.values():
+                    point.invalidate()  # hooks registered before attaching apply at once
+        except BaseException:
+            self._detach_points()
+            raise
+        _attachments.setdefault(model, []).append(self)
+
+    def _full_name(self, qualname: str) -> str:
+        if not qualname:
+            return self.prefix or ROOT
+        return f"{self.prefix}.{qualname}" if self.prefix else qualname
+
+    # --- names and selection -----------------------------------------------------------
+
+    @property
+    def names(self) -> List[str]:
+        """Every module's hook-point name, in ``named_modules()`` order."""
+        return list(self._points)
+
+    @property
+    def model(self) -> nn.Module:
+        """The attached model (``RuntimeError`` if it was garbage collected)."""
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the attached model was garbage collected")
+        return model
+
+    @property
+    def active(self) -> bool:
+        """Whether the model is still attached."""
+        return bool(self._points)
+
+    def name_of(self, module: nn.Module) -> str:
+        """The hook-point name of ``module``; ``ValueError`` if it is not in the model.
+
+        Example:
+            >>> import hookbus, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(1, 1))
+            >>> hookbus.torch.attach(model, hookbus.EventBus(), prefix="net").name_of(model[0])
+            'net.0'
+        """
+        name = self._names.get(id(module))
+        if name is None or self._points[name].module is not module:
+            raise ValueError(
+                f"{type(module).__name__} module {_short(module)} is not part of the attached "
+                f"model (modules added after attach() are not hook points; attach again)"
+            )
+        return name
+
+    def module(self, name: str) -> nn.Module:
+        """The module named ``name``; ``KeyError`` listing close names if there is none.
+
+        Example:
+            >>> import hookbus, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(1, 1))
+            >>> hookbus.torch.attach(model, hookbus.EventBus()).module("0")
+            Linear(in_features=1, out_features=1, bias=True)
+        """
+        point = self._points.get(name)
+        module = point.module if point is not None else None
+        if module is None:
+            raise KeyError(f"no module named {name!r}{self._close(name)}")
+        return module
+
+    def select(self, selector: Selector) -> List[str]:
+        """The names that ``selector`` selects, in model order; an error if none.
+
+        Example:
+            >>> import hookbus, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(1, 1), nn.ReLU(), nn.Linear(1, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> net.select(nn.Linear), net.select("[01]"), net.select(model[1])
+            (['0', '2'], ['0', '1'], ['1'])
+        """
+        from .._names import check_name, is_pattern, matcher_for
+
+        if isinstance(selector, str):
+            check_name(selector, "module selector", allow_pattern=True)
+            if not is_pattern(selector):
+                if selector not in self._points:
+                    raise ValueError(f"no module named {selector!r}{self._close(selector)}")
+                return [selector]
+            match = matcher_for(selector)
+            names = [name for name in self._points if match(name)]
+            if not names:
+                raise ValueError(f"no module name matches {selector!r}{self._close(selector)}")
+            return names
+        if isinstance(selector, nn.Module):
+            return [self.name_of(selector)]
+        if isinstance(selector, type):
+            if not issubclass(selector, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise TypeError(
+                    f"cannot select modules by the type {selector.__name__}: it is not an "
+                    f"nn.Module subclass"
+                )
+            names = [
+                name for name, point in self._points.items() if isinstance(point.module, selector)
+            ]
+            if not names:
+                present = sorted({type(p.module).__name__ for p in self._points.values()})
+                raise ValueError(
+                    f"no module of type {selector.__name__} in the model; its types: "
+                    f"{', '.join(present)}"
+                )
+            return names
+        if isinstance(selector, (list, tuple, set, frozenset)):
+            items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
+            chosen = {name for item in items for name in self.select(item)}
+            if not chosen:
+                raise ValueError("an empty list of selectors selects no module")
+            return [name for name in self._points if name in chosen]
+        raise TypeError(
+            f"cannot select modules with {type(selector).__name__} {selector!r}; accepted: a "
+            f"name or glob pattern ('layers.*'), a module of the model, a module type "
+            f"(nn.Linear), or a list of those"
+        )
+
+    def _close(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self._points), n=5, cutoff=0.5)
+        if close:
+            return f"; close names: {', '.join(map(repr, close))}"
+        shown = list(self._points)[:8]
+        more = ", ..." if len(self._points) > 8 else ""
+        return f"; the model's names: {', '.join(map(repr, shown))}{more}"
+
+    # --- registration ------------------------------------------------------------------
+
+    @overload
+    def pre(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    @overload
+    def pre(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
+    def pre(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+        """Forward pre hook: ``ctx.args`` / ``ctx.kwargs`` (kwargs-only calls included).
+
+        Assign ``ctx.args`` (a tuple) or ``ctx.kwargs`` (a dict) to replace them.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Identity())
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> def zero(ctx):
+            ...     ctx.args = (torch.zeros_like(ctx.args[0]),)
+            >>> _ = net.pre("0", zero)
+            >>> model(torch.ones(2))
+            tensor([0., 0.])
+        """
+        return self._register("pre", selector, hook, options)
+
+    @overload
+    def post(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    @overload
+    def post(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
+    def post(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+        """Forward post hook: ``ctx.result`` is the output; assign it to replace it.
+
+        The replacement flows into autograd like any tensor the module returned.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Identity())
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> def double(ctx):
+            ...     ctx.result = ctx.result * 2
+            >>> _ = net.post(nn.Identity, double)
+            >>> model(torch.ones(2))
+            tensor([2., 2.])
+        """
+        return self._register("post", selector, hook, options)
+
+    @overload
+    def exception(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+    ) -> Handle: ...
+    @overload
+    def exception(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
+    def exception(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+        """Exception hook: runs when the module's forward raises, with ``ctx.exception``.
+
+        It observes: torch re-raises the error after its hooks, so the error
+        propagates unchanged (``ctx.recover()`` there warns; recover around the call
+        with ``bus.wrap``). Not run under ``torch.compile``.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(3, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.exception("0", lambda ctx: print(ctx.name, tuple(ctx.args[0].shape)))
+            >>> try:
+            ...     model(torch.ones(2, 5))
+            ... except RuntimeError:
+            ...     print("raised")
+            0 (2, 5)
+            raised
+        """
+        return self._register("exception", selector, hook, options)
+
+    @overload
+    def grad(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    @overload
+    def grad(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
+    def grad(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+        """Gradient hook on the module's outputs: the cheap, safe way to see gradients.
+
+        At backward, ``ctx.result`` is the gradient of one output tensor (assign to
+        replace it), ``ctx.data["path"]`` says which tensor of a nested output
+        (``()`` for a plain tensor), and ``ctx.call_index`` is that of the forward
+        call that made it. Outputs that don't require grad (``torch.no_grad()``)
+        are skipped. Safe with in-place ops, unlike :meth:`backward`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.grad("0", lambda ctx: print(ctx.name, ctx.result))
+            >>> model(torch.ones(1, 2)).sum().backward()
+            0 tensor([[1.]])
+        """
+        return self._register("grad", selector, hook, options)
+
+    @overload
+    def backward_pre(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+    ) -> Handle: ...
+    @overload
+    def backward_pre(
+        self, selector: GroupSelector, hook: Hook, /, **options: Any
+    ) -> HandleGroup: ...
+    def backward_pre(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+        """Full backward pre hook: ``ctx.args`` is ``grad_output``; assign to replace it.
+
+        Opt-in: full backward hooks cost about as much as the backward pass of a
+        small module and fail with in-place ops on the module's output
+        (``ReLU(inplace=True)``). Prefer :meth:`grad`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.backward_pre("0", lambda ctx: print(ctx.args))
+            >>> model(torch.ones(1, 2)).sum().backward()
+            (tensor([[1.]]),)
+        """
+        return self._register("backward_pre", selector, hook, options)
+
+    @overload
+    def backward(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+    ) -> Handle: ...
+    @overload
+    def backward(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
+    def backward(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+        """Full backward hook: ``ctx.args`` is ``grad_output``, ``ctx.result`` ``grad_input``.
+
+        Assign ``ctx.result`` (a tuple of the same length) to replace ``grad_input``.
+        Opt-in, with the costs and limits of :meth:`backward_pre`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.backward("0", lambda ctx: print(ctx.result))
+            >>> x = torch.ones(1, 2, requires_grad=True)
+            >>> model(x).sum().backward()  # doctest: +ELLIPSIS
+            (tensor([[...]]),)
+        """
+        return self._register("backward", selector, hook, options)
+
+    def _register(self, kind: str, selector: Selector, hook: Hook, options: Dict[str, Any]) -> Any:
+        if not self._points:
+            raise RuntimeError(f"{self!r} is detached; attach the model again")
+        names = self.select(selector)
+        if kind in ("backward_pre", "backward"):
+            self._check_full_backward(names)
+        keys = [selector] if isinstance(selector, str) else names
+        handles: List[Handle] = []
+        try:
+            for key in keys:
+                handles.append(self.bus._register(kind, key, hook, options))
+        except BaseException:
+            for handle in handles:
+                handle.remove()
+            raise
+        for handle in handles:
+            self._handles.add(handle)
+        if isinstance(selector, (str, nn.Module)):
+            return handles[0]
+        return HandleGroup(handles)
+
+    def _check_full_backward(self, names: List[str]) -> None:
+        for name in names:
+            module = self._points[name].module
+            hooks: Any = module._backward_hooks if module is not None else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            if module is not None and hooks and not module._is_full_backward_hook:
+                raise ValueError(
+                    f"module {name!r} has old-style backward hooks (register_backward_hook); "
+                    f"torch refuses full backward hooks next to them. Remove those, or use "
+                    f"grad() hooks on outputs instead"
+                )
+
+    # --- cleanup -----------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Remove this attachment's hooks and every native hook; the model is as before.
+
+        Idempotent. Hooks registered on the bus by name stay on the bus (they may
+        apply to other models), but no longer reach this model.
+        """
+        self._handles.remove()
+        self._detach_points()
+        model = self._model()
+        if model is not None:
+            mine = _attachments.get(model, [])
+            if self in mine:
+                mine.remove(self)
+
+    remove = detach
+
+    def _detach_points(self) -> None:
+        points, self._points = self._points, {}
+        self._names = {}
+        if not points:
+            return
+        bus = self.bus
+        with bus._lock:
+            for point in points.values():
+                point.uninstall()
+                registered = bus._points.get(point.name)
+                if registered is not None:
+                    registered.discard(point)
+                    if not registered:
+                        del bus._points[point.name]
+
+    def hooks(self) -> List[Handle]:
+        """The bus hooks of every kind that match this model's modules now."""
+        kinds = set(KINDS)
+        seen: Dict[int, Handle] = {}
+        for name in self._points:
+            for handle in self.bus.hooks(name):
+                if handle.kind in kinds:
+                    seen.setdefault(id(handle), handle)
+        return list(seen.values())
+
+    def __enter__(self) -> Attachment:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.detach()
+
+    def __repr__(self) -> str:
+        model = self._model()
+        what = type(model).__name__ if model is not None else "<collected model>"
+        state = f"{len(self._points)} modules" if self._points else "detached"
+        prefix = f" prefix={self.prefix!r}" if self.prefix else ""
+        return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
+
+
+def _short(module: nn.Module) -> str:
+    text = repr(module).splitlines()[0]
+    return text if len(text) <= 60 else text[:57] + "..."

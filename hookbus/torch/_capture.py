@@ -1,0 +1,265 @@
+"""``capture``: record what chosen modules output (and take, and get as gradients)."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
+
+import torch
+from torch import nn
+
+from .._bus import EventBus
+from .._context import CallContext
+from ._attach import Attachment, Selector, attach
+from ._tree import Path, map_tensors
+
+__all__ = ["Cache", "Call", "Record", "capture"]
+
+Device = Union[str, torch.device, None]
+
+
+class Call:
+    """What one call of a module produced: ``output``, ``args``, ``kwargs``, ``grad``.
+
+    ``args`` and ``kwargs`` are ``None`` unless the capture asked for inputs.
+    ``grad`` has the shape of ``output`` (a tensor, or the same nesting) with each
+    tensor's gradient in its place, or ``None`` where none arrived (yet): it fills
+    in during backward, when the capture asked for gradients.
+    """
+
+    __slots__ = ("_grads", "args", "index", "kwargs", "output")
+
+    def __init__(
+        self, index: int, output: Any, args: Optional[Any], kwargs: Optional[Dict[str, Any]]
+    ) -> None:
+        self.index = index
+        self.output = output
+        self.args = args
+        self.kwargs = kwargs
+        self._grads: Dict[Path, torch.Tensor] = {}
+
+    @property
+    def grad(self) -> Any:
+        """The gradients of the output, in the output's shape (``None`` where missing)."""
+        grads = self._grads
+        return map_tensors(self.output, lambda path, _: grads.get(path))
+
+    def __repr__(self) -> str:
+        return f"<Call {self.index} output={_describe(self.output)}>"
+
+
+class Record:
+    """Every captured call of one module, in call order.
+
+    ``output`` / ``args`` / ``kwargs`` / ``grad`` are those of the *last* call;
+    ``outputs`` / ``grads`` list every call's; ``calls`` holds the :class:`Call`
+    objects. A module used twice in one forward has two calls.
+    """
+
+    __slots__ = ("calls", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: List[Call] = []
+
+    @property
+    def output(self) -> Any:
+        """The output of the last call."""
+        return self.calls[-1].output
+
+    @property
+    def outputs(self) -> List[Any]:
+        """The output of every call, in order."""
+        return [call.output for call in self.calls]
+
+    @property
+    def args(self) -> Any:
+        """The positional arguments of the last call (``inputs=True``)."""
+        return self.calls[-1].args
+
+    @property
+    def kwargs(self) -> Optional[Dict[str, Any]]:
+        """The keyword arguments of the last call (``inputs=True``)."""
+        return self.calls[-1].kwargs
+
+    @property
+    def grad(self) -> Any:
+        """The output gradient of the last call (``grads=True``, after backward)."""
+        return self.calls[-1].grad
+
+    @property
+    def grads(self) -> List[Any]:
+        """The output gradient of every call, in order."""
+        return [call.grad for call in self.calls]
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Record {self.name!r} {len(self.calls)} calls, last output={_describe(self.output)}>"
+        )
+
+
+class Cache(Mapping[str, Record]):
+    """What :func:`capture` recorded: module name -> :class:`Record`, in first-call order.
+
+    ``cache["fc1"].output`` is the last output, ``cache["fc1"].outputs`` all of
+    them. Only modules that ran are keys; asking for a selected module that never
+    ran, or an unknown name, raises a ``KeyError`` that says which.
+    """
+
+    def __init__(self, selected: List[str]) -> None:
+        self._records: Dict[str, Record] = {}
+        self._selected = selected
+        self._lock = threading.Lock()  # DataParallel replicas record from worker threads
+
+    def __getitem__(self, name: str) -> Record:
+        try:
+            return self._records[name]
+        except KeyError:
+            if name in self._selected:
+                raise KeyError(f"module {name!r} was selected but not called") from None
+            raise KeyError(
+                f"module {name!r} was not captured; captured: {', '.join(self._records) or 'none'}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._records))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def outputs(self) -> Dict[str, Any]:
+        """``{name: last output}`` for every captured module.
+
+        Example:
+            >>> import torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+            >>> with hookbus.torch.capture(model, "*") as cache:
+            ...     y = model(torch.ones(1, 2))
+            >>> list(cache.outputs())
+            ['<root>', '0', '1']
+        """
+        return {name: record.output for name, record in self._records.items()}
+
+    def _add(self, name: str, output: Any, args: Any, kwargs: Any) -> Call:
+        with self._lock:
+            record = self._records.get(name)
+            if record is None:
+                record = self._records[name] = Record(name)
+            call = Call(len(record.calls), output, args, kwargs)
+            record.calls.append(call)
+        return call
+
+    def __repr__(self) -> str:
+        return f"<Cache {', '.join(f'{k}:{len(v)}' for k, v in self._records.items())}>"
+
+
+class capture:
+    """Record the outputs of the selected modules while the block runs.
+
+    ``selector`` is a name or glob (``"layers.*"``), a module, a module type or a
+    list of those (see :class:`Attachment`); by default every module. Options:
+
+    * ``detach=True``: store tensors cut from the graph (``detach=False`` keeps
+      the graph alive, as long as the cache);
+    * ``clone=False``: ``True`` copies, so that later in-place ops don't change
+      what was stored;
+    * ``device=None``: move stored tensors, say to ``"cpu"``;
+    * ``inputs=False``: also store each call's ``args`` and ``kwargs``;
+    * ``grads=False``: also store the gradient of each output, at backward (run
+      ``backward()`` inside the block).
+
+    The hooks live on a private bus and are removed on exit, even if the block
+    raised; the model's hook dicts are then exactly as before.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+        >>> x = torch.ones(1, 2)
+        >>> with hookbus.torch.capture(model, nn.Linear, grads=True) as cache:
+        ...     model(x).sum().backward()
+        >>> list(cache), cache["2"].output.shape, cache["2"].grad
+        (['0', '2'], torch.Size([1, 1]), tensor([[1.]]))
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        selector: Selector = "*",
+        *,
+        detach: bool = True,
+        clone: bool = False,
+        device: Device = None,
+        inputs: bool = False,
+        grads: bool = False,
+    ) -> None:
+        for option, value in (
+            ("detach", detach), ("clone", clone), ("inputs", inputs), ("grads", grads),
+        ):  # fmt: skip
+            if not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise TypeError(f"capture() option {option}= takes True or False, got {value!r}")
+        self._device = torch.device(device) if device is not None else None
+        self._detach, self._clone, self._inputs, self._grads = detach, clone, inputs, grads
+        self._calls: Dict[Tuple[str, int], Call] = {}
+        self._attachment: Optional[Attachment] = attach(model, EventBus("capture"))
+        try:
+            names = self._attachment.select(selector)
+            self.cache = Cache(names)
+            self._attachment.post(names, self._record)
+            if grads:
+                self._attachment.grad(names, self._record_grad)
+        except BaseException:
+            self._attachment.detach()
+            raise
+
+    def _keep(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
+        if self._detach:
+            tensor = tensor.detach()
+        if self._device is not None:
+            tensor = tensor.to(self._device)
+        if self._clone:
+            tensor = tensor.clone()
+        return tensor
+
+    def _store(self, value: Any) -> Any:
+        return map_tensors(value, self._keep)
+
+    def _record(self, ctx: CallContext) -> None:
+        if self._inputs:
+            args, kwargs = self._store(ctx.args), self._store(ctx.kwargs)
+        else:
+            args = kwargs = None
+        call = self.cache._add(ctx.name, self._store(ctx.result), args, kwargs)
+        if self._grads:  # the grad hooks of this call find it by its call index
+            self._calls[(ctx.name, ctx.call_index)] = call
+
+    def _record_grad(self, ctx: CallContext) -> None:
+        call = self._calls.get((ctx.name, ctx.call_index))
+        if call is not None:
+            call._grads[ctx.data["path"]] = self._keep((), ctx.result)
+
+    def __enter__(self) -> Cache:
+        if self._attachment is None:
+            raise RuntimeError("this capture has ended; start a new one")
+        return self.cache
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        attachment, self._attachment = self._attachment, None
+        if attachment is not None:
+            attachment.detach()
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{tuple(value.shape)}"
+    return type(value).__name__
