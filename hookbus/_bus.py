@@ -28,7 +28,14 @@ from typing_extensions import ParamSpec
 
 from ._dispatch import PointPlan, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, add_note, check_policy, describe
-from ._handle import Handle, HandleGroup, Scope, _open_scopes, innermost_scope
+from ._handle import (
+    Handle,
+    HandleGroup,
+    Scope,
+    _open_scopes,
+    innermost_scope,
+    plain_handle,
+)
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._priority import PriorityLike, to_priority
 from ._subscribe import subscribe
@@ -755,18 +762,18 @@ class EventBus:
                 f"{_method(kind)}() needs a callable hook, got {type(hook).__name__} {hook!r}; "
                 f"accepted: a function, method, lambda, functools.partial or callable object"
             )
-        if options:
-            priority, once, target, weak = self._parse_options(kind, options)
-        else:
-            priority, once, target, weak = 0, False, None, False
         is_async = (
             hook.__class__ is not FunctionType
             or hook.__code__.co_flags & CO_COROUTINE != 0
             or getattr(hook, "_is_coroutine_marker", None) is not None  # 3.12+ marked
         ) and _is_async_callable(hook)
-        handle = Handle(
-            self, kind, name, hook, priority, 0, once, target, weak, is_async, match
-        )  # fmt: skip
+        if options:
+            priority, once, target, weak = self._parse_options(kind, options)
+            handle = Handle(
+                self, kind, name, hook, priority, 0, once, target, weak, is_async, match
+            )  # fmt: skip
+        else:
+            handle = plain_handle(self, kind, name, hook, is_async, match)
         if scope is None and _open_scopes.get():
             scope = innermost_scope(self)
         lock = self._lock
