@@ -24,7 +24,7 @@ needs_torch = [
 ]
 
 CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py"]
-TORCH_EXAMPLES = ["training_loop.py"]
+TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture.py"]
 
 
 def all_examples() -> List[str]:
