@@ -823,6 +823,26 @@ class EventBus:
                     f"'async def' function). Use a plain 'def' hook there."
                 )
 
+    def _unregister(self, handle: Handle) -> None:
+        """``handle.remove()`` of one of this bus's handles: ``_remove`` without the loop."""
+        if handle.match is not None or handle.kind != "event":
+            self._remove((handle,))
+            return
+        lock = self._lock
+        lock.acquire()
+        try:
+            if handle._registered:  # else another thread removed it first
+                handle._registered = False
+                key = ("event", handle.name)
+                bucket = self._exact[key]
+                bucket.remove(handle)
+                if not bucket:
+                    del self._exact[key]
+                self._event_plans.pop(handle.name, None)
+                self._event_handles.pop(handle.name, None)
+        finally:
+            lock.release()
+
     def _remove(self, handles: Iterable[Handle]) -> None:
         lock = self._lock
         lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()

@@ -114,7 +114,7 @@ class Handle:
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
         if self._registered:
-            self.bus._remove([self])
+            self.bus._unregister(self)
 
     def __enter__(self) -> Self:
         return self
