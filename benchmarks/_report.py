@@ -56,7 +56,9 @@ def table(lines: Sequence[Line], results: Results) -> Tuple[str, Dict[str, int]]
             median, spread = f"{value:,.0f} B", "-"
         elif results.has(line.key) and (line.floor is None or results.has(line.floor)):
             median = _fmt_ns(results.ns(line.key).median)
-            if line.floor is None:
+            if line.stat is not None:
+                spread = f"{line.stat(results).median:.2f}x (of medians)"
+            elif line.floor is None:
                 spread = "-"
             else:
                 stat = results.ratio(line.key, line.floor)

@@ -28,6 +28,7 @@ class Line:
         floor: Optional[str],
         target: str = "",
         judge: Optional[Callable[[Results], Optional[bool]]] = None,
+        stat: Optional[Callable[[Results], Stat]] = None,
     ) -> None:
         self.row = row
         self.label = label
@@ -35,6 +36,7 @@ class Line:
         self.floor = floor
         self.target = target
         self.judge = judge
+        self.stat = stat  # the ratio, when it isn't the per-round ratio of key to floor
 
 
 class Results:

@@ -37,9 +37,9 @@ from _suite import Line, Results  # noqa: E402
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few, short rounds (seconds)")
-    parser.add_argument("--rounds", type=int, help="rounds (default 41, quick 3)")
+    parser.add_argument("--rounds", type=int, help="rounds (default 61, quick 3)")
     parser.add_argument(
-        "--sample-ms", type=float, help="ms per case per round (default 8, quick 1)"
+        "--sample-ms", type=float, help="ms per case per round (default 10, quick 1)"
     )
     parser.add_argument("--plot", default=DEFAULT_PLOT, help=f"PNG path (default {DEFAULT_PLOT})")
     parser.add_argument("--no-plot", action="store_true", help="don't write the plot")
@@ -49,8 +49,8 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse(argv)
-    rounds = args.rounds or (3 if args.quick else 41)
-    sample_s = (args.sample_ms or (1.0 if args.quick else 8.0)) / 1000
+    rounds = args.rounds or (3 if args.quick else 61)
+    sample_s = (args.sample_ms or (1.0 if args.quick else 10.0)) / 1000
     peers = _peers.available()
     notes: List[str] = []
     missing = [peer for peer in _peers.PEERS if peer not in peers]
@@ -87,11 +87,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines += memory_lines(values)
     lines += _suite.trace_lines()
 
+    torch_rows = None
     if not args.no_torch:
         import _torch_cases
 
         reason = _torch_cases.unavailable()
         if reason is None:
+            torch_rows = _torch_cases
             cases += _torch_cases.cases()
             lines += _torch_cases.lines()
             notes.append(_torch_cases.describe())
@@ -109,6 +111,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     results = Results(cases)
     results.values.update(values)
+    if torch_rows is not None:
+        torch_rows.derive(results)
     text, counts = _report.table(lines, results)
     print(
         "# hookbus benchmarks"

@@ -40,6 +40,8 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     ):
         assert f"| {row}" in out, f"row {row!r} missing from:\n{out}"
     assert "**hookbus** `bus.emit`" in out
+    # The torch rows run where torch and the adapter are installed, else say why not.
+    assert "| 5. torch MLP forward" in out or "torch rows skipped:" in out
     assert "Targets: " in out
     # The plot is written when matplotlib is there, and the output says which.
     if "Plot written to" in out:
