@@ -8,7 +8,9 @@ tests are skipped, saying so. The page examples (``pycon`` blocks) run everywher
 from __future__ import annotations
 
 import doctest
+import importlib
 import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -164,6 +166,35 @@ def test_every_page_is_reachable_from_the_home_page(site: Path) -> None:
         page.name for page in PAGES if (site / _page_url(page)).resolve() not in home_links
     ]
     assert not unreachable, f"pages missing from the navigation: {unreachable}"
+
+
+# --- the docstrings ------------------------------------------------------------------
+
+_DOCUMENTED_MODULES = ["hookbus", "hookbus.training", "hookbus.pytest_plugin", "hookbus.torch"]
+
+
+def _exported_callables() -> List[Tuple[str, object]]:
+    found = []
+    for module_name in _DOCUMENTED_MODULES:
+        if module_name == "hookbus.torch" and not importlib.util.find_spec("torch"):
+            continue
+        if importlib.util.find_spec(module_name) is None:
+            continue  # a module not written yet
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", []):
+            value = getattr(module, name)
+            # Type aliases (Literal[...], Union[...]) are callable but documented as data.
+            if callable(value) and type(value).__module__ not in {"typing", "typing_extensions"}:
+                found.append((f"{module_name}.{name}", value))
+    return found
+
+
+def test_every_exported_class_and_function_has_a_docstring_example() -> None:
+    """The docstring examples are the API reference's examples, and pytest runs them."""
+    missing = [
+        name for name, value in _exported_callables() if ">>>" not in (inspect.getdoc(value) or "")
+    ]
+    assert not missing, f"exported without a docstring example: {missing}"
 
 
 # --- the pages themselves -----------------------------------------------------------
