@@ -395,7 +395,7 @@ class Attachment:
             >>> model = nn.Sequential(nn.Linear(2, 1))
             >>> net = hookbus.torch.attach(model, hookbus.EventBus())
             >>> _ = net.backward_pre("0", lambda ctx: print(ctx.args))
-            >>> model(torch.ones(1, 2)).sum().backward()
+            >>> model(torch.ones(1, 2, requires_grad=True)).sum().backward()
             (tensor([[1.]]),)
         """
         return self._register("backward_pre", selector, hook, options)

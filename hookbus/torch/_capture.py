@@ -103,7 +103,7 @@ class Record:
 
 
 class Cache(Mapping[str, Record]):
-    """What :func:`capture` recorded: module name -> :class:`Record`, in first-call order.
+    """What :func:`capture` recorded: module name -> :class:`Record`, in model order.
 
     ``cache["fc1"].output`` is the last output, ``cache["fc1"].outputs`` all of
     them. Only modules that ran are keys; asking for a selected module that never
@@ -126,7 +126,8 @@ class Cache(Mapping[str, Record]):
             ) from None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._records))
+        records = self._records
+        return iter([name for name in self._selected if name in records])
 
     def __len__(self) -> int:
         return len(self._records)
@@ -143,7 +144,7 @@ class Cache(Mapping[str, Record]):
             >>> list(cache.outputs())
             ['<root>', '0', '1']
         """
-        return {name: record.output for name, record in self._records.items()}
+        return {name: self._records[name].output for name in self}
 
     def _add(self, name: str, output: Any, args: Any, kwargs: Any) -> Call:
         with self._lock:
@@ -155,7 +156,7 @@ class Cache(Mapping[str, Record]):
         return call
 
     def __repr__(self) -> str:
-        return f"<Cache {', '.join(f'{k}:{len(v)}' for k, v in self._records.items())}>"
+        return f"<Cache {', '.join(f'{name}:{len(self._records[name])}' for name in self)}>"
 
 
 class capture:
