@@ -1,0 +1,276 @@
+"""Event hooks: on / emit / collect, ordering, once, targets, patterns, pauses."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+import pytest
+
+import hookbus
+from hookbus import EventBus, Priority
+
+
+def recorder(log: List[Any], label: Any) -> Any:
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        log.append((label, args, kwargs))
+        return label
+
+    return hook
+
+
+def labels(log: List[Any]) -> List[Any]:
+    return [entry[0] for entry in log]
+
+
+def test_emit_passes_exactly_what_was_emitted() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.on("saved", recorder(log, "a"))
+    assert bus.emit("saved", 1, "two", three=3) is None
+    assert log == [("a", (1, "two"), {"three": 3})]
+
+
+def test_any_existing_callback_works_as_an_observer() -> None:
+    bus = EventBus()
+    seen: List[int] = []
+    bus.on("n", seen.append)  # a builtin bound method
+    bus.emit("n", 5)
+    assert seen == [5]
+
+
+def test_emit_with_no_hooks_does_nothing() -> None:
+    bus = EventBus()
+    bus.emit("nobody.listens", 1, x=2)
+    assert bus.collect("nobody.listens") == []
+
+
+def test_collect_returns_results_in_call_order() -> None:
+    bus = EventBus()
+    bus.on("q", lambda: "low", priority=-1)
+    bus.on("q", lambda: "high", priority=10)
+    bus.on("q", lambda: "normal")
+    assert bus.collect("q") == ["high", "normal", "low"]
+
+
+def test_higher_priority_first_and_ties_in_registration_order() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    for label, priority in [("a", 0), ("b", 5), ("c", 0), ("d", 5), ("e", -3)]:
+        bus.on("e", recorder(log, label), priority=priority)
+    bus.emit("e")
+    assert labels(log) == ["b", "d", "a", "c", "e"]
+
+
+def test_priority_names_map_consistently_with_higher_first() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    names = [
+        "LOWEST",
+        "VERY_LOW",
+        "LOW",
+        "BELOW_NORMAL",
+        "NORMAL",
+        "ABOVE_NORMAL",
+        "HIGH",
+        "VERY_HIGH",
+        "HIGHEST",
+    ]
+    for name in names:
+        bus.on("e", recorder(log, name), priority=name)
+    bus.emit("e")
+    assert labels(log) == list(reversed(names))
+    assert Priority.NORMAL == 0
+    assert Priority.HIGH > 10 > Priority.NORMAL  # an int and a name mix as expected
+
+
+def test_priority_accepts_enum_and_lowercase_name() -> None:
+    bus = EventBus()
+    assert bus.on("e", print, priority=Priority.LOW).priority == -20
+    assert bus.on("e", print, priority="very_high").priority == 40
+
+
+def test_once_hook_runs_exactly_once_and_is_removed() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    handle = bus.on("e", recorder(log, "once"), once=True)
+    bus.on("e", recorder(log, "always"))
+    bus.emit("e")
+    bus.emit("e")
+    assert labels(log) == ["once", "always", "always"]
+    assert not handle.active
+    assert [h.name for h in bus.hooks("e")] == ["e"]
+
+
+def test_target_filters_on_the_sender() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    sender, other = object(), object()
+    bus.on("changed", recorder(log, "targeted"), target=sender)
+    bus.on("changed", recorder(log, "any"))
+    bus.emit("changed", other)
+    bus.emit("changed", sender, value=1)
+    bus.emit("changed")  # no sender at all
+    assert labels(log) == ["any", "targeted", "any", "any"]
+
+
+def test_patterns_match_with_glob_rules() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.on("train.*", recorder(log, "train.*"))
+    bus.on("*", recorder(log, "*"))
+    bus.on("train.step", recorder(log, "exact"))
+    bus.on("layer.[0-1]", recorder(log, "set"))
+    bus.emit("train.step")
+    bus.emit("eval.step")
+    bus.emit("layer.1")
+    bus.emit("layer.2")
+    assert labels(log) == ["train.*", "*", "exact", "*", "*", "set", "*"]
+
+
+def test_pattern_registered_after_an_emit_is_seen_by_the_next_emit() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.emit("late.event")  # caches an empty plan
+    bus.on("late.*", recorder(log, "late"))
+    bus.emit("late.event")
+    assert labels(log) == ["late"]
+
+
+def test_pattern_match_is_case_sensitive() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.on("Train.*", recorder(log, "x"))
+    bus.emit("train.step")
+    assert log == []
+
+
+def test_paused_name_pattern_and_whole_bus() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.on("a.x", recorder(log, "a.x"))
+    bus.on("b.x", recorder(log, "b.x"))
+    with bus.paused("a.x"):
+        bus.emit("a.x")
+        bus.emit("b.x")
+    with bus.paused("b.*"):
+        bus.emit("a.x")
+        bus.emit("b.x")
+    with bus.paused():
+        bus.emit("a.x")
+        bus.emit("b.x")
+    bus.emit("a.x")
+    assert labels(log) == ["b.x", "a.x", "a.x"]
+
+
+def test_pauses_nest() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.on("e", recorder(log, "e"))
+    with bus.paused("e"):
+        with bus.paused("e"):
+            pass
+        bus.emit("e")  # still paused by the outer block
+    bus.emit("e")
+    assert labels(log) == ["e"]
+
+
+def test_decorator_form_returns_the_function_and_its_handle_is_reachable() -> None:
+    bus = EventBus()
+
+    @bus.on("e", priority=3)
+    def react(x: int) -> int:
+        return x * 2
+
+    assert react(4) == 8  # still usable
+    (handle,) = bus.handles_of(react)
+    assert handle.priority == 3
+    assert bus.collect("e", 5) == [10]
+    handle.remove()
+    assert bus.collect("e", 5) == []
+
+
+def test_default_bus_module_functions() -> None:
+    log: List[Any] = []
+    with hookbus.scope():
+        hookbus.on("tests.default", recorder(log, "x"))
+        hookbus.emit("tests.default", 1)
+        assert hookbus.collect("tests.default", 2) == ["x"]
+        assert [h.name for h in hookbus.hooks("tests.default")] == ["tests.default"]
+    hookbus.emit("tests.default", 3)
+    assert [entry[1] for entry in log] == [(1,), (2,)]
+    assert hookbus.default_bus.hooks("tests.default") == []
+
+
+def test_module_level_api_is_complete() -> None:
+    for name in [
+        "on",
+        "emit",
+        "pre",
+        "post",
+        "exception",
+        "hookable",
+        "wrap",
+        "scope",
+        "paused",
+        "clear",
+    ]:
+        assert getattr(hookbus, name).__self__ is hookbus.default_bus
+        assert callable(getattr(EventBus, name))
+
+
+def test_import_hookbus_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, hookbus, hookbus.demo; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_introspection_lists_hooks_with_priority_and_location() -> None:
+    bus = EventBus()
+
+    def first() -> None:
+        pass
+
+    bus.on("e", first, priority=2)
+    bus.on("e.*", print)
+    bus.on("other", print)
+    (top, *_rest) = bus.hooks("e")
+    assert top.hook is first
+    assert top.priority == 2
+    assert top.where.endswith(f"test_events.py:{first.__code__.co_firstlineno}")
+    assert bus.events() == ["e", "e.*", "other"]
+    assert [h.name for h in bus.hooks("e.x")] == ["e.*"]
+    assert len(bus.hooks()) == 3
+    assert "3 hooks" in repr(bus)
+
+
+def test_clear_removes_everything_or_one_name() -> None:
+    bus = EventBus()
+    a = bus.on("a", print)
+    b = bus.on("b", print)
+    bus.clear("a")
+    assert (a.active, b.active) == (False, True)
+    bus.clear()
+    assert not b.active
+    assert bus.hooks() == []
+    bus.emit("b", "nothing printed")
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 10])
+def test_every_hook_called_once_per_emit(n: int) -> None:
+    bus = EventBus()
+    counts = [0] * n
+
+    def make(i: int) -> Any:
+        def hook() -> None:
+            counts[i] += 1
+
+        return hook
+
+    for i in range(n):
+        bus.on("e", make(i))
+    bus.emit("e")
+    bus.emit("e")
+    assert counts == [2] * n

@@ -1,0 +1,172 @@
+"""Handles, groups and scopes: every registration can be undone, and is, on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, List
+
+import pytest
+
+from hookbus import EventBus, HandleGroup
+
+
+def test_handle_remove_is_idempotent_and_reports_active() -> None:
+    bus = EventBus()
+    handle = bus.on("e", print)
+    assert handle.active
+    handle.remove()
+    handle.remove()
+    assert not handle.active
+    assert bus.hooks() == []
+
+
+def test_handle_is_a_context_manager_even_on_error() -> None:
+    bus = EventBus()
+    log: List[int] = []
+    with pytest.raises(RuntimeError), bus.on("e", log.append) as handle:
+        bus.emit("e", 1)
+        raise RuntimeError
+    assert not handle.active
+    bus.emit("e", 2)
+    assert log == [1]
+
+
+def test_handle_repr_names_kind_name_hook_and_state() -> None:
+    bus = EventBus()
+
+    def on_save() -> None:
+        pass
+
+    handle = bus.on("save", on_save, priority=3, once=True)
+    text = repr(handle)
+    assert "event" in text and "'save'" in text and "on_save" in text
+    assert "priority=3" in text and "once" in text and "active" in text
+    handle.remove()
+    assert "removed" in repr(handle)
+
+
+def test_clear_makes_handles_inactive_and_their_remove_harmless() -> None:
+    bus = EventBus()
+    handle = bus.on("e", print)
+    bus.clear()
+    handle.remove()
+    assert not handle.active
+
+
+def test_group_removes_together_across_buses() -> None:
+    one, two = EventBus(), EventBus()
+    group = HandleGroup([one.on("a", print), two.pre("p", print)])
+    group.add(one.on("b", print))
+    assert len(group) == 3 and group.active
+    group.remove()
+    assert not group.active
+    assert one.hooks() == [] and two.hooks() == []
+    group.remove()  # idempotent
+
+
+def test_group_as_context_manager() -> None:
+    bus = EventBus()
+    with HandleGroup() as group:
+        group.add(bus.on("a", print))
+        group.add(bus.on("b", print))
+        assert len(bus.hooks()) == 2
+    assert bus.hooks() == []
+
+
+def test_scope_removes_everything_registered_inside_even_on_error() -> None:
+    bus = EventBus()
+    outside = bus.on("keep", print)
+    with pytest.raises(ValueError), bus.scope():
+        bus.on("a", print)
+
+        @bus.hookable("f")
+        def f() -> None:
+            pass
+
+        bus.pre("f", print)
+        bus.post("f.*", print)
+        raise ValueError
+    assert bus.hooks() == [outside]
+
+
+def test_scopes_nest() -> None:
+    bus = EventBus()
+    with bus.scope():
+        outer = bus.on("outer", print)
+        with bus.scope():
+            inner = bus.on("inner", print)
+        assert not inner.active
+        assert outer.active
+    assert not outer.active
+
+
+def test_scope_registration_methods_work_from_another_thread() -> None:
+    bus = EventBus()
+    with bus.scope() as scope:
+        thread = threading.Thread(target=lambda: scope.on("from-thread", print))
+        thread.start()
+        thread.join()
+        # A plain registration in another thread does not join this thread's scope...
+        other = threading.Thread(target=lambda: bus.on("not-scoped", print))
+        other.start()
+        other.join()
+        assert bus.events() == ["from-thread", "not-scoped"]
+    assert bus.events() == ["not-scoped"]
+
+
+def test_scope_captures_only_its_own_bus() -> None:
+    one, two = EventBus(), EventBus()
+    with one.scope():
+        one.on("a", print)
+        two.on("b", print)
+    assert one.hooks() == []
+    assert [h.name for h in two.hooks()] == ["b"]
+
+
+def test_scope_is_per_asyncio_task() -> None:
+    bus = EventBus()
+
+    async def register_in_task() -> None:
+        bus.on("from-task", print)
+
+    async def main() -> None:
+        with bus.scope():
+            await asyncio.create_task(register_in_task())  # a child task copies the context
+            assert bus.events() == ["from-task"]
+        assert bus.events() == []
+
+    asyncio.run(main())
+
+
+def test_scope_cannot_be_entered_twice() -> None:
+    bus = EventBus()
+    scope = bus.scope()
+    with scope, pytest.raises(RuntimeError, match="already open"), scope:
+        pass
+
+
+def test_decorator_registered_inside_a_scope_is_removed() -> None:
+    bus = EventBus()
+    with bus.scope():
+
+        @bus.on("e")
+        def react() -> None:
+            pass
+
+        assert len(bus.handles_of(react)) == 1
+    assert bus.handles_of(react) == []
+
+
+def test_handles_of_a_bound_method() -> None:
+    bus = EventBus()
+
+    class Listener:
+        def update(self, value: Any) -> None:
+            pass
+
+    listener = Listener()
+    bus.on("e", listener.update)
+    (handle,) = bus.handles_of(listener.update)  # a fresh bound method compares equal
+    handle.remove()
+    assert bus.hooks() == []

@@ -1,0 +1,481 @@
+"""Hook points: pre/post/exception hooks around every kind of callable."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from typing import Any, Dict, List
+
+import pytest
+
+from hookbus import CallContext, EventBus
+
+
+def test_pre_hook_replaces_args_and_kwargs() -> None:
+    bus = EventBus()
+
+    @bus.hookable("scale")
+    def scale(x: int, factor: int = 2) -> int:
+        return x * factor
+
+    def rewrite(ctx: CallContext) -> None:
+        assert (ctx.args, ctx.kwargs, ctx.phase) == ((5,), {}, "pre")
+        ctx.args = (10,)
+        ctx.kwargs = {"factor": 3}
+
+    bus.pre("scale", rewrite)
+    assert scale(5) == 30
+
+
+def test_post_hook_replaces_result_including_with_none() -> None:
+    bus = EventBus()
+
+    @bus.hookable("get")
+    def get() -> Any:
+        return "value"
+
+    seen: List[Any] = []
+
+    def to_none(ctx: CallContext) -> None:
+        seen.append(ctx.result)
+        ctx.result = None
+
+    bus.post("get", to_none)
+    assert get() is None
+    assert seen == ["value"]
+
+
+def test_post_hooks_chain_in_priority_order() -> None:
+    bus = EventBus()
+
+    @bus.hookable("v")
+    def v() -> str:
+        return "x"
+
+    bus.post("v", lambda ctx: setattr(ctx, "result", ctx.result + "-low"), priority=-1)
+    bus.post("v", lambda ctx: setattr(ctx, "result", ctx.result + "-high"), priority=1)
+    assert v() == "x-high-low"
+
+
+def test_exception_hook_observes_and_error_propagates_unchanged() -> None:
+    bus = EventBus()
+    error = ValueError("bad")
+    seen: List[Any] = []
+
+    @bus.hookable("f")
+    def f() -> None:
+        raise error
+
+    bus.exception("f", lambda ctx: seen.append((ctx.phase, ctx.exception)))
+    with pytest.raises(ValueError) as info:
+        f()
+    assert info.value is error
+    assert seen == [("exception", error)]
+
+
+def test_exception_hook_replaces_the_error_by_raising() -> None:
+    bus = EventBus()
+
+    @bus.hookable("f")
+    def f() -> None:
+        raise KeyError("k")
+
+    def translate(ctx: CallContext) -> None:
+        raise LookupError("translated") from ctx.exception
+
+    bus.exception("f", translate)
+    with pytest.raises(LookupError, match="translated") as info:
+        f()
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_exception_hook_recovers_and_post_hooks_see_the_value() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+
+    @bus.hookable("f")
+    def f(x: int) -> int:
+        return 10 // x
+
+    bus.exception("f", lambda ctx: ctx.recover(-1))
+    bus.exception("f", lambda ctx: log.append("never: the first recovered"), priority=-5)
+    bus.post("f", lambda ctx: log.append((ctx.result, ctx.recovered)))
+    assert f(2) == 5
+    assert f(0) == -1
+    assert log == [(5, False), (-1, True)]
+
+
+def test_recover_outside_an_exception_hook_is_an_error() -> None:
+    bus = EventBus()
+
+    @bus.hookable("f")
+    def f() -> int:
+        return 1
+
+    bus.post("f", lambda ctx: ctx.recover(2))
+    with pytest.raises(RuntimeError, match="exception hooks"):
+        f()
+
+
+def test_pre_hook_error_stops_the_call() -> None:
+    bus = EventBus()
+    ran: List[str] = []
+
+    @bus.hookable("f")
+    def f() -> None:
+        ran.append("f")
+
+    def refuse(ctx: CallContext) -> None:
+        raise PermissionError("no")
+
+    bus.pre("f", refuse)
+    bus.exception("f", lambda ctx: ran.append("exception hook"))
+    with pytest.raises(PermissionError) as info:
+        f()
+    assert ran == []  # neither the callable nor exception hooks (they are for its errors)
+    assert "pre hook point 'f'" in info.value.__notes__[0]
+
+
+def test_call_context_fields_and_per_call_data() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    @bus.hookable("work")
+    def work(a: int, *, b: int) -> int:
+        return a + b
+
+    def before(ctx: CallContext) -> None:
+        ctx.data["token"] = ctx.call_index * 100
+
+    def after(ctx: CallContext) -> None:
+        seen.append((ctx.name, ctx.target, ctx.args, ctx.kwargs, ctx.result, ctx.data["token"]))
+
+    bus.pre("work", before)
+    bus.post("work", after)
+    work(1, b=2)
+    work(3, b=4)
+    assert seen == [
+        ("work", work.__wrapped__, (1,), {"b": 2}, 3, 0),  # type: ignore[attr-defined]
+        ("work", work.__wrapped__, (3,), {"b": 4}, 7, 100),  # type: ignore[attr-defined]
+    ]
+    assert "hunter" not in repr(CallContext("n", None, ("hunter2",), {}))
+
+
+def test_target_filter_on_instances() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+
+    class Model:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @bus.hookable("forward")
+        def forward(self, x: int) -> int:
+            return x
+
+    a, b = Model("a"), Model("b")
+    bus.post("forward", lambda ctx: log.append(ctx.target.name), target=a)
+    a.forward(1)
+    b.forward(1)
+    assert log == ["a"]
+
+
+def test_once_pre_hook() -> None:
+    bus = EventBus()
+    log: List[int] = []
+
+    @bus.hookable("f")
+    def f(x: int) -> int:
+        return x
+
+    bus.pre("f", lambda ctx: log.append(ctx.args[0]), once=True)
+    f(1)
+    f(2)
+    assert log == [1]
+
+
+def test_hook_points_share_hooks_by_name_and_pattern() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("model.encoder")
+    def encoder() -> None:
+        pass
+
+    @bus.hookable("model.decoder")
+    def decoder() -> None:
+        pass
+
+    bus.pre("model.*", lambda ctx: log.append(ctx.name))
+    encoder()
+    decoder()
+    assert log == ["model.encoder", "model.decoder"]
+
+
+def test_hooks_registered_before_the_point_exists_apply() -> None:
+    bus = EventBus()
+    bus.post("later", lambda ctx: setattr(ctx, "result", "hooked"))
+
+    @bus.hookable("later")
+    def later() -> str:
+        return "plain"
+
+    assert later() == "hooked"
+
+
+def test_paused_point_runs_the_callable_without_hooks() -> None:
+    bus = EventBus()
+
+    @bus.hookable("f")
+    def f() -> str:
+        return "plain"
+
+    bus.post("f", lambda ctx: setattr(ctx, "result", "hooked"))
+    with bus.paused("f"):
+        assert f() == "plain"
+    assert f() == "hooked"
+
+
+def test_removing_the_last_hook_restores_the_plain_call() -> None:
+    bus = EventBus()
+
+    @bus.hookable("f")
+    def f() -> int:
+        return 1
+
+    with bus.post("f", lambda ctx: setattr(ctx, "result", 2)):
+        assert f() == 2
+    assert f() == 1
+    point = f.__hookbus_point__  # type: ignore[attr-defined]
+    assert point.plan is None  # back on the no-hook fast path
+
+
+# --- wrapping every kind of callable -------------------------------------------------
+
+
+class Widget:
+    instances = 0
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def area(self, factor: int = 1) -> int:
+        """The area."""
+        return self.size * self.size * factor
+
+    @classmethod
+    def make(cls, size: int) -> Widget:
+        return cls(size)
+
+    @staticmethod
+    def unit() -> int:
+        return 1
+
+
+def make_bus_and_class() -> Any:
+    bus = EventBus()
+
+    class Shape:
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+        @bus.hookable("Shape.area")
+        def area(self, factor: int = 1) -> int:
+            """The area."""
+            return self.size * self.size * factor
+
+        @bus.hookable("Shape.make")
+        @classmethod
+        def make(cls, size: int) -> Shape:
+            return cls(size)
+
+        @classmethod
+        @bus.hookable("Shape.make_below")
+        def make_below(cls, size: int) -> Shape:
+            return cls(size)
+
+        @bus.hookable("Shape.unit")
+        @staticmethod
+        def unit() -> int:
+            return 1
+
+        @staticmethod
+        @bus.hookable("Shape.unit_below")
+        def unit_below(x: int) -> int:
+            return x
+
+    return bus, Shape
+
+
+def test_instance_methods_bind_self() -> None:
+    bus, shape_cls = make_bus_and_class()
+    seen: List[Any] = []
+    bus.post("Shape.area", lambda ctx: seen.append((ctx.target, ctx.args[1:], ctx.result)))
+    shape = shape_cls(3)
+    assert shape.area(2) == 18
+    assert seen == [(shape, (2,), 18)]
+    assert shape_cls.area.__doc__ == "The area."
+    assert list(inspect.signature(shape_cls.area).parameters) == ["self", "factor"]
+
+
+@pytest.mark.parametrize("name", ["Shape.make", "Shape.make_below"])
+def test_classmethods_bind_cls_either_way_round(name: str) -> None:
+    bus, shape_cls = make_bus_and_class()
+    seen: List[Any] = []
+    bus.post(name, lambda ctx: seen.append(ctx.target))
+    method = getattr(shape_cls, name.split(".")[1])
+    made = method(4)
+    assert isinstance(made, shape_cls) and made.size == 4
+    made_from_instance = getattr(made, name.split(".")[1])(5)
+    assert made_from_instance.size == 5
+    assert seen == [shape_cls, shape_cls]
+
+
+@pytest.mark.parametrize("name", ["Shape.unit", "Shape.unit_below"])
+def test_staticmethods_get_no_self_either_way_round(name: str) -> None:
+    bus, shape_cls = make_bus_and_class()
+    seen: List[Any] = []
+    bus.pre(name, lambda ctx: seen.append(ctx.args))
+    method_name = name.split(".")[1]
+    args = () if method_name == "unit" else (7,)
+    expected = 1 if method_name == "unit" else 7
+    assert getattr(shape_cls, method_name)(*args) == expected
+    assert getattr(shape_cls(1), method_name)(*args) == expected
+    assert seen == [args, args]
+
+
+def test_wrap_a_bound_method_targets_its_object() -> None:
+    bus = EventBus()
+    widget = Widget(2)
+    area = bus.wrap(widget.area, "area")
+    seen: List[Any] = []
+    bus.post("area", lambda ctx: seen.append(ctx.target))
+    assert area(3) == 12
+    assert seen == [widget]
+
+
+def test_wrap_leaves_the_original_unchanged() -> None:
+    bus = EventBus()
+    original = Widget.unit
+    wrapped = bus.wrap(Widget.unit, "unit")
+    bus.post("unit", lambda ctx: setattr(ctx, "result", 99))
+    assert wrapped() == 99
+    assert Widget.unit is original and Widget.unit() == 1
+
+
+def test_wrap_a_callable_object() -> None:
+    bus = EventBus()
+
+    class Adder:
+        def __call__(self, a: int, b: int) -> int:
+            return a + b
+
+    adder = Adder()
+    wrapped = bus.wrap(adder, "add")
+    seen: List[Any] = []
+    bus.post("add", lambda ctx: seen.append(ctx.target))
+    assert wrapped(1, 2) == 3
+    assert seen == [adder]
+    assert wrapped.__name__ == "Adder"
+    assert wrapped.__wrapped__ is adder  # type: ignore[attr-defined]
+    assert list(inspect.signature(wrapped).parameters) == ["a", "b"]
+
+
+def test_wrap_builtins() -> None:
+    bus = EventBus()
+    hooked_len = bus.wrap(len, "len")
+    hooked_sorted = bus.wrap(sorted, "sorted")
+    bus.post("len", lambda ctx: setattr(ctx, "result", ctx.result * 10))
+    bus.pre("sorted", lambda ctx: setattr(ctx, "kwargs", {"reverse": True}))
+    assert hooked_len("abc") == 30
+    assert hooked_sorted([1, 3, 2]) == [3, 2, 1]
+    assert hooked_len.__name__ == "len"
+
+
+def test_wrap_a_partial() -> None:
+    bus = EventBus()
+    double = bus.wrap(functools.partial(pow, exp=2), "square")
+    bus.post("square", lambda ctx: setattr(ctx, "result", -ctx.result))
+    assert double(3) == -9
+
+
+def test_default_point_name_is_the_qualname() -> None:
+    bus = EventBus()
+
+    @bus.hookable
+    def compute() -> int:
+        return 1
+
+    bus.post(compute.__qualname__, lambda ctx: setattr(ctx, "result", 2))
+    assert compute() == 2
+    assert "test_default_point_name_is_the_qualname" in compute.__qualname__
+
+
+def test_metadata_and_signature_are_kept() -> None:
+    bus = EventBus()
+
+    def documented(a: int, b: str = "x", *args: int, c: bool, **kw: float) -> str:
+        """Docs."""
+        return b
+
+    wrapped = bus.wrap(documented, "doc")
+    for attribute in ("__name__", "__qualname__", "__doc__", "__module__", "__annotations__"):
+        assert getattr(wrapped, attribute) == getattr(documented, attribute)
+    assert wrapped.__wrapped__ is documented  # type: ignore[attr-defined]
+    assert inspect.signature(wrapped) == inspect.signature(documented)
+
+
+# --- async ----------------------------------------------------------------------------
+
+
+def test_async_function_wrapper_is_a_coroutine_function_with_sync_and_async_hooks() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+
+    @bus.hookable("fetch")
+    async def fetch(url: str) -> Dict[str, str]:
+        await asyncio.sleep(0)
+        return {"url": url}
+
+    async def async_pre(ctx: CallContext) -> None:
+        await asyncio.sleep(0)
+        ctx.args = (ctx.args[0].upper(),)
+
+    def sync_post(ctx: CallContext) -> None:
+        log.append(ctx.result)
+
+    bus.pre("fetch", async_pre)
+    bus.post("fetch", sync_post)
+    assert inspect.iscoroutinefunction(fetch)
+    assert asyncio.run(fetch("a")) == {"url": "A"}
+    assert log == [{"url": "A"}]
+
+
+def test_async_exception_hook_recovers() -> None:
+    bus = EventBus()
+
+    @bus.hookable("fail")
+    async def fail() -> int:
+        raise TimeoutError
+
+    async def retry(ctx: CallContext) -> None:
+        ctx.recover(42)
+
+    bus.exception("fail", retry)
+    assert asyncio.run(fail()) == 42
+
+
+def test_async_method_binds_self() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    class Client:
+        @bus.hookable("Client.get")
+        async def get(self, key: str) -> str:
+            return key * 2
+
+    bus.post("Client.get", lambda ctx: seen.append(ctx.target))
+    client = Client()
+    assert asyncio.run(client.get("ab")) == "abab"
+    assert seen == [client]

@@ -1,0 +1,214 @@
+"""Changes during an emission, nested emission, and the three error policies."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, List
+
+import pytest
+
+from hookbus import EventBus, Handle, HookError
+
+
+def test_hook_removing_itself_skips_no_other_hook() -> None:
+    # zope.event's bug: removing yourself from the live list skips the next subscriber.
+    bus = EventBus()
+    log: List[str] = []
+    handles: List[Handle] = []
+
+    def remove_self() -> None:
+        log.append("self-removing")
+        handles[0].remove()
+
+    handles.append(bus.on("e", remove_self))
+    bus.on("e", lambda: log.append("next"))
+    bus.emit("e")
+    bus.emit("e")
+    assert log == ["self-removing", "next", "next"]
+
+
+def test_hook_added_during_emission_first_runs_at_the_next() -> None:
+    # SQLAlchemy's bug: adding a listener during dispatch raises "deque mutated".
+    bus = EventBus()
+    log: List[str] = []
+
+    def add_another() -> None:
+        log.append("adder")
+        bus.on("e", lambda: log.append("added"), priority=100)
+
+    bus.on("e", add_another, once=True)
+    bus.emit("e")
+    assert log == ["adder"]
+    bus.emit("e")
+    assert log == ["adder", "added"]
+
+
+def test_hook_removed_during_emission_still_gets_that_emission() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    later = bus.on("e", lambda: log.append("later"), priority=-1)
+    bus.on("e", later.remove, priority=1)
+    bus.emit("e")
+    assert log == ["later"]  # the snapshot taken when the emission began
+    bus.emit("e")
+    assert log == ["later"]
+
+
+def test_nested_emission() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    bus.on("outer", lambda: (log.append("outer"), bus.emit("inner")))
+    bus.on("inner", lambda: log.append("inner"))
+    bus.on("outer", lambda: log.append("outer-2"), priority=-1)
+    bus.emit("outer")
+    assert log == ["outer", "inner", "outer-2"]
+
+
+def test_recursive_once_hook_runs_once() -> None:
+    bus = EventBus()
+    calls: List[int] = []
+
+    def again() -> None:
+        calls.append(1)
+        bus.emit("e")
+
+    bus.on("e", again, once=True)
+    bus.emit("e")
+    assert calls == [1]
+
+
+def test_raise_policy_propagates_with_a_note_naming_hook_and_event() -> None:
+    bus = EventBus()
+
+    def broken(x: int) -> None:
+        raise KeyError("missing")
+
+    bus.on("load", broken)
+    with pytest.raises(KeyError) as info:
+        bus.emit("load", 1)
+    notes = getattr(info.value, "__notes__", [])
+    assert len(notes) == 1
+    assert "broken" in notes[0]
+    assert "'load'" in notes[0]
+    assert "test_reentrancy_and_errors.py" in notes[0]
+
+
+def test_raise_policy_note_never_prints_argument_values() -> None:
+    bus = EventBus()
+    bus.on("login", lambda password: 1 / 0)
+    with pytest.raises(ZeroDivisionError) as info:
+        bus.emit("login", "hunter2")
+    assert "hunter2" not in "".join(info.value.__notes__)
+
+
+def test_raise_policy_stops_at_the_first_error() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    bus.on("e", lambda: 1 / 0)
+    bus.on("e", lambda: log.append("after"))
+    with pytest.raises(ZeroDivisionError):
+        bus.emit("e")
+    assert log == []
+
+
+def test_collect_policy_runs_every_hook_then_raises_a_group() -> None:
+    bus = EventBus(errors="collect")
+    log: List[str] = []
+    bus.on("e", lambda: 1 / 0)
+    bus.on("e", lambda: log.append("ran"))
+    bus.on("e", lambda: [][1])
+    with pytest.raises(HookError) as info:
+        bus.emit("e")
+    assert log == ["ran"]
+    group = info.value
+    assert [type(error) for error in group.exceptions] == [ZeroDivisionError, IndexError]
+    assert all("on event 'e'" in error.__notes__[0] for error in group.exceptions)
+    if sys.version_info >= (3, 11):
+        assert isinstance(group, ExceptionGroup)  # noqa: F821 - builtin from 3.11
+
+
+def test_collect_policy_with_no_error_returns_normally() -> None:
+    bus = EventBus(errors="collect")
+    bus.on("e", lambda: 1)
+    assert bus.collect("e") == [1]
+
+
+def test_log_policy_logs_and_continues(caplog: pytest.LogCaptureFixture) -> None:
+    bus = EventBus(errors="log")
+    log: List[str] = []
+    bus.on("e", lambda: 1 / 0)
+    bus.on("e", lambda: log.append("ran"))
+    with caplog.at_level(logging.ERROR, logger="hookbus"):
+        bus.emit("e")
+    assert log == ["ran"]
+    (record,) = caplog.records
+    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+    assert "'e'" in record.getMessage()
+
+
+def test_policy_can_change_at_runtime() -> None:
+    bus = EventBus()
+    bus.on("e", lambda: 1 / 0)
+    bus.errors = "log"
+    bus.emit("e")  # no exception now
+    bus.errors = "raise"
+    with pytest.raises(ZeroDivisionError):
+        bus.emit("e")
+
+
+def test_base_exceptions_are_never_collected() -> None:
+    bus = EventBus(errors="collect")
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    bus.on("e", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        bus.emit("e")
+
+
+def test_error_policies_apply_to_pre_and_post_hooks() -> None:
+    bus = EventBus(errors="collect")
+    ran: List[str] = []
+
+    @bus.hookable("f")
+    def f() -> str:
+        ran.append("f")
+        return "ok"
+
+    def broken(ctx: Any) -> None:
+        raise RuntimeError("post broke")
+
+    bus.post("f", broken)
+    bus.post("f", lambda ctx: ran.append("post-2"), priority=-1)
+    with pytest.raises(HookError) as info:
+        f()
+    assert ran == ["f", "post-2"]
+    assert isinstance(info.value.exceptions[0], RuntimeError)
+
+
+def test_trace_records_each_hook_and_costs_nothing_after() -> None:
+    bus = EventBus()
+    first = bus.on("e", lambda: None)
+    bus.on("e", lambda: None, priority=-1)
+
+    @bus.hookable("p")
+    def p() -> int:
+        return 1
+
+    bus.post("p", lambda ctx: None)
+    with bus.trace() as trace:
+        bus.emit("e")
+        p()
+    assert [(r.name, r.kind) for r in trace.records] == [
+        ("e", "event"),
+        ("e", "event"),
+        ("p", "post"),
+    ]
+    assert trace.records[0].handle is first
+    assert all(r.duration_ns >= 0 for r in trace.records)
+    assert "call(s)" in trace.summary()
+    bus.emit("e")
+    assert len(trace.records) == 3  # closed: nothing more recorded
+    assert bus._event_plans["e"].__class__ is tuple  # back on the fast path
