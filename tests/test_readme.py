@@ -1,0 +1,37 @@
+"""The README's code runs as written, and its commands are the ones CI uses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List
+
+import pytest
+
+import hookbus
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_blocks() -> List[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks())))
+def test_readme_python_block_runs(index: int) -> None:
+    block = python_blocks()[index]
+    if "import torch" in block:
+        pytest.importorskip("torch")
+    try:
+        exec(compile(block, f"README.md block {index}", "exec"), {})
+    finally:
+        hookbus.clear()
+
+
+def test_readme_commands_pin_torch_and_run_demo_and_tests() -> None:
+    text = README.read_text()
+    demo = re.search(r"<!-- demo-command -->\n```bash\n(.*?)\n```", text, flags=re.S)
+    tests = re.search(r"<!-- test-command -->\n```bash\n(.*?)\n```", text, flags=re.S)
+    assert demo and tests
+    assert "torch==2.13.0" in demo.group(1) and demo.group(1).endswith("python -m hookbus.demo")
+    assert "torch==2.13.0" in tests.group(1) and tests.group(1).endswith("pytest")
