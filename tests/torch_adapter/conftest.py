@@ -7,7 +7,9 @@ from typing import List
 
 import pytest
 
-pytest.importorskip("torch", reason='the torch adapter tests need PyTorch: pip install "hookbus[torch]"')
+pytest.importorskip(
+    "torch", reason='the torch adapter tests need PyTorch: pip install "hookbus[torch]"'
+)
 
 HERE = Path(__file__).resolve().parent
 

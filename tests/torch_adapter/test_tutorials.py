@@ -158,7 +158,10 @@ def test_full_backward_hook_fails_with_a_following_inplace_op_grad_hook_does_not
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
     x = torch.randn(2, 3, requires_grad=True)
     with hookbus.torch.attach(model, hookbus.EventBus()) as attached:
-        with attached.backward("0", lambda ctx: None), pytest.raises(RuntimeError, match="inplace"):
+        with (
+            attached.backward("0", lambda ctx: None),
+            pytest.raises(RuntimeError, match="inplace"),
+        ):
             model(x).sum().backward()
         grads: List[torch.Tensor] = []
         with attached.grad("0", lambda ctx: grads.append(ctx.result)):
