@@ -29,7 +29,9 @@ class HookbusDocstrings(griffe.Extension):
     def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
         self._rewrite(obj, loader)
 
-    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+    def on_package(
+        self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any
+    ) -> None:
         self._rewrite(pkg, loader)  # on_object skips the top package itself
 
     def _rewrite(self, obj: griffe.Object, loader: griffe.GriffeLoader) -> None:
