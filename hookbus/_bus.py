@@ -60,6 +60,9 @@ _FastPlan = Tuple[Callable[..., Any], ...]
 
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
+# Checked names are cached only to speed up registering the same names again: a
+# few hundred cover a program's hooks without holding many dynamic names.
+_NAME_CACHE_LIMIT = 1_024
 
 
 class _EventPlan:
@@ -809,7 +812,7 @@ class EventBus:
         """Check a name not seen before; cache it with its matcher (None: not a pattern)."""
         check_name(name, f"{_what(kind)} name", allow_pattern=True)
         match = matcher_for(name) if is_pattern(name) else None
-        if len(self._names) >= _PLAN_CACHE_LIMIT:
+        if len(self._names) >= _NAME_CACHE_LIMIT:
             self._names.clear()
         self._names[name] = match
         return match
