@@ -77,7 +77,11 @@ def table(lines: Sequence[Line], results: Results) -> Tuple[str, Dict[str, int]]
 
 
 def plot(
-    results: Results, counts: Sequence[int], series: Sequence[str], path: str
+    results: Results,
+    counts: Sequence[int],
+    series: Sequence[str],
+    path: str,
+    labels: Optional[Dict[str, str]] = None,
 ) -> Optional[str]:
     """Emit cost against hook count, one line per library; returns None or why not."""
     try:
@@ -96,7 +100,7 @@ def plot(
         style = {"linewidth": 2.6, "color": "black"} if label == "hookbus" else {}
         if label == "floor":
             style = {"linestyle": "--", "color": "grey"}
-        axes.plot(xs, ys, marker="o", label=label, **style)
+        axes.plot(xs, ys, marker="o", label=(labels or {}).get(label, label), **style)
     axes.set_xlabel("no-op hooks (listeners) connected")
     axes.set_ylabel("emit cost, ns (median)")
     axes.set_title(f"Emit cost against hook count (Python {platform.python_version()})")

@@ -134,7 +134,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.no_plot:
         others = {case.key.split("/", 1)[1] for case in cases if case.key.startswith("emit")}
         series = ["floor", "hookbus", *sorted(others - {"floor", "hookbus"})]
-        why_not = _report.plot(results, plot_counts, series, args.plot)
+        build = " (mypyc-compiled)" if compiled else ""
+        labels = {name: f"{name}{build}" for name in series if name.startswith("psygnal")}
+        why_not = _report.plot(results, plot_counts, series, args.plot, labels)
         print(f"Plot: {why_not}" if why_not else f"Plot written to {os.path.relpath(args.plot)}")
     return 0
 

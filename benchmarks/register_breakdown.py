@@ -1,0 +1,81 @@
+"""Where the time of ``bus.on(...)`` + ``handle.remove()`` goes, step by step.
+
+A line profiler adds more per line (~80 ns) than most of these lines cost, so
+this times each step on its own instead, interleaved in rounds like run.py, as a
+ratio to the same list floor. The steps are the irreducible work of any design
+that returns a removable handle and is thread-safe: two Python calls, one
+object, a lock taken twice, a bucket updated and a cached plan dropped, twice.
+
+    python benchmarks/register_breakdown.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import Case, absolute, ratio, run_rounds
+
+import hookbus
+from hookbus._handle import plain_handle
+
+
+def listener(x: object) -> None:
+    return None
+
+
+class Entry:
+    """A method with hookbus.on's signature that does nothing."""
+
+    def on(self, event: str, hook: object = None, /, **options: object) -> None:
+        return None
+
+    def remove(self) -> None:
+        return None
+
+
+def main() -> None:
+    bus = hookbus.EventBus()
+    bus.on("e", listener).remove()  # the name is checked and cached once
+    lock = threading.Lock()
+    buckets: dict = {}
+    plans = {"e": ()}
+    handle = bus.on("e", listener)
+    handle.remove()
+    pops = "p.pop('e', None); " * 3 + "p.pop('e', None)"
+    steps = [
+        ("floor: list.append + list.remove", "items.append(f); items.remove(f)", {"items": []}),
+        ("2 calls: on(event, hook) + remove()", "entry.on('e', f); entry.remove()",
+         {"entry": Entry()}),
+        ("the handle object (plain_handle)", "new(bus, 'event', 'e', f, False, None)",
+         {"new": plain_handle, "bus": bus}),
+        ("lock acquire + release, twice", "acquire(); release(); acquire(); release()",
+         {"acquire": lock.acquire, "release": lock.release}),
+        ("bucket: insert list, then remove + delete", "b[k] = [f]; b[k].remove(f); del b[k]",
+         {"b": buckets, "k": ("event", "e")}),
+        ("plan caches dropped, twice (4 dict pops)", pops, {"p": plans}),
+        ("remove() of a removed handle (call + check)", "handle.remove()", {"handle": handle}),
+        ("hookbus: bus.on(...) + handle.remove()", "bus.on('e', f).remove()", {"bus": bus}),
+    ]  # fmt: skip
+    cases = []
+    for label, stmt, ns in steps:
+        ns = dict(ns, f=listener)
+        cases.append(Case(label, stmt, ns))
+    run_rounds(cases, rounds=31, sample_s=0.005)
+    floor = cases[0]
+    print("| Step | Median | Ratio to list floor |")
+    print("|---|---:|---:|")
+    parts = 0.0
+    for case in cases:
+        stat = ratio(case, floor)
+        print(f"| {case.key} | {absolute(case).median:.1f} ns | {stat.median:.1f}x |")
+        if case is not floor and case is not cases[-1]:
+            parts += stat.median
+    print(f"| sum of the steps above the floor | | {parts:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
