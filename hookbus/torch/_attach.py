@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import warnings
 import weakref
 from types import TracebackType
 from typing import (
@@ -27,7 +28,7 @@ from .._context import CallContext
 from .._handle import Handle, HandleGroup
 from ._point import KINDS, ModulePoint
 
-__all__ = ["ROOT", "Attachment", "Selector", "attach", "unwrap"]
+__all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
 
 ROOT = "<root>"
 """The name of the attached model itself when no prefix is given."""
@@ -43,6 +44,22 @@ Hook = Callable[[CallContext], None]
 # Keeps each model's attachments (and so their points) alive as long as the model,
 # even when the caller drops the Attachment. Attachments hold the model weakly.
 _attachments: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
+
+
+class CompiledModelWarning(UserWarning):
+    """Hooks were installed on a ``torch.compile``'d model: torch may ignore them.
+
+    Example:
+        >>> import warnings, hookbus.torch
+        >>> warnings.simplefilter("ignore", hookbus.torch.CompiledModelWarning)
+    """
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``torch.compile`` wrapper or was ``model.compile()``'d."""
+    return isinstance(getattr(model, "_orig_mod", None), nn.Module) or (
+        getattr(model, "_compiled_call_impl", None) is not None
+    )
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -89,6 +106,7 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
     if prefix:
         bus._check_point_name(prefix)
+    compiled = is_compiled(model)
     model = unwrap(model)
     for existing in _attachments.get(model, ()):
         if existing.bus is bus and existing.active:
@@ -96,7 +114,7 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
                 f"{type(model).__name__} is already attached to {bus!r} as {existing!r}; "
                 f"use that attachment, or detach() it first"
             )
-    return Attachment(model, bus, prefix)
+    return Attachment(model, bus, prefix, compiled=compiled)
 
 
 class Attachment:
@@ -129,11 +147,16 @@ class Attachment:
         OrderedDict()
     """
 
-    __slots__ = ("__weakref__", "_handles", "_model", "_names", "_points", "bus", "prefix")
+    __slots__ = (
+        "__weakref__", "_handles", "_model", "_names", "_points", "_warned", "bus", "prefix",
+    )  # fmt: skip
 
-    def __init__(self, model: nn.Module, bus: EventBus, prefix: str) -> None:
+    def __init__(
+        self, model: nn.Module, bus: EventBus, prefix: str, *, compiled: bool = False
+    ) -> None:
         self.bus = bus
         self.prefix = prefix
+        self._warned = not compiled
         self._model = weakref.ref(model)
         self._points: Dict[str, ModulePoint] = {}
         self._names: Dict[int, str] = {}
@@ -144,6 +167,8 @@ class Attachment:
             for qualname, module in named:
                 name = self._full_name(qualname)
                 point = ModulePoint(bus, name, module)
+                if compiled:
+                    point.on_install = self._warn_compiled
                 bus._add_point(point)  # refuses a model that async hooks already match
                 self._points[name] = point
                 self._names[id(module)] = name
@@ -159,6 +184,20 @@ class Attachment:
         if not qualname:
             return self.prefix or ROOT
         return f"{self.prefix}.{qualname}" if self.prefix else qualname
+
+    def _warn_compiled(self, point: ModulePoint, phase: str) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} of a "
+            f"torch.compile'd model. If the compiled model already ran while it had no hooks, "
+            f"torch ignores hooks added since (torch._dynamo.config.skip_nnmodule_hook_guards): "
+            f"register hooks before its first call, or call torch._dynamo.reset(). A model "
+            f"that had hooks then recompiles at each change instead.",
+            CompiledModelWarning,
+            stacklevel=6,
+        )
 
     # --- names and selection -----------------------------------------------------------
 

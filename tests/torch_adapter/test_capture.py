@@ -31,7 +31,8 @@ def test_capture_defaults_detach_and_the_mapping() -> None:
     x = torch.full((2, 2), 0.1, requires_grad=True)
     with hookbus.torch.capture(net, ["fc1", "fc2"]) as cache:
         out = net(x)
-    assert list(cache) == ["fc1", "fc2"] and len(cache) == 2
+    assert list(cache) == ["fc1", "fc2"]
+    assert len(cache) == 2
     assert not cache["fc1"].output.requires_grad  # detached by default
     assert torch.equal(cache["fc2"].output, out.detach())
     assert cache["fc1"].args is None  # inputs not asked for
@@ -87,7 +88,8 @@ def test_nested_outputs_keep_their_shape_and_types() -> None:
         out = model(torch.ones(1, 2))
         (out["pair"].second.sum() + out["list"][0].sum()).backward()
     stored = cache["<root>"].output
-    assert isinstance(stored["pair"], Pair) and stored["n"] == 3
+    assert isinstance(stored["pair"], Pair)
+    assert stored["n"] == 3
     assert torch.equal(stored["pair"].second, out["pair"].second.detach())
     assert not stored["list"][0].requires_grad
     grad = cache["<root>"].grad

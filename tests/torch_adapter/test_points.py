@@ -82,9 +82,9 @@ def test_selection_errors_name_close_names() -> None:
     attached = hookbus.torch.attach(model, hookbus.EventBus())
     with pytest.raises(ValueError, match=r"layer\.\*\.attn.*close names: .*'layers\.0\.attn'"):
         attached.post("layer.*.attn", lambda ctx: None)
-    with pytest.raises(ValueError, match="no module named 'nrom'.*'norm'"):
+    with pytest.raises(ValueError, match=r"no module named 'nrom'.*'norm'"):
         attached.pre("nrom", lambda ctx: None)
-    with pytest.raises(ValueError, match="no module of type Conv2d.*Linear"):
+    with pytest.raises(ValueError, match=r"no module of type Conv2d.*Linear"):
         attached.post(nn.Conv2d, lambda ctx: None)
     with pytest.raises(ValueError, match="not part of the attached model"):
         attached.post(nn.Linear(1, 1), lambda ctx: None)
@@ -286,7 +286,8 @@ def test_exception_hooks_inside_an_outer_except_block_fire_only_on_errors() -> N
         raise KeyError("outer")
     except KeyError:
         model(torch.ones(1, 3))  # runs while handling another error: a normal call
-    assert errors == [] and outputs == [torch.Size([1, 2])]
+    assert errors == []
+    assert outputs == [torch.Size([1, 2])]
 
 
 def test_exception_hook_recover_warns_and_the_error_propagates() -> None:
@@ -345,7 +346,8 @@ def test_backward_pre_and_backward_hooks_replace_gradients() -> None:
         ctx.result = tuple(torch.zeros_like(g) for g in ctx.result)
 
     with attached.backward_pre("0", triple_grad_output), attached.backward("0", zero_grad_input):
-        assert len(model[0]._backward_pre_hooks) == 1 and len(model[0]._backward_hooks) == 1
+        assert len(model[0]._backward_pre_hooks) == 1
+        assert len(model[0]._backward_hooks) == 1
         model(x).sum().backward()
     assert torch.allclose(model[0].weight.grad, 3 * plain_w)
     assert torch.equal(x.grad, torch.zeros_like(plain_x))
@@ -439,5 +441,5 @@ def test_attaching_twice_to_one_bus_is_an_error() -> None:
         hookbus.torch.attach(model, bus)
     first.detach()
     hookbus.torch.attach(model, bus).detach()
-    with pytest.raises(TypeError, match="needs a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"needs a torch\.nn\.Module"):
         hookbus.torch.attach("model", bus)  # type: ignore[arg-type]

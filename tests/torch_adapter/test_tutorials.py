@@ -166,4 +166,5 @@ def test_full_backward_hook_fails_with_a_following_inplace_op_grad_hook_does_not
         grads: List[torch.Tensor] = []
         with attached.grad("0", lambda ctx: grads.append(ctx.result)):
             model(x).sum().backward()
-        assert len(grads) == 1 and grads[0].shape == (2, 3)
+        assert len(grads) == 1
+        assert grads[0].shape == (2, 3)
