@@ -175,11 +175,15 @@ class Recorder:
     def __init__(self, *buses: EventBus) -> None:
         self.records: List[Record] = []
         self._hooks = HandleGroup()
+        self._watched: List[EventBus] = []
         for bus in buses or (hookbus.default_bus,):
             self.watch(bus)
 
     def watch(self, bus: EventBus) -> None:
-        """Record ``bus`` too."""
+        """Record ``bus`` too (watching a bus twice records it once)."""
+        if any(watched is bus for watched in self._watched):
+            return
+        self._watched.append(bus)
         records = self.records
 
         def on_event(*args: Any, **kwargs: Any) -> Any:
@@ -212,6 +216,7 @@ class Recorder:
     def stop(self) -> None:
         """Stop recording (the records stay)."""
         self._hooks.remove()
+        self._watched.clear()
 
     def clear(self) -> None:
         """Forget what was recorded so far."""

@@ -275,6 +275,14 @@ def test_the_recorder_sees_arguments_as_the_caller_passed_them() -> None:
     recorder.assert_returned("greet", "hi ADA")
 
 
+def test_watching_a_bus_twice_records_it_once() -> None:
+    bus = hookbus.EventBus()
+    with Recorder(bus, bus) as recorder:
+        recorder.watch(bus)
+        bus.emit("once")
+    assert recorder.names() == ["once"]
+
+
 def test_a_recorder_without_buses_records_the_default_bus() -> None:
     with Recorder() as recorder:
         hookbus.emit("test_pytest_plugin.default")
