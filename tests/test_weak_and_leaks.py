@@ -1,0 +1,327 @@
+"""Weak references (weak=True), what the bus keeps alive, and memory growth over long runs."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+import weakref
+from typing import Any, Callable, List
+
+import pytest
+
+from hookbus import CallContext, EventBus, Handle, HandleGroup
+
+CYCLES = 100_000
+# Growth allowed after warm-up, across 100,000 cycles: a leak of even one small
+# object per cycle would be several megabytes.
+GROWTH_LIMIT = 64 * 1024
+
+
+class Listener:
+    def __init__(self, log: List[str]) -> None:
+        self.log = log
+
+    def on_event(self, *args: Any) -> None:
+        self.log.append("listener")
+
+    def on_call(self, ctx: CallContext) -> None:
+        self.log.append(f"listener {ctx.phase}")
+
+
+class Counter:
+    """A listener that keeps nothing per call, for the memory-growth tests."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_event(self, *args: Any) -> None:
+        self.calls += 1
+
+    def on_call(self, ctx: CallContext) -> None:
+        self.calls += 1
+
+
+def remove_each(handles: List[Handle]) -> None:
+    for handle in handles:
+        handle.remove()
+
+
+def collect_garbage() -> None:
+    for _ in range(3):  # PyPy-style generations and cycles: be thorough
+        gc.collect()
+
+
+# --- weak=True ---------------------------------------------------------------------------
+
+
+def test_weak_bound_method_goes_when_its_object_is_collected() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    listener = Listener(log)
+    handle = bus.on("e", listener.on_event, weak=True)
+    bus.emit("e")
+    assert log == ["listener"]
+    assert handle.active
+    assert handle.hook == listener.on_event
+    alive = weakref.ref(listener)
+    del listener
+    collect_garbage()
+    assert alive() is None  # the bus held it weakly: it did not keep the object alive
+    assert not handle.active
+    assert handle.hook is None
+    assert bus.hooks() == []
+    assert bus.events() == []
+    bus.emit("e")
+    assert log == ["listener"]
+    handle.remove()  # still harmless
+
+
+def test_weak_function_goes_when_collected_and_stays_while_referenced() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    def make() -> Callable[[], None]:
+        def local() -> None:
+            log.append("local")
+
+        return local
+
+    hook = make()
+    handle = bus.on("e", hook, weak=True)
+    collect_garbage()
+    bus.emit("e")
+    assert handle.active  # alive as long as someone holds it
+    del hook
+    collect_garbage()
+    assert not handle.active
+    bus.emit("e")
+    assert log == ["local"]
+    assert bus.hooks() == []
+
+
+def test_weak_lambda_held_by_no_one_is_gone_at_once() -> None:
+    # The documented price of opting in: weak=True holds nothing alive.
+    bus = EventBus()
+    handle = bus.on("e", lambda: None, weak=True)
+    collect_garbage()
+    assert not handle.active
+    assert bus.hooks() == []
+
+
+def test_weak_pre_and_post_hooks_on_a_hook_point() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("step")
+    def step() -> str:
+        return "ok"
+
+    listener = Listener(log)
+    pre = bus.pre("step", listener.on_call, weak=True)
+    post = bus.post("step", listener.on_call, weak=True)
+    assert step() == "ok"
+    assert log == ["listener pre", "listener post"]
+    del listener
+    collect_garbage()
+    assert not pre.active
+    assert not post.active
+    assert step() == "ok"
+    assert log == ["listener pre", "listener post"]
+    assert bus.hooks() == []
+
+
+def test_weak_hook_collected_during_an_emission_is_skipped_not_called() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    holder: List[Any] = [Listener(log)]
+
+    def drop_the_listener(*args: Any) -> None:
+        log.append("dropper")
+        holder.clear()
+        collect_garbage()
+
+    bus.on("e", drop_the_listener, priority=1)
+    handle = bus.on("e", holder[0].on_event, weak=True)
+    bus.emit("e")
+    assert log == ["dropper"]
+    assert not handle.active
+
+
+def test_weak_hook_collected_while_the_bus_lock_is_held_does_not_deadlock() -> None:
+    # A collection can start anywhere, even inside the bus's own locked section:
+    # the weakref callback must not wait for the lock (it is not reentrant).
+    bus = EventBus()
+    listener = Listener([])
+    handle = bus.on("e", listener.on_event, weak=True)
+    with bus._lock:
+        del listener
+        collect_garbage()
+        assert not handle.active  # already, although not yet swept
+    assert bus.hooks() == []  # swept by the next locked operation
+    bus.emit("e")
+
+
+def test_weak_and_strong_registrations_of_one_method_are_independent() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    listener = Listener(log)
+    weak = bus.on("e", listener.on_event, weak=True)
+    strong = bus.on("e", listener.on_event)
+    alive = weakref.ref(listener)
+    del listener
+    collect_garbage()
+    assert alive() is not None  # the strong registration keeps it, as documented
+    assert weak.active
+    strong.remove()
+    del strong
+    collect_garbage()
+    assert alive() is None
+    assert not weak.active
+
+
+# --- strong registrations: nothing kept alive after remove() --------------------------------
+
+
+@pytest.mark.parametrize("how", ["remove", "clear", "scope", "once", "group"])
+def test_removed_strong_bound_method_is_not_kept_alive_by_the_bus(how: str) -> None:
+    bus = EventBus()
+    log: List[str] = []
+    listener = Listener(log)
+
+    @bus.hookable("step")
+    def step() -> None:
+        pass
+
+    alive = weakref.ref(listener)
+    if how == "scope":
+        with bus.scope():
+            bus.on("e", listener.on_event)
+            bus.post("step", listener.on_call)
+            bus.emit("e")
+            step()
+    else:
+        handles = [
+            bus.on("e", listener.on_event, once=how == "once"),
+            bus.post("step", listener.on_call, once=how == "once"),
+            bus.on("e.*", listener.on_event, target=listener, once=how == "once"),
+        ]
+        bus.emit("e")
+        bus.emit("e.x", listener)
+        step()
+        if how == "remove":
+            remove_each(handles)  # (a loop here would leave its variable holding one)
+        elif how == "clear":
+            bus.clear()
+        elif how == "group":
+            HandleGroup(handles).remove()
+        del handles
+    bus.emit("e")  # dispatch again, so no stale plan can hold the hooks
+    bus.emit("e.x", None)
+    step()
+    del listener
+    collect_garbage()
+    assert alive() is None
+    assert bus.hooks() == []
+
+
+def test_the_bus_does_not_keep_wrapped_callables_alive() -> None:
+    bus = EventBus()
+    bus.pre("point", lambda ctx: None)
+
+    def fn() -> int:
+        return 1
+
+    wrapped = bus.wrap(fn, "point")
+    assert wrapped() == 1
+    alive = weakref.ref(wrapped)
+    del wrapped
+    collect_garbage()
+    assert alive() is None
+
+
+# --- memory growth -------------------------------------------------------------------------
+
+
+def measure_growth(step: Callable[[int], None], cycles: int = CYCLES) -> int:
+    """Bytes still allocated after ``cycles`` calls of ``step``, past a warm-up."""
+    for i in range(1_000):  # warm-up: caches, interned names, free lists
+        step(i)
+    collect_garbage()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(cycles):
+            step(i)
+        collect_garbage()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    growth = after - before
+    print(f"\nmemory growth over {cycles:,} cycles: {growth} bytes")
+    return growth
+
+
+def test_no_growth_over_100k_register_remove_cycles() -> None:
+    bus = EventBus()
+    listener = Counter()
+    target = object()
+    names = ("train.step", "train.*", "eval", "e*")
+
+    def step(i: int) -> None:
+        name = names[i % len(names)]
+        kind = i % 5
+        if kind == 0:
+            with bus.on(name, listener.on_event, priority=i % 7):
+                bus.emit("train.step", target)
+        elif kind == 1:
+            bus.on(name, listener.on_event, once=True, target=target)
+            bus.emit("train.step", target)
+            bus.emit("eval", target)
+            bus.clear(name)
+        elif kind == 2:
+            with bus.scope():
+                bus.on(name, listener.on_event, weak=True)
+                bus.pre("point", listener.on_call)
+        elif kind == 3:
+            handle = bus.post("point", listener.on_call)
+            handle.remove()
+            handle.remove()
+        else:
+            bus.collect("eval", target)
+
+    growth = measure_growth(step)
+    assert bus.hooks() == []
+    assert listener.calls > CYCLES // 10  # the hooks really ran
+    assert growth < GROWTH_LIMIT
+
+
+def test_no_growth_over_100k_wrapped_calls_with_hooks() -> None:
+    bus = EventBus()
+
+    class Sink:
+        def on_call(self, ctx: CallContext) -> None:
+            ctx.data["seen"] = ctx.phase
+
+    @bus.hookable("work")
+    def work(x: int) -> int:
+        if x % 10 == 0:
+            raise ValueError(x)
+        return x
+
+    @bus.hookable("awork")
+    def other(x: int) -> int:
+        return -x
+
+    sink = Sink()
+    bus.pre("work", sink.on_call)
+    bus.pre("w*", lambda ctx: setattr(ctx, "args", (ctx.args[0],)))
+    bus.post("work", lambda ctx: setattr(ctx, "result", ctx.result + 1))
+    bus.exception("work", lambda ctx: ctx.recover(0))
+    bus.post("awork", sink.on_call, priority=5)
+
+    def step(i: int) -> None:
+        work(i)
+        other(i)
+
+    growth = measure_growth(step)
+    assert growth < GROWTH_LIMIT
