@@ -169,12 +169,23 @@ def _marked(cls: type) -> Dict[str, Tuple[Listening, ...]]:
     found: Dict[str, Tuple[Listening, ...]] = {}
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():
-            function = getattr(value, "__func__", value)
-            marks: Tuple[Listening, ...] = getattr(function, _MARK, ())
+            marks = _marks_of(value)
             # An unmarked override keeps the base's marks (and its place in the order).
             if marks:
                 found[name] = marks
     return found
+
+
+def _marks_of(value: object) -> Tuple[Listening, ...]:
+    # Class attributes may be any object, some answering every getattr (mocks,
+    # proxies): only a tuple of our own marks counts.
+    marks: object = getattr(getattr(value, "__func__", value), _MARK, ())
+    if not isinstance(marks, tuple):
+        return ()
+    items: Tuple[object, ...] = cast("Tuple[object, ...]", marks)
+    if all(isinstance(mark, Listening) for mark in items):
+        return cast("Tuple[Listening, ...]", items)
+    return ()
 
 
 def _default_priority(obj: object, priority: Optional[PriorityLike]) -> int:

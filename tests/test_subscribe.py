@@ -598,3 +598,18 @@ def test_weak_subscription_of_an_unreferenceable_object_leaves_nothing_registere
     with pytest.raises(TypeError, match="weak"):
         bus.subscribe(Slotted(), weak=True)
     assert bus.hooks() == []
+
+
+def test_class_attributes_that_answer_every_getattr_are_not_hooks() -> None:
+    class Anything:
+        def __getattr__(self, name: str) -> str:
+            return "yes"
+
+    class Hooks:
+        proxy = Anything()
+
+        @listens("e")
+        def on_e(self) -> None: ...
+
+    group = EventBus().subscribe(Hooks())
+    assert [h.name for h in group] == ["e"]
