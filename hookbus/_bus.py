@@ -829,7 +829,7 @@ class EventBus:
     def _unregister(self, handle: Handle) -> None:
         """``handle.remove()`` of one of this bus's handles: ``_remove`` without the loop."""
         if handle.match is not None or handle.kind != "event":
-            self._remove((handle,))
+            self._remove([handle])
             return
         lock = self._lock
         lock.acquire()
