@@ -325,3 +325,18 @@ def test_no_growth_over_100k_wrapped_calls_with_hooks() -> None:
 
     growth = measure_growth(step)
     assert growth < GROWTH_LIMIT
+
+
+def test_no_growth_wrapping_and_dropping_callables_under_ever_new_names() -> None:
+    # e.g. a hook point per request or per object: the bus forgets names whose
+    # wrappers are gone (it once kept an empty WeakSet per name, about 1 KB each).
+    bus = EventBus()
+
+    def fn() -> int:
+        return 1
+
+    def step(i: int) -> None:
+        assert bus.wrap(fn, f"request.{i}")() == 1
+
+    growth = measure_growth(step, cycles=20_000)
+    assert growth < GROWTH_LIMIT
