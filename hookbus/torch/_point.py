@@ -236,12 +236,32 @@ class ModulePoint(HookPoint):
     def _on_post(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
     ) -> Any:
+        fast = self._post_fast
+        if fast is not None and not self._always and not self._grad:
+            # The common case (plain post hooks only), kept short: it runs per call.
+            ctx = CallContext(self.name, module, args, kwargs, next(self._calls), "post")
+            ctx.result = output
+            try:
+                for hook in fast:
+                    returned = hook(ctx)
+                    if returned is not None:
+                        _returned(self._post[fast.index(hook)], ctx, returned)
+            except Exception as error:
+                add_note(error, describe(self._post[fast.index(hook)], self.name))
+                raise
+            result = ctx.result
+            return None if result is output else result
+        return self._on_post_full(module, args, kwargs, output)
+
+    def _on_post_full(
+        self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
+    ) -> Any:
         ctx: Optional[CallContext] = None
         if self._always:
             error = sys.exc_info()[1]
             # torch calls an always_call hook from the except clause of Module._call_impl
             # when forward raised: the error then was caught in our caller's frame.
-            if error is not None and _caught_in(error, sys._getframe(1)):
+            if error is not None and _caught_in(error, sys._getframe(2)):
                 self._on_exception(module, args, kwargs, error)
                 return None
             stack = self._stack()
