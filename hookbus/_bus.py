@@ -74,6 +74,11 @@ class _EventPlan:
         self.handles = handles
 
 
+# The plan of an event without hooks: emit returns at once, with no test on the
+# tuple path (a plain tuple plan always has hooks).
+_NO_HOOKS = _EventPlan(())
+
+
 def _is_async_callable(hook: Any) -> bool:
     if inspect.iscoroutinefunction(hook):
         return True
@@ -165,7 +170,8 @@ class EventBus:
         except KeyError:
             plan = self._plan_event(event)
         if plan.__class__ is not tuple:
-            dispatch_event(self, event, plan.handles, args, kwargs, None)
+            if plan is not _NO_HOOKS:
+                dispatch_event(self, event, plan.handles, args, kwargs, None)
             return
         hook = None
         try:
@@ -945,7 +951,11 @@ class EventBus:
                 )
             )
             plan: Union[_FastPlan, _EventPlan] = (
-                tuple(h._hook for h in handles) if plain else _EventPlan(handles)
+                _NO_HOOKS
+                if not handles
+                else tuple(h._hook for h in handles)
+                if plain
+                else _EventPlan(handles)
             )
             if len(self._event_plans) >= _PLAN_CACHE_LIMIT:
                 self._event_plans.clear()
