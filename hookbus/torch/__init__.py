@@ -33,7 +33,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus.torch needs PyTorch, which is not installed: pip install "hookbus[torch]"'
     ) from _error
 
-from ._attach import ROOT, Attachment, CompiledModelWarning, GroupSelector, Selector, attach
+from ._attach import ROOT, Attachment, CompiledModelWarning, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
 
@@ -44,7 +44,6 @@ __all__ = [
     "Call",
     "CompiledModelWarning",
     "GradHandle",
-    "GroupSelector",
     "Record",
     "Selector",
     "attach",

@@ -26,6 +26,16 @@ class Call:
     ``grad`` has the shape of ``output`` (a tensor, or the same nesting) with each
     tensor's gradient in its place, or ``None`` where none arrived (yet): it fills
     in during backward, when the capture asked for gradients.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 1))
+        >>> with hookbus.torch.capture(model, "0", inputs=True, grads=True) as cache:
+        ...     model(torch.ones(1, 2)).sum().backward()
+        >>> call = cache["0"].calls[0]
+        >>> call.index, call.args[0], call.grad
+        (0, tensor([[1., 1.]]), tensor([[1.]]))
     """
 
     __slots__ = ("_grads", "args", "index", "kwargs", "output")
@@ -55,6 +65,16 @@ class Record:
     ``output`` / ``args`` / ``kwargs`` / ``grad`` are those of the *last* call;
     ``outputs`` / ``grads`` list every call's; ``calls`` holds the :class:`Call`
     objects. A module used twice in one forward has two calls.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Identity())
+        >>> with hookbus.torch.capture(model, "0") as cache:
+        ...     _ = model(torch.zeros(1)); _ = model(torch.ones(1))
+        >>> record = cache["0"]
+        >>> len(record), record.output, record.outputs
+        (2, tensor([1.]), [tensor([0.]), tensor([1.])])
     """
 
     __slots__ = ("calls", "name")
@@ -108,6 +128,15 @@ class Cache(Mapping[str, Record]):
     ``cache["fc1"].output`` is the last output, ``cache["fc1"].outputs`` all of
     them. Only modules that ran are keys; asking for a selected module that never
     ran, or an unknown name, raises a ``KeyError`` that says which.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> with hookbus.torch.capture(model, nn.ReLU) as cache:
+        ...     _ = model(torch.ones(1, 2))
+        >>> list(cache), cache["1"].output.shape
+        (['1'], torch.Size([1, 2]))
     """
 
     def __init__(self, selected: List[str]) -> None:

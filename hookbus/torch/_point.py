@@ -241,14 +241,14 @@ class ModulePoint(HookPoint):
             # The common case (plain post hooks only), kept short: it runs per call.
             ctx = CallContext(self.name, module, args, kwargs, next(self._calls), "post")
             ctx.result = output
-            try:
-                for hook in fast:
+            for hook in fast:
+                try:
                     returned = hook(ctx)
-                    if returned is not None:
-                        _returned(self._post[fast.index(hook)], ctx, returned)
-            except Exception as error:
-                add_note(error, describe(self._post[fast.index(hook)], self.name))
-                raise
+                except Exception as error:
+                    add_note(error, describe(self._post[fast.index(hook)], self.name))
+                    raise
+                if returned is not None:
+                    _returned(self._post[fast.index(hook)], ctx, returned)
             result = ctx.result
             return None if result is output else result
         return self._on_post_full(module, args, kwargs, output)
