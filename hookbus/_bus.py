@@ -8,7 +8,7 @@ import itertools
 import threading
 import weakref
 from inspect import CO_COROUTINE
-from types import FunctionType, TracebackType
+from types import CoroutineType, FunctionType, TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -26,7 +26,7 @@ from typing import (
 
 from typing_extensions import ParamSpec
 
-from ._dispatch import PointPlan, dispatch_event, dispatch_event_async
+from ._dispatch import PointPlan, check_event_result, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, add_note, check_policy, describe
 from ._handle import (
     Handle,
@@ -141,6 +141,7 @@ class EventBus:
         self._event_plans: Dict[str, Any] = {}
         self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
         self._points: Dict[str, weakref.WeakSet[HookPoint]] = {}
+        self._points_sweep_at = 64
         self._pauses: Dict[Optional[str], int] = {}
         self._pause_matchers: Dict[str, Matcher] = {}
         self._collected: List[Handle] = []
@@ -175,12 +176,17 @@ class EventBus:
             return
         hook = None
         try:
+            # Results are dropped, but a dropped coroutine would never be awaited.
             if kwargs:
                 for hook in plan:
-                    hook(*args, **kwargs)
+                    result = hook(*args, **kwargs)
+                    if result is not None and result.__class__ is CoroutineType:
+                        check_event_result(result, event)
             else:
                 for hook in plan:
-                    hook(*args)
+                    result = hook(*args)
+                    if result is not None and result.__class__ is CoroutineType:
+                        check_event_result(result, event)
         except Exception as error:
             self._note_fast_error(error, event, hook)
             raise
@@ -647,6 +653,8 @@ class EventBus:
             >>> [(h.name, h.priority) for h in bus.hooks("train.step")]
             [('train.step', 5), ('train.*', 0)]
         """
+        if name is not None:
+            check_name(name, "hooks() name", allow_pattern=True)
         with self._lock:
             self._sweep_collected_locked()
             if name is None:
@@ -939,6 +947,10 @@ class EventBus:
 
     def _plan_event(self, event: str) -> Union[_FastPlan, _EventPlan]:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
+        return self._replan_event(event)[0]
+
+    def _replan_event(self, event: str) -> Tuple[Union[_FastPlan, _EventPlan], Tuple[Handle, ...]]:
+        """Work out and cache the plan and the handles of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
         with self._lock:
             self._sweep_collected_locked()
@@ -962,13 +974,13 @@ class EventBus:
                 self._event_handles.clear()
             self._event_plans[event] = plan
             self._event_handles[event] = handles
-        return plan
+        return plan, handles
 
     def _handles_for_event(self, event: str) -> Tuple[Handle, ...]:
         handles = self._event_handles.get(event)
         if handles is None:
-            self._plan_event(event)
-            handles = self._event_handles.get(event, ())
+            # Not re-read from the cache: another thread may clear it at once.
+            handles = self._replan_event(event)[1]
         return handles
 
     def _note_fast_error(self, error: BaseException, event: str, hook: Any) -> None:
@@ -994,6 +1006,12 @@ class EventBus:
                             f"{handle!r}; async hooks need an async hook point (an "
                             f"'async def' function)"
                         )
+            if point.name not in self._points and len(self._points) >= self._points_sweep_at:
+                # A point dies with its wrapper: forget names left with none, or
+                # wrapping under ever-new names would leak (amortized per doubling).
+                for name in [name for name, points in self._points.items() if not points]:
+                    del self._points[name]
+                self._points_sweep_at = 2 * len(self._points) + 64
             self._points.setdefault(point.name, weakref.WeakSet()).add(point)
 
     def _resolve_point(self, point: HookPoint) -> Optional[PointPlan]:

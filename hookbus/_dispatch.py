@@ -24,6 +24,7 @@ __all__ = [
     "PointPlan",
     "call_with_hooks",
     "call_with_hooks_async",
+    "check_event_result",
     "dispatch_event",
     "dispatch_event_async",
 ]
@@ -69,6 +70,17 @@ def _event_hook(
     return hook
 
 
+def check_event_result(result: Any, event: str) -> None:
+    """Refuse a coroutine returned to a sync dispatch, which could never await it."""
+    if inspect.iscoroutine(result):
+        result.close()  # so Python doesn't also warn that it was never awaited
+        raise TypeError(
+            f"a hook of event {event!r} returned a coroutine to a sync emit, which cannot "
+            f"await it; use 'await bus.emit_async(...)', or make the hook 'async def' so "
+            f"that emit refuses it up front"
+        )
+
+
 def dispatch_event(
     bus: EventBus,
     event: str,
@@ -94,6 +106,8 @@ def dispatch_event(
         start = perf_counter_ns() if tracer is not None else 0
         try:
             result = hook(*args, **kwargs)
+            if result is not None:
+                check_event_result(result, event)
         except Exception as error:
             if policy == "raise":
                 add_note(error, describe(handle, event))
