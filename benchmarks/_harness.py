@@ -3,8 +3,9 @@
 A case is a statement (timeit style) and the names it uses. Each case is compiled
 into its own loop that binds those names as locals and repeats the statement
 ``UNROLL`` times per iteration, so loop overhead is a fraction of a nanosecond.
-Each round runs every case once, in a shuffled order, for about ``sample_s``
-seconds, with the garbage collector off (as ``timeit`` does). A ratio is taken
+Each round runs every case once, for about ``sample_s`` seconds, with the
+garbage collector off (as ``timeit`` does), in a shuffled order that keeps the
+cases of one group (those compared with each other) together. A ratio is taken
 within a round (case time / its floor's time in the same round) and the table
 reports the median and the min-max of those per-round ratios: on a noisy machine
 that pairs measurements taken a few milliseconds apart.
@@ -20,6 +21,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 UNROLL = 10
+
+# The clock: this thread's CPU time by default, so that time spent descheduled
+# while other processes run (the main noise on a shared machine) is not counted;
+# wall time with --clock wall. Torch runs on this thread (set_num_threads(1)).
+CLOCKS: Dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock: Callable[[], float] = CLOCKS["cpu"]
 
 
 class Case:
@@ -48,7 +55,7 @@ class Case:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            elapsed = self._loop(itertools.repeat(None, number), time.perf_counter)
+            elapsed = self._loop(itertools.repeat(None, number), clock)
         finally:
             if enabled:
                 gc.enable()
@@ -103,11 +110,20 @@ def run_rounds(
         case.run(1)  # warm up (specialisation, caches) before calibrating
         calibrate(case, sample_s)
     shuffler = random.Random(seed)
-    order = list(cases)
+    # Cases compared with each other (one group: the part of the key before "/")
+    # run next to each other, so that their ratio pairs samples taken within a few
+    # tens of milliseconds; groups, and cases within a group, run in a new random
+    # order each round.
+    groups: Dict[str, List[Case]] = {}
+    for case in cases:
+        groups.setdefault(case.key.split("/", 1)[0], []).append(case)
+    order = list(groups.values())
     for index in range(rounds):
         shuffler.shuffle(order)
-        for case in order:
-            case.samples.append(case.run(case.number))
+        for group in order:
+            shuffler.shuffle(group)
+            for case in group:
+                case.samples.append(case.run(case.number))
         if progress is not None:
             progress(index + 1)
 

@@ -26,6 +26,7 @@ DEFAULT_PLOT = os.path.join(ROOT, "docs", "img", "emit-vs-hooks.png")
 if HERE not in sys.path:  # run as a script or imported by the test
     sys.path.insert(0, HERE)
 
+import _harness  # noqa: E402
 import _memory  # noqa: E402
 import _peers  # noqa: E402
 import _report  # noqa: E402
@@ -44,11 +45,18 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--plot", default=DEFAULT_PLOT, help=f"PNG path (default {DEFAULT_PLOT})")
     parser.add_argument("--no-plot", action="store_true", help="don't write the plot")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch rows")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(_harness.CLOCKS),
+        default="cpu",
+        help="cpu: this thread's CPU time (default; ignores time descheduled); wall",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse(argv)
+    _harness.clock = _harness.CLOCKS[args.clock]
     rounds = args.rounds or (3 if args.quick else 61)
     sample_s = (args.sample_ms or (1.0 if args.quick else 10.0)) / 1000
     peers = _peers.available()
@@ -125,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"- {note}")
     print(
         f"- {len(cases)} cases x {rounds} rounds of ~{sample_s * 1000:g} ms each, "
-        f"interleaved in shuffled order; {elapsed:.0f} s in all"
+        f"interleaved in shuffled order, timed by {args.clock} clock; {elapsed:.0f} s in all"
     )
     print()
     print(text)
