@@ -22,14 +22,23 @@ def _title(text: str) -> None:
 def events(bus: EventBus) -> None:
     """Observers of a named event, in priority order, with once and patterns."""
     _title("event hooks: bus.on / bus.emit")
-    bus.on("order.placed", lambda order_id, total: print(f"  mailer: order {order_id} ({total})"))
-    bus.on(
-        "order.placed",
-        lambda order_id, total: print(f"  audit (priority HIGH): order {order_id}"),
-        priority="HIGH",
-    )
-    bus.on("order.*", lambda *args, **kwargs: print("  pattern 'order.*' saw it too"))
-    bus.on("order.placed", lambda order_id, total: print("  once: first order only"), once=True)
+
+    def mailer(order_id: int, total: str) -> None:
+        print(f"  mailer: order {order_id} ({total})")
+
+    def audit(order_id: int, total: str) -> None:
+        print(f"  audit (priority HIGH): order {order_id}")
+
+    def any_order_event(*args: object, **kwargs: object) -> None:
+        print("  pattern 'order.*' saw it too")
+
+    def first_order_only(order_id: int, total: str) -> None:
+        print("  once: first order only")
+
+    bus.on("order.placed", mailer)
+    bus.on("order.placed", audit, priority="HIGH")
+    bus.on("order.*", any_order_event)
+    bus.on("order.placed", first_order_only, once=True)
     print("emit order.placed 1:")
     bus.emit("order.placed", 1, total="9.99 EUR")
     print("emit order.placed 2 (the once-hook is gone):")

@@ -24,9 +24,15 @@ def test_handle_remove_is_idempotent_and_reports_active() -> None:
 def test_handle_is_a_context_manager_even_on_error() -> None:
     bus = EventBus()
     log: List[int] = []
-    with pytest.raises(RuntimeError), bus.on("e", log.append) as handle:
-        bus.emit("e", 1)
-        raise RuntimeError
+    handle = bus.on("e", log.append)
+
+    def fail_inside() -> None:
+        with handle:
+            bus.emit("e", 1)
+            raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        fail_inside()
     assert not handle.active
     bus.emit("e", 2)
     assert log == [1]
@@ -40,8 +46,12 @@ def test_handle_repr_names_kind_name_hook_and_state() -> None:
 
     handle = bus.on("save", on_save, priority=3, once=True)
     text = repr(handle)
-    assert "event" in text and "'save'" in text and "on_save" in text
-    assert "priority=3" in text and "once" in text and "active" in text
+    assert "event" in text
+    assert "'save'" in text
+    assert "on_save" in text
+    assert "priority=3" in text
+    assert "once" in text
+    assert "active" in text
     handle.remove()
     assert "removed" in repr(handle)
 
@@ -58,10 +68,12 @@ def test_group_removes_together_across_buses() -> None:
     one, two = EventBus(), EventBus()
     group = HandleGroup([one.on("a", print), two.pre("p", print)])
     group.add(one.on("b", print))
-    assert len(group) == 3 and group.active
+    assert len(group) == 3
+    assert group.active
     group.remove()
     assert not group.active
-    assert one.hooks() == [] and two.hooks() == []
+    assert one.hooks() == []
+    assert two.hooks() == []
     group.remove()  # idempotent
 
 
@@ -77,16 +89,21 @@ def test_group_as_context_manager() -> None:
 def test_scope_removes_everything_registered_inside_even_on_error() -> None:
     bus = EventBus()
     outside = bus.on("keep", print)
-    with pytest.raises(ValueError), bus.scope():
-        bus.on("a", print)
 
-        @bus.hookable("f")
-        def f() -> None:
-            pass
+    def fail_inside() -> None:
+        with bus.scope():
+            bus.on("a", print)
 
-        bus.pre("f", print)
-        bus.post("f.*", print)
-        raise ValueError
+            @bus.hookable("f")
+            def f() -> None:
+                pass
+
+            bus.pre("f", print)
+            bus.post("f.*", print)
+            raise ValueError("inside")
+
+    with pytest.raises(ValueError, match="inside"):
+        fail_inside()
     assert bus.hooks() == [outside]
 
 

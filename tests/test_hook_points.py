@@ -68,7 +68,7 @@ def test_exception_hook_observes_and_error_propagates_unchanged() -> None:
         raise error
 
     bus.exception("f", lambda ctx: seen.append((ctx.phase, ctx.exception)))
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="bad") as info:
         f()
     assert info.value is error
     assert seen == [("exception", error)]
@@ -326,7 +326,8 @@ def test_classmethods_bind_cls_either_way_round(name: str) -> None:
     bus.post(name, lambda ctx: seen.append(ctx.target))
     method = getattr(shape_cls, name.split(".")[1])
     made = method(4)
-    assert isinstance(made, shape_cls) and made.size == 4
+    assert isinstance(made, shape_cls)
+    assert made.size == 4
     made_from_instance = getattr(made, name.split(".")[1])(5)
     assert made_from_instance.size == 5
     assert seen == [shape_cls, shape_cls]
@@ -361,7 +362,8 @@ def test_wrap_leaves_the_original_unchanged() -> None:
     wrapped = bus.wrap(Widget.unit, "unit")
     bus.post("unit", lambda ctx: setattr(ctx, "result", 99))
     assert wrapped() == 99
-    assert Widget.unit is original and Widget.unit() == 1
+    assert Widget.unit is original
+    assert Widget.unit() == 1
 
 
 def test_wrap_a_callable_object() -> None:

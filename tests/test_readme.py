@@ -32,6 +32,9 @@ def test_readme_commands_pin_torch_and_run_demo_and_tests() -> None:
     text = README.read_text()
     demo = re.search(r"<!-- demo-command -->\n```bash\n(.*?)\n```", text, flags=re.S)
     tests = re.search(r"<!-- test-command -->\n```bash\n(.*?)\n```", text, flags=re.S)
-    assert demo and tests
-    assert "torch==2.13.0" in demo.group(1) and demo.group(1).endswith("python -m hookbus.demo")
-    assert "torch==2.13.0" in tests.group(1) and tests.group(1).endswith("pytest")
+    assert demo
+    assert tests
+    assert "torch==2.13.0" in demo.group(1)
+    assert demo.group(1).endswith("python -m hookbus.demo")
+    assert "torch==2.13.0" in tests.group(1)
+    assert tests.group(1).endswith("pytest")

@@ -143,7 +143,8 @@ def test_log_policy_logs_and_continues(caplog: pytest.LogCaptureFixture) -> None
         bus.emit("e")
     assert log == ["ran"]
     (record,) = caplog.records
-    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+    assert record.exc_info is not None
+    assert record.exc_info[0] is ZeroDivisionError
     assert "'e'" in record.getMessage()
 
 
