@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import itertools
+import sys
 import threading
 import weakref
 from inspect import CO_COROUTINE
@@ -63,6 +64,9 @@ _PLAN_CACHE_LIMIT = 65_536
 # Checked names are cached only to speed up registering the same names again: a
 # few hundred cover a program's hooks without holding many dynamic names.
 _NAME_CACHE_LIMIT = 1_024
+
+# Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
+_MARKED_COROUTINES = sys.version_info >= (3, 12)
 
 
 class _EventPlan:
@@ -782,7 +786,7 @@ class EventBus:
         is_async = (
             hook.__class__ is not FunctionType
             or hook.__code__.co_flags & CO_COROUTINE != 0
-            or getattr(hook, "_is_coroutine_marker", None) is not None  # 3.12+ marked
+            or (_MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
         ) and _is_async_callable(hook)
         if options:
             priority, once, target, weak = self._parse_options(kind, options)
