@@ -46,6 +46,24 @@ def no_unawaited_coroutines() -> Iterator[None]:
     assert not [m for m in messages if "never awaited" in m], messages
 
 
+class LazyEvent:
+    """An asyncio.Event made at first use, in the running loop (3.9 binds one at creation)."""
+
+    def __init__(self) -> None:
+        self._event: Optional[asyncio.Event] = None
+
+    def _get(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    def set(self) -> None:
+        self._get().set()
+
+    async def wait(self) -> None:
+        await self._get().wait()
+
+
 async def double(x: int) -> int:
     await asyncio.sleep(0)
     return 2 * x
@@ -371,7 +389,7 @@ def test_sync_pre_hook_that_returns_a_coroutine_on_a_sync_point_is_refused() -> 
 def test_cancelled_emit_async_propagates_and_leaves_the_bus_consistent() -> None:
     bus = EventBus(errors="collect")  # cancellation must not be collected as a hook error
     log: List[str] = []
-    started = asyncio.Event()
+    started = LazyEvent()
 
     async def blocks() -> None:
         log.append("blocks")
@@ -406,7 +424,7 @@ def test_cancelled_emit_async_propagates_and_leaves_the_bus_consistent() -> None
 def test_cancelled_async_point_skips_exception_and_post_hooks() -> None:
     bus = EventBus()
     log: List[str] = []
-    started = asyncio.Event()
+    started = LazyEvent()
     release: List[bool] = [False]
 
     @bus.hookable("work")
@@ -452,7 +470,7 @@ def test_timeout_in_an_async_hook_propagates() -> None:
 
 def test_cancellation_inside_a_scope_removes_its_hooks() -> None:
     bus = EventBus()
-    started = asyncio.Event()
+    started = LazyEvent()
 
     async def task_body() -> None:
         with bus.scope():
@@ -474,8 +492,8 @@ def test_cancellation_inside_a_scope_removes_its_hooks() -> None:
 
 def test_scope_opened_in_one_task_does_not_capture_another_tasks_hooks() -> None:
     bus = EventBus()
-    inside = asyncio.Event()
-    done = asyncio.Event()
+    inside = LazyEvent()
+    done = LazyEvent()
 
     async def scoped() -> None:
         with bus.scope():
