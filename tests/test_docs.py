@@ -229,17 +229,20 @@ def _blocks(page: Path) -> List[Tuple[int, str]]:
 def test_page_examples_run(page: Path) -> None:
     """Each page's console examples run in order, in one namespace, as doctests.
 
-    A block that imports a module missing here (a peer library, or torch) is skipped;
-    the blocks that need one are written to stand alone.
+    A block that imports a module missing here (a peer library, or torch) is skipped,
+    and so are the blocks after it that go on from it (those that don't start with an
+    import of their own); a block that starts with imports starts afresh.
     """
     parser = doctest.DocTestParser()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     namespace: Dict[str, object] = {"__name__": f"docs.{page.stem}"}
-    ran, skipped = 0, []
+    ran, skipped, skipped_last = 0, [], False
     for line, block in _blocks(page):
         missing = sorted({m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)})
-        if missing:
-            skipped.append(f"line {line} (needs {', '.join(missing)})")
+        continues_skipped = skipped_last and not _IMPORT.match(block)
+        skipped_last = bool(missing) or continues_skipped
+        if skipped_last:
+            skipped.append(f"line {line} (needs {', '.join(missing) or 'the block before'})")
             continue
         test = parser.get_doctest(block, namespace, f"{page.name}:{line}", str(page), line)
         runner.run(test, clear_globs=False)
