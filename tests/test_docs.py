@@ -197,6 +197,16 @@ def test_every_exported_class_and_function_has_a_docstring_example() -> None:
     assert not missing, f"exported without a docstring example: {missing}"
 
 
+def test_the_nav_lists_each_page_once() -> None:
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config[config.index("\nnav:") :]
+    listed = re.findall(r"^\s+- [^:\n]+:\s*(\S+\.md)\s*$", nav, re.M)
+    twice = sorted({page for page in listed if listed.count(page) > 1})
+    assert not twice, f"mkdocs.yml lists these pages more than once: {twice}"
+    pages = {str(page.relative_to(DOCS)) for page in PAGES}
+    assert set(listed) == pages, f"nav and docs/ differ: {set(listed) ^ pages}"
+
+
 # --- the pages themselves -----------------------------------------------------------
 
 
