@@ -48,3 +48,4 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
         assert plot.stat().st_size > 0
     else:
         assert "Plot: matplotlib is not installed" in out
+        assert not plot.exists()
