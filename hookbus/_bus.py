@@ -951,10 +951,14 @@ class EventBus:
 
     def _plan_event(self, event: str) -> Union[_FastPlan, _EventPlan]:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
-        return self._replan_event(event)[0]
+        # Emit needs no handles tuple: caching one only for events that are
+        # collected (or whose hook raised) saves a tuple and an entry per event.
+        return self._replan_event(event, keep_handles=False)[0]
 
-    def _replan_event(self, event: str) -> Tuple[Union[_FastPlan, _EventPlan], Tuple[Handle, ...]]:
-        """Work out and cache the plan and the handles of ``event``; return both."""
+    def _replan_event(
+        self, event: str, *, keep_handles: bool = True
+    ) -> Tuple[Union[_FastPlan, _EventPlan], Tuple[Handle, ...]]:
+        """Work out and cache the plan (and the handles) of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
         with self._lock:
             self._sweep_collected_locked()
@@ -977,7 +981,8 @@ class EventBus:
                 self._event_plans.clear()
                 self._event_handles.clear()
             self._event_plans[event] = plan
-            self._event_handles[event] = handles
+            if keep_handles:
+                self._event_handles[event] = handles
         return plan, handles
 
     def _handles_for_event(self, event: str) -> Tuple[Handle, ...]:
@@ -988,7 +993,7 @@ class EventBus:
         return handles
 
     def _note_fast_error(self, error: BaseException, event: str, hook: Any) -> None:
-        for handle in self._event_handles.get(event, ()):
+        for handle in self._handles_for_event(event):
             if handle._hook is hook:
                 add_note(error, describe(handle, event))
                 return
