@@ -42,8 +42,8 @@ def check_name(name: object, what: str, *, allow_pattern: bool) -> str:
     if is_pattern(name):
         if not allow_pattern:
             raise ValueError(
-                f"{what} {name!r} holds a glob character (* ? [); a hook point needs a "
-                f"plain name, patterns are for selecting hooks"
+                f"{what} {name!r} holds a glob character (* ? [); patterns only select "
+                f"hooks when registering them: emit, collect and hook points take plain names"
             )
         if _has_unclosed_bracket(name):
             raise ValueError(
