@@ -367,16 +367,7 @@ def test_once_hook_races_across_threads_and_runs_at_most_once(kind: str) -> None
     [
         pytest.param(("pre",), id="pre"),
         pytest.param(("post",), id="post"),
-        pytest.param(
-            ("pre", "post"),
-            id="pre+post",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="hookbus.torch swaps a module's native post hook (always_call changes "
-                "when pre hooks come and go) by remove-then-register, not atomically: a "
-                "forward in another thread can fall in between and skip surely-live post hooks",
-            ),
-        ),
+        pytest.param(("pre", "post"), id="pre+post"),
     ],
 )
 def test_torch_two_threads_forward_separate_models_on_one_bus(kinds: Tuple[str, ...]) -> None:

@@ -37,6 +37,12 @@ _Hooks = Tuple["Handle", ...]
 _Fast = Optional[Tuple[Callable[..., Any], ...]]
 
 
+# torch's register_forward_(pre_)hook puts the hook in the module's dict first and
+# marks it with_kwargs just after: a forward running in another thread in between
+# calls it without kwargs. The dispatchers take that call too, instead of failing.
+_WITHOUT_KWARGS: Any = object()
+
+
 def _fast(handles: _Hooks, plain: bool) -> _Fast:
     """The bare callables, when the short loop can run them (no rare option in play)."""
     if not plain or any(h.once or h.weak or h.target is not None for h in handles):
@@ -48,7 +54,10 @@ class ModulePoint(HookPoint):
     """The hook point of one ``nn.Module``, named by its qualified name.
 
     It holds its module weakly, and keeps in ``_natives`` the native torch hooks it
-    installed, by phase, with the option each was installed with.
+    installed, by phase. The post dispatcher is always installed with
+    ``always_call=True``, whether or not exception hooks exist: switching that
+    option would mean removing and re-adding the native hook, and a forward running
+    in another thread in between would miss its post hooks.
     """
 
     __slots__ = (
@@ -78,7 +87,7 @@ class ModulePoint(HookPoint):
         super().__init__(bus, name)
         self.plan = None  # the core's plan is unused: dispatch reads the tuples below
         self._module: Callable[[], Optional[torch.nn.Module]] = weakref.ref(module)
-        self._natives: Dict[str, Tuple[RemovableHandle, bool]] = {}
+        self._natives: Dict[str, RemovableHandle] = {}
         self._local = threading.local()
         self._pre: _Hooks = ()
         self._pre_fast: _Fast = None
@@ -89,7 +98,7 @@ class ModulePoint(HookPoint):
         self._backward: _Hooks = ()
         self._grad: _Hooks = ()
         self._shared = False  # pre hooks pass their context on to post/exception/grad
-        self._always = False  # the post dispatcher also runs when forward raised
+        self._always = False  # a forward error concerns us (exception hooks, shared context)
         self._backward_calls = 0
         self._full_backward_flag: Optional[bool] = None
         self._grad_handles: List[RemovableHandle] = []
@@ -121,10 +130,10 @@ class ModulePoint(HookPoint):
         self._shared = bool(pre) and bool(post or exception or grad)
         self._always = bool(exception) or self._shared
         try:
-            self._sync(module, "pre", bool(pre), False)
-            self._sync(module, "post", bool(post or exception or grad), self._always)
-            self._sync(module, "backward_pre", bool(backward_pre), False)
-            self._sync(module, "backward", bool(backward), False)
+            self._sync(module, "pre", bool(pre))
+            self._sync(module, "post", bool(post or exception or grad))
+            self._sync(module, "backward_pre", bool(backward_pre))
+            self._sync(module, "backward", bool(backward))
         except Exception as error:  # pragma: no cover - registration checks come first
             warnings.warn(
                 f"hookbus.torch could not update the native hooks of {self.name!r}: {error!r}",
@@ -137,7 +146,7 @@ class ModulePoint(HookPoint):
         self.attached = False
         module = self._module()
         for phase in list(self._natives):
-            self._sync(module, phase, False, False)
+            self._sync(module, phase, False)
         for handle in self._grad_handles:
             handle.remove()
         self._grad_handles = []
@@ -146,14 +155,12 @@ class ModulePoint(HookPoint):
         self._backward_pre = self._backward = self._grad = ()
         self._pre_fast = self._post_fast = None
 
-    def _sync(
-        self, module: Optional[torch.nn.Module], phase: str, want: bool, always: bool
-    ) -> None:
+    def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
         current = self._natives.get(phase)
-        if current is not None and want and current[1] == always:
+        if (current is not None) == want:
             return
         if current is not None:
-            current[0].remove()
+            current.remove()
             del self._natives[phase]
             if phase in ("backward_pre", "backward") and module is not None:
                 self._restore_backward_flag(module)
@@ -167,13 +174,13 @@ class ModulePoint(HookPoint):
             handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
         elif phase == "post":
             handle = module.register_forward_hook(
-                self._on_post, with_kwargs=True, always_call=always
+                self._on_post, with_kwargs=True, always_call=True
             )
         elif phase == "backward_pre":
             handle = module.register_full_backward_pre_hook(self._on_backward_pre)
         else:
             handle = module.register_full_backward_hook(self._on_backward)
-        self._natives[phase] = (handle, always)
+        self._natives[phase] = handle
         if self.on_install is not None:
             self.on_install(self, phase)
 
@@ -195,12 +202,28 @@ class ModulePoint(HookPoint):
 
     # --- the native dispatchers: short, they run on every module call ----------------
 
-    def _stack(self) -> List[Optional[CallContext]]:
+    def _stack(self) -> List[Tuple[Tuple[Any, ...], Optional[CallContext]]]:
+        """This thread's contexts passed from pre hooks to the rest of their call.
+
+        Each entry is keyed by the args tuple that forward receives, which torch
+        hands to the post dispatcher too: so a post dispatcher only ever takes the
+        context of its own call, even if the hooks changed in mid-call and some
+        pre dispatcher's entry was never taken (it is dropped when found).
+        """
         try:
-            stack: List[Optional[CallContext]] = self._local.stack
+            stack: List[Tuple[Tuple[Any, ...], Optional[CallContext]]] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
         return stack
+
+    def _pop_shared(self, args: Tuple[Any, ...]) -> Tuple[bool, Optional[CallContext]]:
+        """(found, context) of the entry this call's pre dispatcher pushed, if any."""
+        stack = self._stack()
+        while stack:
+            entry_args, ctx = stack.pop()
+            if entry_args is args:
+                return True, ctx
+        return False, None
 
     def _run(self, handles: _Hooks, fast: _Fast, ctx: CallContext) -> None:
         if fast is None:
@@ -216,26 +239,40 @@ class ModulePoint(HookPoint):
                 _returned(handles[fast.index(hook)], ctx, returned)
 
     def _on_pre(
-        self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
-    ) -> Optional[Tuple[Tuple[Any, ...], Dict[str, Any]]]:
+        self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Any = _WITHOUT_KWARGS
+    ) -> Any:
+        if kwargs is _WITHOUT_KWARGS:
+            return self._on_pre_without_kwargs(module, args)
         ctx = CallContext(self.name, module, args, kwargs, next(self._calls))
-        if self._shared:
-            stack = self._stack()
-            stack.append(ctx)
-            try:
-                self._run(self._pre, self._pre_fast, ctx)
-            except BaseException:
-                stack[-1] = None  # the post dispatcher pops it: no exception hooks for it
-                raise
-        else:
+        if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
+            return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
+        stack = self._stack()
+        stack.append((args, None))  # a pre hook raising: no exception hooks for this call
+        self._run(self._pre, self._pre_fast, ctx)
+        stack[-1] = (ctx.args, ctx)  # forward, and so the post dispatcher, gets ctx.args
         if ctx.args is args and ctx.kwargs is kwargs:
             return None
         return ctx.args, ctx.kwargs
 
+    def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
+        # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).
+        replaced = self._on_pre(module, args, {})
+        return None if replaced is None else replaced[0]
+
     def _on_post(
-        self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
+        self,
+        module: torch.nn.Module,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        output: Any = _WITHOUT_KWARGS,
     ) -> Any:
+        if output is _WITHOUT_KWARGS:  # see _WITHOUT_KWARGS: (module, args, output)
+            kwargs, output = {}, kwargs
+        if output is None and _forward_raised(sys._getframe(1)):
+            # torch calls always_call hooks from the except clause of Module._call_impl.
+            self._on_exception(module, args, kwargs, sys.exc_info()[1])
+            return None
         fast = self._post_fast
         if fast is not None and not self._always and not self._grad:
             # The common case (plain post hooks only), kept short: it runs per call.
@@ -257,16 +294,8 @@ class ModulePoint(HookPoint):
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
     ) -> Any:
         ctx: Optional[CallContext] = None
-        if self._always:
-            error = sys.exc_info()[1]
-            # torch calls an always_call hook from the except clause of Module._call_impl
-            # when forward raised: the error then was caught in our caller's frame.
-            if error is not None and _caught_in(error, sys._getframe(2)):
-                self._on_exception(module, args, kwargs, error)
-                return None
-            stack = self._stack()
-            if stack:
-                ctx = stack.pop()
+        if self._shared:
+            ctx = self._pop_shared(args)[1]
         if ctx is None:
             ctx = CallContext(self.name, module, args, kwargs, next(self._calls))
         ctx.phase = "post"
@@ -283,15 +312,13 @@ class ModulePoint(HookPoint):
         module: torch.nn.Module,
         args: Tuple[Any, ...],
         kwargs: Dict[str, Any],
-        error: BaseException,
+        error: Optional[BaseException],
     ) -> None:
         ctx: Optional[CallContext] = None
         if self._shared:
-            stack = self._stack()
-            if stack:
-                ctx = stack.pop()
-                if ctx is None:
-                    return  # a pre hook of ours raised: the call never started
+            found, ctx = self._pop_shared(args)
+            if found and ctx is None:
+                return  # a pre hook of ours raised: the call never started
         if not self._exception:
             return
         if ctx is None:
@@ -344,9 +371,13 @@ def _alive(handle: RemovableHandle) -> bool:
     return hooks_ref() is not None
 
 
-def _caught_in(error: BaseException, frame: Any) -> bool:
+def _forward_raised(caller: Any) -> bool:
+    """Whether ``caller`` (Module._call_impl) is handling an error raised by forward."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return False
     tb = error.__traceback__
-    return tb is not None and tb.tb_frame is frame
+    return tb is not None and tb.tb_frame is caller
 
 
 def hook_output_grads(point: ModulePoint, call_index: int, output: Any) -> None:
