@@ -864,7 +864,7 @@ class EventBus:
         finally:
             lock.release()
 
-    def _remove(self, handles: Iterable[Handle]) -> None:
+    def _remove(self, handles: List[Handle]) -> None:
         lock = self._lock
         lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
         try:
@@ -872,13 +872,15 @@ class EventBus:
         finally:
             lock.release()
 
-    def _remove_locked(self, handles: Iterable[Handle]) -> None:
-        for handle in handles:
+    def _remove_locked(self, handles: List[Handle]) -> None:
+        for handle in handles:  # check all first: nothing is half-removed
             if handle.bus is not self:
+                # Names, not reprs: a bus's repr takes the lock, which is held here.
                 raise ValueError(
-                    f"{handle!r} belongs to {handle.bus!r}, not to {self!r}; remove it "
-                    f"with handle.remove() or through its own bus"
+                    f"{handle!r} belongs to the bus {handle.bus.name!r}, not to {self.name!r}; "
+                    f"remove it with handle.remove() or through its own bus"
                 )
+        for handle in handles:
             if not handle._registered:
                 continue
             handle._registered = False
