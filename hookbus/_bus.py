@@ -1,47 +1,31 @@
-"""The EventBus: registration, the per-name dispatch plans, and the ``emit`` fast path."""
+"""The EventBus: the public API, and the ``emit`` fast path (the rest is in ``_registry``)."""
 
 from __future__ import annotations
 
-import difflib
-import inspect
-import itertools
-import sys
-import threading
-import weakref
-from inspect import CO_COROUTINE
-from types import CoroutineType, FunctionType, TracebackType
+from types import CoroutineType, TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
-    Dict,
     Iterable,
     List,
     Optional,
-    Tuple,
     Type,
     TypeVar,
-    Union,
     overload,
 )
 
 from typing_extensions import ParamSpec
 
-from ._dispatch import PointPlan, check_event_result, dispatch_event, dispatch_event_async
-from ._errors import ErrorPolicy, add_note, check_policy, describe
-from ._handle import (
-    Handle,
-    HandleGroup,
-    Scope,
-    _open_scopes,
-    innermost_scope,
-    plain_handle,
-)
-from ._names import Matcher, check_name, is_pattern, matcher_for
-from ._priority import PriorityLike, to_priority
+from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
+from ._errors import ErrorPolicy, check_policy
+from ._handle import Handle, HandleGroup, Scope
+from ._names import check_name
+from ._priority import PriorityLike
+from ._registry import NO_HOOKS, Registry
 from ._subscribe import subscribe
 from ._trace import Trace
-from ._wrapper import HookPoint, make_hookable
+from ._wrapper import make_hookable
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -53,48 +37,8 @@ R = TypeVar("R")
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
 
-_OPTIONS = ("priority", "once", "target", "weak")
 
-# An event plan is either a tuple of plain callables (the fast path) or an
-# _EventPlan holding the handles, when any rare feature is in play.
-_FastPlan = Tuple[Callable[..., Any], ...]
-
-# Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
-_PLAN_CACHE_LIMIT = 65_536
-# Checked names are cached only to speed up registering the same names again: a
-# few hundred cover a program's hooks without holding many dynamic names.
-_NAME_CACHE_LIMIT = 1_024
-
-# Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
-_MARKED_COROUTINES = sys.version_info >= (3, 12)
-
-
-class _EventPlan:
-    """The hooks of one event in order, when the plain fast loop can't run them."""
-
-    __slots__ = ("handles",)
-
-    def __init__(self, handles: Tuple[Handle, ...]) -> None:
-        self.handles = handles
-
-
-# The plan of an event without hooks: emit returns at once, with no test on the
-# tuple path (a plain tuple plan always has hooks).
-_NO_HOOKS = _EventPlan(())
-
-
-def _is_async_callable(hook: Any) -> bool:
-    if inspect.iscoroutinefunction(hook):
-        return True
-    call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-def _order(handle: Handle) -> Tuple[int, int]:
-    return (-handle.priority, handle.seq)
-
-
-class EventBus:
+class EventBus(Registry):
     """Events, hook points, and the hooks registered on them.
 
     A bus holds two kinds of hooks:
@@ -134,24 +78,9 @@ class EventBus:
     """
 
     def __init__(self, name: str = "bus", *, errors: ErrorPolicy = "raise") -> None:
+        super().__init__()
         self.name = name
         self._errors: ErrorPolicy = check_policy(errors)
-        self._lock = threading.Lock()
-        self._seq = itertools.count()
-        self._exact: Dict[Tuple[str, str], List[Handle]] = {}
-        self._patterns: Dict[str, List[Handle]] = {}
-        # Any, not Union[_FastPlan, _EventPlan]: emit tells them apart by class, the
-        # fastest test there is, which type checkers don't narrow on.
-        self._event_plans: Dict[str, Any] = {}
-        self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
-        self._points: Dict[str, weakref.WeakSet[HookPoint]] = {}
-        self._points_sweep_at = 64
-        self._pauses: Dict[Optional[str], int] = {}
-        self._pause_matchers: Dict[str, Matcher] = {}
-        self._collected: List[Handle] = []
-        self._tracer: Optional[Trace] = None
-        # Names already checked, with their glob matcher (None for a plain name).
-        self._names: Dict[str, Optional[Matcher]] = {}
 
     # --- the fast path --------------------------------------------------------------
 
@@ -175,7 +104,7 @@ class EventBus:
         except KeyError:
             plan = self._plan_event(event)
         if plan.__class__ is not tuple:
-            if plan is not _NO_HOOKS:
+            if plan is not NO_HOOKS:
                 dispatch_event(self, event, plan.handles, args, kwargs, None)
             return
         hook = None
@@ -723,364 +652,6 @@ class EventBus:
             f"<EventBus {self.name!r} {len(hooks)} hooks on {names} names, "
             f"errors={self._errors!r}>"
         )
-
-    # --- internals: registration ---------------------------------------------------
-
-    def _register_or_decorate(
-        self, kind: str, name: str, hook: Any, options: Dict[str, Any]
-    ) -> Any:
-        if hook is None:
-            # Check everything now, so that a bad decorator fails where it is written.
-            check_name(name, f"{_what(kind)} name", allow_pattern=True)
-            self._parse_options(kind, options)
-
-            def decorate(fn: H) -> H:
-                self._register(kind, name, fn, options)
-                return fn
-
-            return decorate
-        return self._register(kind, name, hook, options)
-
-    def _parse_options(self, kind: str, options: Dict[str, Any]) -> Tuple[int, bool, Any, bool]:
-        unknown = [key for key in options if key not in _OPTIONS]
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise TypeError(
-                f"unknown option {unknown[0]!r} for {_method(kind)}(){hint}; "
-                f"accepted: {', '.join(_OPTIONS)}"
-            )
-        priority = to_priority(options.get("priority", 0))
-        once, weak = options.get("once", False), options.get("weak", False)
-        for option, value in (("once", once), ("weak", weak)):
-            if not isinstance(value, bool):
-                raise TypeError(
-                    f"option {option}= takes True or False, got {type(value).__name__} {value!r}"
-                )
-        return priority, once, options.get("target"), weak
-
-    def _register(
-        self,
-        kind: str,
-        name: str,
-        hook: Callable[..., Any],
-        options: Dict[str, Any],
-        *,
-        scope: Optional[Scope] = None,
-    ) -> Handle:
-        """Check everything, then register; nothing is half-registered on failure.
-
-        This is the hot path of register + remove, hence the shortcuts: names
-        checked once (with their pattern matcher) and cached, no option parsing
-        when there are none, plain functions told sync without ``inspect``.
-        """
-        try:
-            match = self._names[name]
-        except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
-            match = self._check_new_name(kind, name)
-        if not callable(hook):
-            raise TypeError(
-                f"{_method(kind)}() needs a callable hook, got {type(hook).__name__} {hook!r}; "
-                f"accepted: a function, method, lambda, functools.partial or callable object"
-            )
-        is_async = (
-            hook.__class__ is not FunctionType
-            or hook.__code__.co_flags & CO_COROUTINE != 0
-            or (_MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
-        ) and _is_async_callable(hook)
-        if options:
-            priority, once, target, weak = self._parse_options(kind, options)
-            handle = Handle(
-                self, kind, name, hook, priority, 0, once, target, weak, is_async, match
-            )  # fmt: skip
-        else:
-            handle = plain_handle(self, kind, name, hook, is_async, match)
-        if scope is None and _open_scopes.get():
-            scope = innermost_scope(self)
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._collected:
-                self._sweep_collected_locked()
-            if is_async and kind != "event":
-                self._refuse_async_on_sync_points_locked(handle)
-            handle.seq = next(self._seq)
-            if match is None:
-                key = (kind, name)
-                bucket = self._exact.get(key)
-                if bucket is None:
-                    self._exact[key] = [handle]
-                else:
-                    bucket.append(handle)
-            else:
-                self._patterns.setdefault(kind, []).append(handle)
-            handle._registered = True
-            if kind == "event" and match is None:
-                self._event_plans.pop(name, None)  # _invalidate_locked's common case
-                self._event_handles.pop(name, None)
-            else:
-                self._invalidate_locked(kind, name, match)
-        finally:
-            lock.release()
-        if scope is not None:
-            scope.add(handle)
-        return handle
-
-    def _check_new_name(self, kind: str, name: str) -> Optional[Matcher]:
-        """Check a name not seen before; cache it with its matcher (None: not a pattern)."""
-        check_name(name, f"{_what(kind)} name", allow_pattern=True)
-        match = matcher_for(name) if is_pattern(name) else None
-        if len(self._names) >= _NAME_CACHE_LIMIT:
-            self._names.clear()
-        self._names[name] = match
-        return match
-
-    def _refuse_async_on_sync_points_locked(self, handle: Handle) -> None:
-        for point_name, points in self._points.items():
-            if handle.applies_to(point_name) and any(not p.is_async for p in points):
-                raise TypeError(
-                    f"async {handle.kind} hook {handle!r} matches the sync hook point "
-                    f"{point_name!r}; async hooks need an async hook point (an "
-                    f"'async def' function). Use a plain 'def' hook there."
-                )
-
-    def _unregister(self, handle: Handle) -> None:
-        """``handle.remove()`` of one of this bus's handles: ``_remove`` without the loop."""
-        if handle.match is not None or handle.kind != "event":
-            self._remove([handle])
-            return
-        lock = self._lock
-        lock.acquire()
-        try:
-            if handle._registered:  # else another thread removed it first
-                handle._registered = False
-                key = ("event", handle.name)
-                bucket = self._exact[key]
-                bucket.remove(handle)
-                if not bucket:
-                    del self._exact[key]
-                self._event_plans.pop(handle.name, None)
-                self._event_handles.pop(handle.name, None)
-        finally:
-            lock.release()
-
-    def _remove(self, handles: List[Handle]) -> None:
-        lock = self._lock
-        lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
-        try:
-            self._remove_locked(handles)
-        finally:
-            lock.release()
-
-    def _remove_locked(self, handles: List[Handle]) -> None:
-        for handle in handles:  # check all first: nothing is half-removed
-            if handle.bus is not self:
-                # Names, not reprs: a bus's repr takes the lock, which is held here.
-                raise ValueError(
-                    f"{handle!r} belongs to the bus {handle.bus.name!r}, not to {self.name!r}; "
-                    f"remove it with handle.remove() or through its own bus"
-                )
-        for handle in handles:
-            if not handle._registered:
-                continue
-            handle._registered = False
-            if handle.match is None:
-                key = (handle.kind, handle.name)
-                bucket = self._exact[key]
-                bucket.remove(handle)
-                if not bucket:
-                    del self._exact[key]
-                if handle.kind == "event":  # _invalidate_locked's common case
-                    self._event_plans.pop(handle.name, None)
-                    self._event_handles.pop(handle.name, None)
-                    continue
-            else:
-                self._patterns[handle.kind].remove(handle)
-            self._invalidate_locked(handle.kind, handle.name, handle.match)
-
-    def _claim(self, handle: Handle) -> bool:
-        """Atomically unregister a ``once`` hook; True for the one caller that won."""
-        with self._lock:
-            if not handle._registered:
-                return False
-            self._remove_locked([handle])
-            return True
-
-    def _forget_collected(self, handle: Handle) -> None:
-        """Weakref callback: unregister a weak hook whose object died.
-
-        It may run at any moment, even inside this bus's own locked section on this
-        thread (a collection can start anywhere), so it never waits for the lock:
-        if the lock is busy, the handle is swept by the next locked operation.
-        Until then the dispatch loops skip it, and ``handle.active`` is already False.
-        """
-        if self._lock.acquire(blocking=False):
-            try:
-                self._remove_locked([handle])
-            finally:
-                self._lock.release()
-        else:
-            self._collected.append(handle)
-
-    def _sweep_collected_locked(self) -> None:
-        while self._collected:
-            self._remove_locked([self._collected.pop()])
-
-    def _all_locked(self) -> List[Handle]:
-        handles = [h for bucket in self._exact.values() for h in bucket]
-        handles += [h for bucket in self._patterns.values() for h in bucket]
-        return handles
-
-    # --- internals: plans ----------------------------------------------------------
-
-    def _resolve_locked(
-        self, kind: str, name: str, *, paused_ok: bool = False
-    ) -> Tuple[Handle, ...]:
-        """The hooks of ``kind`` that run for ``name``, in order (lock held)."""
-        if not paused_ok and self._pauses and self._is_paused_locked(name):
-            return ()
-        handles = list(self._exact.get((kind, name), ()))
-        if is_pattern(name):
-            return tuple(handles)  # introspection of a pattern: its own hooks only
-        handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]
-        handles.sort(key=_order)
-        return tuple(handles)
-
-    def _is_paused_locked(self, name: str) -> bool:
-        if None in self._pauses or name in self._pauses:
-            return True
-        return any(match(name) for match in self._pause_matchers.values())
-
-    def _plan_event(self, event: str) -> Union[_FastPlan, _EventPlan]:
-        """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
-        # Emit needs no handles tuple: caching one only for events that are
-        # collected (or whose hook raised) saves a tuple and an entry per event.
-        return self._replan_event(event, keep_handles=False)[0]
-
-    def _replan_event(
-        self, event: str, *, keep_handles: bool = True
-    ) -> Tuple[Union[_FastPlan, _EventPlan], Tuple[Handle, ...]]:
-        """Work out and cache the plan (and the handles) of ``event``; return both."""
-        check_name(event, "event name", allow_pattern=False)
-        with self._lock:
-            self._sweep_collected_locked()
-            handles = self._resolve_locked("event", event)
-            plain = (
-                self._errors == "raise"
-                and self._tracer is None
-                and not any(
-                    h.once or h.weak or h.is_async or h.target is not None for h in handles
-                )
-            )
-            plan: Union[_FastPlan, _EventPlan] = (
-                _NO_HOOKS
-                if not handles
-                else tuple(h._hook for h in handles)
-                if plain
-                else _EventPlan(handles)
-            )
-            if len(self._event_plans) >= _PLAN_CACHE_LIMIT:
-                self._event_plans.clear()
-                self._event_handles.clear()
-            self._event_plans[event] = plan
-            if keep_handles:
-                self._event_handles[event] = handles
-        return plan, handles
-
-    def _handles_for_event(self, event: str) -> Tuple[Handle, ...]:
-        handles = self._event_handles.get(event)
-        if handles is None:
-            # Not re-read from the cache: another thread may clear it at once.
-            handles = self._replan_event(event)[1]
-        return handles
-
-    def _note_fast_error(self, error: BaseException, event: str, hook: Any) -> None:
-        for handle in self._handles_for_event(event):
-            if handle._hook is hook:
-                add_note(error, describe(handle, event))
-                return
-
-    def _check_point_name(self, name: str) -> str:
-        return check_name(name, "hook point name", allow_pattern=False)
-
-    def _add_point(self, point: HookPoint) -> None:
-        with self._lock:
-            if not point.is_async:
-                for handle in self._all_locked():
-                    if (
-                        handle.is_async
-                        and handle.kind in point.kinds
-                        and handle.applies_to(point.name)
-                    ):
-                        raise TypeError(
-                            f"the sync hook point {point.name!r} matches the async hook "
-                            f"{handle!r}; async hooks need an async hook point (an "
-                            f"'async def' function)"
-                        )
-            if point.name not in self._points and len(self._points) >= self._points_sweep_at:
-                # A point dies with its wrapper: forget names left with none, or
-                # wrapping under ever-new names would leak (amortized per doubling).
-                for name in [name for name, points in self._points.items() if not points]:
-                    del self._points[name]
-                self._points_sweep_at = 2 * len(self._points) + 64
-            self._points.setdefault(point.name, weakref.WeakSet()).add(point)
-
-    def _resolve_point(self, point: HookPoint) -> Optional[PointPlan]:
-        with self._lock:
-            self._sweep_collected_locked()
-            plan = point.build_plan()
-            point.plan = plan
-        return plan
-
-    def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
-        if kind == "event":
-            if match is None:
-                self._event_plans.pop(name, None)
-                self._event_handles.pop(name, None)
-            else:
-                self._event_plans.clear()
-                self._event_handles.clear()
-            return
-        if match is None:
-            for point in list(self._points.get(name, ())):
-                point.invalidate()
-            return
-        for point_name, points in list(self._points.items()):
-            if match(point_name):
-                for point in list(points):
-                    point.invalidate()
-
-    def _invalidate_all_locked(self) -> None:
-        self._event_plans.clear()
-        self._event_handles.clear()
-        for points in list(self._points.values()):
-            for point in list(points):
-                point.invalidate()
-
-    def _set_pause_locked(self, name: Optional[str], delta: int) -> None:
-        count = self._pauses.get(name, 0) + delta
-        if count:
-            self._pauses[name] = count
-            if name is not None and is_pattern(name):
-                self._pause_matchers[name] = matcher_for(name)
-        else:
-            self._pauses.pop(name, None)
-            self._pause_matchers.pop(name or "", None)
-        self._invalidate_all_locked()
-
-    def _set_tracer(self, tracer: Optional[Trace]) -> None:
-        with self._lock:
-            self._tracer = tracer
-            self._invalidate_all_locked()
-
-
-def _what(kind: str) -> str:
-    return "event" if kind == "event" else "hook point"
-
-
-def _method(kind: str) -> str:
-    """The registering method's name, for messages (the torch adapter adds kinds)."""
-    return "on" if kind == "event" else kind
 
 
 class _Decorator:
