@@ -190,6 +190,7 @@ class EventBus(Registry):
         once: bool = False,
         target: Any = None,
         weak: bool = False,
+        with_name: bool = False,
     ) -> Handle: ...
 
     @overload
@@ -202,6 +203,7 @@ class EventBus(Registry):
         once: bool = False,
         target: Any = None,
         weak: bool = False,
+        with_name: bool = False,
     ) -> Callable[[H], H]: ...
 
     def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
@@ -210,6 +212,8 @@ class EventBus(Registry):
         ``event`` may be a glob pattern (``"train.*"``, ``"*"``). The hook is called
         with exactly what :meth:`emit` is given. ``target=obj`` makes it fire only
         when ``obj`` is the first positional argument (the sender, as in blinker).
+        ``with_name=True`` passes the event's name first, ``hook(event, *args,
+        **kwargs)``, for hooks that watch many events through a pattern.
 
         The call form returns a :class:`Handle`. The decorator form returns the
         function unchanged; :meth:`handles_of` finds its handle.
@@ -224,6 +228,9 @@ class EventBus(Registry):
             step 3
             >>> [h.name for h in bus.handles_of(log)]
             ['train.*']
+            >>> _ = bus.on("*", lambda event, *args: print("saw", event, args), with_name=True)
+            >>> bus.emit("eval.done", 0.9)
+            saw eval.done (0.9,)
         """
         if hook is not None:  # the call form, straight to the hot path
             return self._register("event", event, hook, options)

@@ -10,6 +10,7 @@ function so that a reader can follow one dispatch from top to bottom.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
@@ -57,7 +58,7 @@ would gain a ``None`` from it and the code under test would see other results.""
 
 
 def _event_hook(
-    bus: EventBus, handle: Handle, args: Tuple[Any, ...]
+    bus: EventBus, handle: Handle, event: str, args: Tuple[Any, ...]
 ) -> Optional[Callable[..., Any]]:
     """The callable to run for ``handle`` in this emission, or None to skip it."""
     if handle.target is not None and (not args or args[0] is not handle.target):
@@ -67,7 +68,7 @@ def _event_hook(
         return None
     if handle.once and not bus._claim(handle):
         return None  # another thread's emission ran it first
-    return hook
+    return partial(hook, event) if handle.with_name else hook
 
 
 def check_event_result(result: Any, event: str) -> None:
@@ -100,7 +101,7 @@ def dispatch_event(
             f"a sync emit cannot await them: use 'await bus.emit_async(...)'"
         )
     for handle in handles:
-        hook = _event_hook(bus, handle, args)
+        hook = _event_hook(bus, handle, event, args)
         if hook is None:
             continue
         start = perf_counter_ns() if tracer is not None else 0
@@ -135,7 +136,7 @@ async def dispatch_event_async(
     tracer = bus._tracer
     errors: List[Exception] = []
     for handle in handles:
-        hook = _event_hook(bus, handle, args)
+        hook = _event_hook(bus, handle, event, args)
         if hook is None:
             continue
         start = perf_counter_ns() if tracer is not None else 0

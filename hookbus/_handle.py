@@ -33,6 +33,7 @@ class Handle:
         priority: higher runs first; ties run in registration order.
         once: whether it removes itself after its first call.
         target: the only target (or sender) it fires for, or ``None`` for any.
+        with_name: whether an event hook gets the event's name first.
 
     Example:
         >>> import hookbus
@@ -62,6 +63,7 @@ class Handle:
         "seq",
         "target",
         "weak",
+        "with_name",
     )
 
     def __init__(
@@ -77,6 +79,7 @@ class Handle:
         weak: bool,
         is_async: bool,
         match: Optional[Matcher],
+        with_name: bool = False,
     ) -> None:
         self.bus = bus
         self.kind = kind
@@ -88,6 +91,7 @@ class Handle:
         self.weak = weak
         self.is_async = is_async
         self.match = match
+        self.with_name = with_name
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
         # plain_handle() below builds the same fields for the default options.
@@ -133,6 +137,7 @@ class Handle:
                 f" priority={self.priority}" if self.priority else "",
                 " once" if self.once else "",
                 " weak" if self.weak else "",
+                " with_name" if self.with_name else "",
                 f" target={type(self.target).__name__}" if self.target is not None else "",
             )
         )
@@ -162,6 +167,7 @@ def plain_handle(
     handle.weak = False
     handle.is_async = is_async
     handle.match = match
+    handle.with_name = False
     handle._registered = False
     handle._hook = hook
     return handle

@@ -36,7 +36,7 @@ __all__ = ["NO_HOOKS", "Registry"]
 
 H = TypeVar("H", bound=Callable[..., Any])
 
-_OPTIONS = ("priority", "once", "target", "weak")
+_OPTIONS = ("priority", "once", "target", "weak", "with_name")
 
 # An event plan is either a tuple of plain callables (the fast path) or an
 # _EventPlan holding the handles, when any rare feature is in play.
@@ -131,7 +131,9 @@ class Registry:
             return decorate
         return self._register(kind, name, hook, options)
 
-    def _parse_options(self, kind: str, options: Dict[str, Any]) -> Tuple[int, bool, Any, bool]:
+    def _parse_options(
+        self, kind: str, options: Dict[str, Any]
+    ) -> Tuple[int, bool, Any, bool, bool]:
         unknown = [key for key in options if key not in _OPTIONS]
         if unknown:
             close = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
@@ -142,12 +144,18 @@ class Registry:
             )
         priority = to_priority(options.get("priority", 0))
         once, weak = options.get("once", False), options.get("weak", False)
-        for option, value in (("once", once), ("weak", weak)):
+        with_name = options.get("with_name", False)
+        for option, value in (("once", once), ("weak", weak), ("with_name", with_name)):
             if not isinstance(value, bool):
                 raise TypeError(
                     f"option {option}= takes True or False, got {type(value).__name__} {value!r}"
                 )
-        return priority, once, options.get("target"), weak
+        if with_name and kind != "event":
+            raise TypeError(
+                f"option with_name= is for event hooks (on); a {_method(kind)} hook gets "
+                f"the name as ctx.name already"
+            )
+        return priority, once, options.get("target"), weak, with_name
 
     def _register(
         self,
@@ -180,9 +188,9 @@ class Registry:
         ) and _is_async_callable(hook)
         bus = cast("EventBus", self)  # the only subclass
         if options:
-            priority, once, target, weak = self._parse_options(kind, options)
+            priority, once, target, weak, with_name = self._parse_options(kind, options)
             handle = Handle(
-                bus, kind, name, hook, priority, 0, once, target, weak, is_async, match
+                bus, kind, name, hook, priority, 0, once, target, weak, is_async, match, with_name
             )  # fmt: skip
         else:
             handle = plain_handle(bus, kind, name, hook, is_async, match)
@@ -344,7 +352,8 @@ class Registry:
                 self._errors == "raise"
                 and self._tracer is None
                 and not any(
-                    h.once or h.weak or h.is_async or h.target is not None for h in handles
+                    h.once or h.weak or h.is_async or h.with_name or h.target is not None
+                    for h in handles
                 )
             )
             plan: Union[_FastPlan, _EventPlan] = (

@@ -24,7 +24,6 @@ import contextlib
 import difflib
 import fnmatch
 import reprlib
-import sys
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -45,7 +44,7 @@ import pytest
 import hookbus
 from hookbus._bus import EventBus
 from hookbus._context import CallContext
-from hookbus._dispatch import NOT_COLLECTED, dispatch_event, dispatch_event_async
+from hookbus._dispatch import NOT_COLLECTED
 from hookbus._handle import HandleGroup
 
 if TYPE_CHECKING:
@@ -186,8 +185,8 @@ class Recorder:
         self._watched.append(bus)
         records = self.records
 
-        def on_event(*args: Any, **kwargs: Any) -> Any:
-            records.append(Record("event", _dispatched_event(), args, kwargs, bus))
+        def on_event(event: str, *args: Any, **kwargs: Any) -> Any:
+            records.append(Record("event", event, args, kwargs, bus))
             return NOT_COLLECTED
 
         def on_pre(ctx: CallContext) -> None:
@@ -208,7 +207,7 @@ class Recorder:
                 record.recovered = ctx.exception is not None
                 record.done = True
 
-        self._hooks.add(bus.on("*", on_event, priority=_FIRST))
+        self._hooks.add(bus.on("*", on_event, priority=_FIRST, with_name=True))
         self._hooks.add(bus.pre("*", on_pre, priority=_FIRST))
         self._hooks.add(bus.exception("*", on_exception, priority=_FIRST))
         self._hooks.add(bus.post("*", on_post, priority=_LAST))
@@ -394,29 +393,6 @@ class Recorder:
     def __repr__(self) -> str:
         state = "recording" if self._hooks.active else "stopped"
         return f"<Recorder {len(self.records)} records, {state}>"
-
-
-# The functions that call event hooks, each with the event's name in its local `event`.
-_DISPATCHERS = frozenset(
-    (EventBus.emit.__code__, dispatch_event.__code__, dispatch_event_async.__code__)
-)
-
-
-def _dispatched_event() -> str:
-    """The name of the event whose dispatch called the recorder's ``"*"`` hook.
-
-    Event hooks get the emitted arguments, not the name. Rather than give every
-    hook a way to learn it (a cost on the hot path), the recorder, test tooling,
-    reads it from the frame of the dispatch loop that called it.
-    """
-    frame = sys._getframe(2)  # 0: here, 1: the recorder's hook, 2: its caller
-    event = frame.f_locals.get("event") if frame.f_code in _DISPATCHERS else None
-    if not isinstance(event, str):
-        raise RuntimeError(
-            f"hookbus recorder: event hook called from {frame.f_code.co_name}(), not from a "
-            f"known dispatch loop; the recorder needs updating for this hookbus version"
-        )
-    return event
 
 
 def _matches(record: Record, name: str) -> bool:

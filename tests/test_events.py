@@ -274,3 +274,24 @@ def test_every_hook_called_once_per_emit(n: int) -> None:
     bus.emit("e")
     bus.emit("e")
     assert counts == [2] * n
+
+
+def test_with_name_passes_the_event_name_first() -> None:
+    bus = EventBus()
+    log: List[Any] = []
+    bus.on("user.*", recorder(log, "named"), with_name=True)
+    bus.on("user.*", recorder(log, "plain"))
+    bus.emit("user.created", "ada", admin=True)
+    assert log == [
+        ("named", ("user.created", "ada"), {"admin": True}),
+        ("plain", ("ada",), {"admin": True}),
+    ]
+    assert bus.collect("user.deleted", "bob") == ["named", "plain"]
+    assert "with_name" in repr(bus.hooks("user.x")[0])
+
+
+def test_with_name_is_for_event_hooks_only() -> None:
+    bus = EventBus()
+    with pytest.raises(TypeError, match="with_name= is for event hooks"):
+        bus.pre("f", print, with_name=True)
+    assert bus.hooks() == []
