@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext
+from .._context import CallContext, new_context
 from .._dispatch import _returned, run_phase
 from .._errors import add_note, describe
 from .._wrapper import HookPoint
@@ -243,7 +243,7 @@ class ModulePoint(HookPoint):
     ) -> Any:
         if kwargs is _WITHOUT_KWARGS:
             return self._on_pre_without_kwargs(module, args)
-        ctx = CallContext(self.name, module, args, kwargs, next(self._calls))
+        ctx = new_context(self.name, module, args, kwargs, next(self._calls))
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
@@ -276,7 +276,7 @@ class ModulePoint(HookPoint):
         fast = self._post_fast
         if fast is not None and not self._always and not self._grad:
             # The common case (plain post hooks only), kept short: it runs per call.
-            ctx = CallContext(self.name, module, args, kwargs, next(self._calls), "post")
+            ctx = new_context(self.name, module, args, kwargs, next(self._calls), "post")
             ctx.result = output
             for hook in fast:
                 try:
@@ -297,7 +297,7 @@ class ModulePoint(HookPoint):
         if self._shared:
             ctx = self._pop_shared(args)[1]
         if ctx is None:
-            ctx = CallContext(self.name, module, args, kwargs, next(self._calls))
+            ctx = new_context(self.name, module, args, kwargs, next(self._calls))
         ctx.phase = "post"
         ctx.result = output
         if self._post:
