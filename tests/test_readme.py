@@ -18,7 +18,7 @@ def python_blocks() -> List[str]:
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_python_block_runs(index: int) -> None:
+def test_readme_python_block_runs(index: int, capsys: pytest.CaptureFixture[str]) -> None:
     block = python_blocks()[index]
     if "import torch" in block:
         pytest.importorskip("torch")
@@ -26,6 +26,11 @@ def test_readme_python_block_runs(index: int) -> None:
         exec(compile(block, f"README.md block {index}", "exec"), {})
     finally:
         hookbus.clear()
+    printed = capsys.readouterr().out.splitlines()
+    # A comment "# prints: a / b" promises those lines, in that order.
+    for promise in re.findall(r"# prints: (.*)", block):
+        expected = [line.strip() for line in promise.split(" / ")]
+        assert [line for line in printed if line in expected] == expected
 
 
 def test_readme_commands_pin_torch_and_run_demo_and_tests() -> None:
