@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import weakref
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from ._names import Matcher
 
@@ -15,10 +14,25 @@ if TYPE_CHECKING:
 
     from ._bus import EventBus
 
-__all__ = ["Handle", "HandleGroup", "Scope"]
+__all__ = ["Handle", "HandleGroup", "Removable", "Scope"]
 
 
-class Handle:
+class Removable:
+    """Anything that ``remove()`` undoes; as a context manager, it removes on exit."""
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        raise NotImplementedError  # pragma: no cover - every subclass defines it
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.remove()
+
+
+class Handle(Removable):
     """One registered hook. Returned by every registration; removes it again.
 
     ``remove()`` is idempotent, ``active`` says whether the hook is still
@@ -120,17 +134,6 @@ class Handle:
         if self._registered:
             self.bus._unregister(self)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.remove()
-
     def __repr__(self) -> str:
         options = "".join(
             (
@@ -173,7 +176,7 @@ def plain_handle(
     return handle
 
 
-class HandleGroup:
+class HandleGroup(Removable):
     """Handles removed together: ``remove()`` removes all, and so does leaving a ``with``.
 
     Example:
@@ -216,17 +219,6 @@ class HandleGroup:
 
     def __len__(self) -> int:
         return len(self._handles)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.remove()
 
     def __repr__(self) -> str:
         active = sum(handle.active for handle in self._handles)
@@ -290,12 +282,7 @@ class Scope(HandleGroup):
         self._token = _open_scopes.set((*_open_scopes.get(), self))
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         token, self._token = self._token, None
         try:
             if token is not None:

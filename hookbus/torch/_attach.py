@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import warnings
 import weakref
-from types import TracebackType
 from typing import (
     AbstractSet,
     Any,
@@ -25,7 +24,7 @@ from torch import nn
 
 from .._bus import EventBus
 from .._context import CallContext
-from .._handle import Handle, HandleGroup
+from .._handle import Handle, HandleGroup, Removable
 from ._point import KINDS, ModulePoint
 
 __all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
@@ -117,7 +116,7 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
     return Attachment(model, bus, prefix, compiled=compiled)
 
 
-class Attachment:
+class Attachment(Removable):
     """A model attached to a bus: its modules' names, selection, and extra hook kinds.
 
     Every registration method takes a *selector* and the usual options
@@ -537,17 +536,6 @@ class Attachment:
                 if handle.kind in kinds:
                     seen.setdefault(id(handle), handle)
         return list(seen.values())
-
-    def __enter__(self) -> Attachment:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.detach()
 
     def __repr__(self) -> str:
         model = self._model()

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import weakref
-from types import TracebackType
-from typing import Any, Callable, Optional, Type
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
 from .._context import CallContext
+from .._handle import Removable
 
 __all__ = ["GradHandle", "on_grad"]
 
 
-class GradHandle:
+class GradHandle(Removable):
     """Removes a gradient hook added by :func:`on_grad`; idempotent, a context manager.
 
     ``active`` is ``False`` from the start when the tensor did not require grad
@@ -48,17 +48,6 @@ class GradHandle:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.remove()
-
-    def __enter__(self) -> GradHandle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.remove()
 
     def __repr__(self) -> str:
         return f"<GradHandle {'active' if self.active else 'removed'}>"
