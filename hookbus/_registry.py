@@ -77,6 +77,9 @@ def _order(handle: Handle) -> Tuple[int, int]:
     return (-handle.priority, handle.seq)
 
 
+_NO_NAMES: Dict[str, List[Handle]] = {}
+
+
 def _what(kind: str) -> str:
     return "event" if kind == "event" else "hook point"
 
@@ -99,7 +102,9 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        self._exact: Dict[Tuple[str, str], List[Handle]] = {}
+        # kind -> name -> hooks, in registration order (nested rather than keyed by
+        # (kind, name): a tuple key would cost 56 bytes more per name).
+        self._exact: Dict[str, Dict[str, List[Handle]]] = {}
         self._patterns: Dict[str, List[Handle]] = {}
         # Any, not Union[_FastPlan, _EventPlan]: emit tells them apart by class, the
         # fastest test there is, which type checkers don't narrow on.
@@ -205,10 +210,12 @@ class Registry:
                 self._refuse_async_on_sync_points_locked(handle)
             handle.seq = next(self._seq)
             if match is None:
-                key = (kind, name)
-                bucket = self._exact.get(key)
+                names = self._exact.get(kind)
+                if names is None:
+                    names = self._exact[kind] = {}
+                bucket = names.get(name)
                 if bucket is None:
-                    self._exact[key] = [handle]
+                    names[name] = [handle]
                 else:
                     bucket.append(handle)
             else:
@@ -272,11 +279,11 @@ class Registry:
             return  # removed already, by another thread or an earlier call
         handle._registered = False
         if handle.match is None:
-            key = (handle.kind, handle.name)
-            bucket = self._exact[key]
+            names = self._exact[handle.kind]
+            bucket = names[handle.name]
             bucket.remove(handle)
             if not bucket:
-                del self._exact[key]
+                del names[handle.name]
         else:
             self._patterns[handle.kind].remove(handle)
         self._invalidate_locked(handle.kind, handle.name, handle.match)
@@ -310,9 +317,51 @@ class Registry:
             self._remove_locked([self._collected.pop()])
 
     def _all_locked(self) -> List[Handle]:
-        handles = [h for bucket in self._exact.values() for h in bucket]
+        handles = [
+            h for names in self._exact.values() for bucket in names.values() for h in bucket
+        ]
         handles += [h for bucket in self._patterns.values() for h in bucket]
         return handles
+
+    def _snapshot(self) -> Tuple[Any, ...]:
+        """Everything :meth:`_restore` needs to undo later changes (the pytest plugin)."""
+        with self._lock:
+            self._sweep_collected_locked()
+            return (
+                {
+                    kind: {n: list(b) for n, b in names.items()}
+                    for kind, names in self._exact.items()
+                },
+                {kind: list(bucket) for kind, bucket in self._patterns.items()},
+                self._errors,
+                self._tracer,
+                dict(self._pauses),
+                dict(self._pause_matchers),
+            )
+
+    def _restore(self, snapshot: Tuple[Any, ...]) -> None:
+        """Put hooks, error policy, trace and pauses back as :meth:`_snapshot` saw them.
+
+        Hooks added since are unregistered, hooks removed since come back, except
+        weakly held ones whose object died meanwhile.
+        """
+        exact, patterns, errors, tracer, pauses, pause_matchers = snapshot
+        with self._lock:
+            self._sweep_collected_locked()
+            for handle in self._all_locked():
+                handle._registered = False
+            buckets = [b for names in exact.values() for b in names.values()]
+            for bucket in [*buckets, *patterns.values()]:
+                bucket[:] = [h for h in bucket if not h.weak or h._hook() is not None]
+                for handle in bucket:
+                    handle._registered = True
+            self._exact = {
+                kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()
+            }
+            self._patterns = {kind: bucket for kind, bucket in patterns.items() if bucket}
+            self._errors, self._tracer = errors, tracer
+            self._pauses, self._pause_matchers = pauses, pause_matchers
+            self._invalidate_all_locked()
 
     # --- plans ----------------------------------------------------------------------
 
@@ -322,7 +371,7 @@ class Registry:
         """The hooks of ``kind`` that run for ``name``, in order (lock held)."""
         if not paused_ok and self._pauses and self._is_paused_locked(name):
             return ()
-        handles = list(self._exact.get((kind, name), ()))
+        handles = list(self._exact.get(kind, _NO_NAMES).get(name, ()))
         if is_pattern(name):
             return tuple(handles)  # introspection of a pattern: its own hooks only
         handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]

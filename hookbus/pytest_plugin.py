@@ -448,29 +448,11 @@ def isolate(bus: EventBus) -> Generator[EventBus, None, None]:
         >>> [h.name for h in bus.hooks()], kept.active, added.active
         (['a'], True, False)
     """
-    with bus._lock:
-        bus._sweep_collected_locked()
-        exact = {key: list(bucket) for key, bucket in bus._exact.items()}
-        patterns = {kind: list(bucket) for kind, bucket in bus._patterns.items()}
-        errors, tracer = bus._errors, bus._tracer
-        pauses, pause_matchers = dict(bus._pauses), dict(bus._pause_matchers)
+    snapshot = bus._snapshot()
     try:
         yield bus
     finally:
-        with bus._lock:
-            bus._sweep_collected_locked()
-            for handle in bus._all_locked():
-                handle._registered = False
-            for bucket in [*exact.values(), *patterns.values()]:
-                # A weakly held hook whose object died meanwhile stays gone.
-                bucket[:] = [h for h in bucket if not h.weak or h._hook() is not None]
-                for handle in bucket:
-                    handle._registered = True
-            bus._exact = {key: bucket for key, bucket in exact.items() if bucket}
-            bus._patterns = {kind: bucket for kind, bucket in patterns.items() if bucket}
-            bus._errors, bus._tracer = errors, tracer
-            bus._pauses, bus._pause_matchers = pauses, pause_matchers
-            bus._invalidate_all_locked()
+        bus._restore(snapshot)
 
 
 # --- the plugin ---------------------------------------------------------------------
