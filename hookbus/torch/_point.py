@@ -73,6 +73,7 @@ class ModulePoint(HookPoint):
         "_module",
         "_natives",
         "_post",
+        "_post_alone",
         "_post_fast",
         "_pre",
         "_pre_fast",
@@ -93,6 +94,7 @@ class ModulePoint(HookPoint):
         self._pre_fast: _Fast = None
         self._post: _Hooks = ()
         self._post_fast: _Fast = None
+        self._post_alone: _Fast = None  # _post_fast when post hooks are all there is
         self._exception: _Hooks = ()
         self._backward_pre: _Hooks = ()
         self._backward: _Hooks = ()
@@ -129,6 +131,7 @@ class ModulePoint(HookPoint):
         )  # fmt: skip
         self._shared = bool(pre) and bool(post or exception or grad)
         self._always = bool(exception) or self._shared
+        self._post_alone = None if self._always or grad else self._post_fast
         try:
             self._sync(module, "pre", bool(pre))
             self._sync(module, "post", bool(post or exception or grad))
@@ -153,7 +156,7 @@ class ModulePoint(HookPoint):
         self._local = threading.local()
         self._pre = self._post = self._exception = ()
         self._backward_pre = self._backward = self._grad = ()
-        self._pre_fast = self._post_fast = None
+        self._pre_fast = self._post_fast = self._post_alone = None
 
     def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
         current = self._natives.get(phase)
@@ -273,8 +276,8 @@ class ModulePoint(HookPoint):
             # torch calls always_call hooks from the except clause of Module._call_impl.
             self._on_exception(module, args, kwargs, sys.exc_info()[1])
             return None
-        fast = self._post_fast
-        if fast is not None and not self._always and not self._grad:
+        fast = self._post_alone
+        if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
             ctx = new_context(self.name, module, args, kwargs, next(self._calls), "post")
             ctx.result = output
