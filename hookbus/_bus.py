@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from types import CoroutineType, TracebackType
+from types import CoroutineType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -10,7 +10,6 @@ from typing import (
     Iterable,
     List,
     Optional,
-    Type,
     TypeVar,
     overload,
 )
@@ -690,12 +689,7 @@ class _Pause:
             self._bus._set_pause_locked(self._name, +1)
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         with self._bus._lock:
             self._bus._set_pause_locked(self._name, -1)
 

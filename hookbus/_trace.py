@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Type
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -92,12 +91,7 @@ class Trace:
         self.bus._set_tracer(self)
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.bus._set_tracer(self._outer)
         self._outer = None
 

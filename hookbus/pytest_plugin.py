@@ -24,7 +24,6 @@ import contextlib
 import difflib
 import fnmatch
 import reprlib
-from types import TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -382,12 +381,7 @@ class Recorder:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:
