@@ -148,8 +148,7 @@ def make_hookable(
     if is_async:
 
         async def call_point_async(*args: Any, **kwargs: Any) -> Any:
-            plan = point.plan
-            if plan is None:
+            if point.plan is None:
                 return await call(*args, **kwargs)
             plan = point.current_plan()
             if plan is None:
