@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 import warnings
 import weakref
 from typing import (
@@ -21,10 +22,13 @@ from typing import (
 )
 
 from torch import nn
+from typing_extensions import Unpack
 
 from .._bus import EventBus
 from .._context import CallContext
 from .._handle import Handle, HandleGroup, Removable
+from .._names import check_name, is_pattern, matcher_for
+from .._options import HookOptions
 from ._point import KINDS, ModulePoint
 
 __all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
@@ -104,7 +108,7 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
     if not isinstance(prefix, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
     if prefix:
-        bus._check_point_name(prefix)
+        check_name(prefix, "hook point name", allow_pattern=False)
     compiled = is_compiled(model)
     model = unwrap(model)
     for existing in _attachments.get(model, ()):
@@ -168,12 +172,11 @@ class Attachment(Removable):
                 point = ModulePoint(bus, name, module)
                 if compiled:
                     point.on_install = self._warn_compiled
-                bus._add_point(point)  # refuses a model that async hooks already match
+                bus.registry.add_point(point)  # refuses a model that async hooks match
                 self._points[name] = point
                 self._names[id(module)] = name
-            with bus._lock:
-                for point in self._points.values():
-                    point.invalidate()  # hooks registered before attaching apply at once
+            for point in self._points.values():
+                point.invalidate()  # hooks registered before attaching apply at once
         except BaseException:
             self._detach_points()
             raise
@@ -187,16 +190,21 @@ class Attachment(Removable):
     def _warn_compiled(self, point: ModulePoint, phase: str) -> None:
         if self._warned:
             return
-        self._warned = True
-        warnings.warn(
-            f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} of a "
-            f"torch.compile'd model. If the compiled model already ran while it had no hooks, "
-            f"torch ignores hooks added since (torch._dynamo.config.skip_nnmodule_hook_guards): "
-            f"register hooks before its first call, or call torch._dynamo.reset(). A model "
-            f"that had hooks then recompiles at each change instead.",
-            CompiledModelWarning,
-            stacklevel=6,
-        )
+        self._warned = True  # first: a warnings hook registering here must not recurse
+        try:
+            warnings.warn(
+                f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} "
+                f"of a torch.compile'd model. If the compiled model already ran while it had no "
+                f"hooks, torch ignores hooks added since "
+                f"(torch._dynamo.config.skip_nnmodule_hook_guards): "
+                f"register hooks before its first call, or call torch._dynamo.reset(). A model "
+                f"that had hooks then recompiles at each change instead.",
+                CompiledModelWarning,
+                stacklevel=_caller_outside_hookbus(),
+            )
+        except BaseException:
+            self._warned = False  # raised (-W error): the registration is undone; warn again
+            raise
 
     # --- names and selection -----------------------------------------------------------
 
@@ -263,8 +271,6 @@ class Attachment(Removable):
             >>> net.select(nn.Linear), net.select("[01]"), net.select(model[1])
             (['0', '2'], ['0', '1'], ['1'])
         """
-        from .._names import check_name, is_pattern, matcher_for
-
         if isinstance(selector, str):
             check_name(selector, "module selector", allow_pattern=True)
             if not is_pattern(selector):
@@ -317,10 +323,14 @@ class Attachment(Removable):
     # --- registration ------------------------------------------------------------------
 
     @overload
-    def pre(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    def pre(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
     @overload
-    def pre(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def pre(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def pre(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def pre(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Forward pre hook: ``ctx.args`` / ``ctx.kwargs`` (kwargs-only calls included).
 
         Assign ``ctx.args`` (a tuple) or ``ctx.kwargs`` (a dict) to replace them.
@@ -339,10 +349,14 @@ class Attachment(Removable):
         return self._register("pre", selector, hook, options)
 
     @overload
-    def post(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    def post(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
     @overload
-    def post(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def post(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def post(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def post(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Forward post hook: ``ctx.result`` is the output; assign it to replace it.
 
         The replacement flows into autograd like any tensor the module returned.
@@ -362,11 +376,13 @@ class Attachment(Removable):
 
     @overload
     def exception(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
-    def exception(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def exception(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def exception(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def exception(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Exception hook: runs when the module's forward raises, with ``ctx.exception``.
 
         It observes: torch re-raises the error after its hooks, so the error
@@ -389,10 +405,14 @@ class Attachment(Removable):
         return self._register("exception", selector, hook, options)
 
     @overload
-    def grad(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    def grad(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
     @overload
-    def grad(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def grad(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def grad(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def grad(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Gradient hook on the module's outputs: the cheap, safe way to see gradients.
 
         At backward, ``ctx.result`` is the gradient of one output tensor (assign to
@@ -414,13 +434,15 @@ class Attachment(Removable):
 
     @overload
     def backward_pre(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
     def backward_pre(
-        self, selector: GroupSelector, hook: Hook, /, **options: Any
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
     ) -> HandleGroup: ...
-    def backward_pre(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def backward_pre(
+        self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Any:
         """Full backward pre hook: ``ctx.args`` is ``grad_output``; assign to replace it.
 
         Opt-in: full backward hooks cost about as much as the backward pass of a
@@ -440,11 +462,13 @@ class Attachment(Removable):
 
     @overload
     def backward(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
-    def backward(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def backward(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def backward(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def backward(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Full backward hook: ``ctx.args`` is ``grad_output``, ``ctx.result`` ``grad_input``.
 
         Assign ``ctx.result`` (a tuple of the same length) to replace ``grad_input``.
@@ -462,7 +486,7 @@ class Attachment(Removable):
         """
         return self._register("backward", selector, hook, options)
 
-    def _register(self, kind: str, selector: Selector, hook: Hook, options: Dict[str, Any]) -> Any:
+    def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
         if not self._points:
             raise RuntimeError(f"{self!r} is detached; attach the model again")
         names = self.select(selector)
@@ -472,7 +496,7 @@ class Attachment(Removable):
         handles: List[Handle] = []
         try:
             for key in keys:
-                handles.append(self.bus._register(kind, key, hook, options))
+                handles.append(self.bus.registry.register(kind, key, hook, options))
         except BaseException:
             for handle in handles:
                 handle.remove()
@@ -517,15 +541,10 @@ class Attachment(Removable):
         self._names = {}
         if not points:
             return
-        bus = self.bus
-        with bus._lock:
-            for point in points.values():
-                point.uninstall()
-                registered = bus._points.get(point.name)
-                if registered is not None:
-                    registered.discard(point)
-                    if not registered:
-                        del bus._points[point.name]
+        registry = self.bus.registry
+        for point in points.values():
+            registry.remove_point(point)  # first: no change of hooks reaches it after
+            point.uninstall()
 
     def hooks(self) -> List[Handle]:
         """The bus hooks of every kind that match this model's modules now."""
@@ -543,6 +562,16 @@ class Attachment(Removable):
         state = f"{len(self._points)} modules" if self._points else "detached"
         prefix = f" prefix={self.prefix!r}" if self.prefix else ""
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
+
+
+def _caller_outside_hookbus() -> int:
+    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here."""
+    frame = sys._getframe(2)  # the caller of the function that warns
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def _short(module: nn.Module) -> str:
