@@ -1,10 +1,41 @@
-"""The dispatch loops for everything off the fast path.
+"""The dispatch loops for everything off the fast path, and the map of every loop.
 
-``EventBus.emit`` and the hook-point wrapper each have a few-line fast path of
-their own (a tuple of plain callables; no hooks at all). Everything else is here:
-once, target filters, weak hooks, error policies, tracing, async hooks, and the
-pre / call / exception / post sequence around a call. Each loop is one flat
-function so that a reader can follow one dispatch from top to bottom.
+Each loop is one flat function, so that a reader follows one dispatch from top
+to bottom; what varies per hook (target, weak, once, with_name) is decided by
+:meth:`Handle.runner <hookbus.Handle.runner>`, and a hook's return value is
+refused by ``_context.reject_returned``. Every dispatch loop in hookbus:
+
+Events
+    * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
+      callables (two copies: with and without kwargs). Its slow twin is
+      :func:`dispatch_event`; parity: ``tests/test_fast_copies.py``.
+    * ``_dispatch.py`` :func:`dispatch_event`: emit's full loop (once, target,
+      weak, with_name, error policies, tracing), and ``collect``'s.
+    * ``_dispatch.py`` :func:`dispatch_event_async`: ``emit_async`` and
+      ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
+
+Hooks around a call
+    * ``_wrapper.py`` ``make_hookable.call_point`` / ``call_point_async``: the
+      pass-through when no hook applies; else :func:`call_with_hooks`.
+    * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
+      pre hooks, the call, exception hooks, post hooks.
+    * ``_dispatch.py`` :func:`run_phase` / :func:`run_phase_async`: the hooks of
+      one phase on one ``CallContext``; every slow path below ends here.
+
+The torch adapter (``torch/_point.py``, one native hook per phase and module)
+    * ``ModulePoint._run``: an inline fast loop for plain hooks, else
+      :func:`run_phase`; parity: ``tests/torch_adapter/test_seam.py``
+      (``test_module_fast_loops_match_run_phase``).
+    * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
+      common case); its slow twin is ``_on_post_full``; same parity test.
+    * ``ModulePoint._on_pre``, ``_on_post_full``, ``_on_exception``,
+      ``_on_backward_pre``, ``_on_backward`` and ``_GradDispatch.__call__``:
+      build the context, then ``_run`` or :func:`run_phase`.
+    * ``torch/_grad.py`` ``_TensorGradHook.__call__``: one hook, no loop.
+
+The fast constructors ``_handle.plain_handle`` and ``_context.new_context`` copy
+``Handle.__init__`` and ``CallContext.__init__``; parity:
+``tests/test_fast_copies.py``.
 """
 
 from __future__ import annotations

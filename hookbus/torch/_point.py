@@ -243,11 +243,11 @@ class ModulePoint:
         for hook in fast:
             try:
                 returned = hook(ctx)
+                if returned is not None:
+                    reject_returned(handles[fast.index(hook)], ctx, returned)
             except Exception as error:
                 add_note(error, describe(handles[fast.index(hook)], self.name))
                 raise
-            if returned is not None:
-                reject_returned(handles[fast.index(hook)], ctx, returned)
 
     def _on_pre(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Any = _WITHOUT_KWARGS
@@ -292,11 +292,11 @@ class ModulePoint:
             for hook in fast:
                 try:
                     returned = hook(ctx)
+                    if returned is not None:
+                        reject_returned(self._post[fast.index(hook)], ctx, returned)
                 except Exception as error:
                     add_note(error, describe(self._post[fast.index(hook)], self.name))
                     raise
-                if returned is not None:
-                    reject_returned(self._post[fast.index(hook)], ctx, returned)
             result = ctx.result
             return None if result is output else result
         return self._on_post_full(module, args, kwargs, output)
