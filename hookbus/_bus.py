@@ -21,15 +21,16 @@ from ._errors import ErrorPolicy, check_policy
 from ._handle import Handle, HandleGroup, Scope
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions
+from ._pause import Pause
 from ._plan import NO_HOOKS
 from ._priority import PriorityLike
 from ._registry import Registry
 from ._subscribe import subscribe
 from ._trace import Trace
-from ._wrapper import make_hookable
+from ._wrapper import Decorator, make_hookable
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    pass
 
 __all__ = ["EventBus"]
 
@@ -37,6 +38,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
+AnyHook = Callable[..., Any]
 
 
 class EventBus:
@@ -189,21 +191,9 @@ class EventBus:
     # --- registration --------------------------------------------------------------
 
     @overload
-    def on(
-        self,
-        event: str,
-        hook: Callable[..., Any],
-        /,
-        **options: Unpack[EventHookOptions],
-    ) -> Handle: ...
-
+    def on(self, event: str, hook: AnyHook, /, **options: Unpack[EventHookOptions]) -> Handle: ...
     @overload
-    def on(
-        self,
-        event: str,
-        /,
-        **options: Unpack[EventHookOptions],
-    ) -> Callable[[H], H]: ...
+    def on(self, event: str, /, **options: Unpack[EventHookOptions]) -> Callable[[H], H]: ...
 
     def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
         """Register ``hook`` for ``event``; with no hook, return a decorator.
@@ -236,21 +226,9 @@ class EventBus:
         return self.registry.decorator("event", event, options)
 
     @overload
-    def pre(
-        self,
-        name: str,
-        hook: Callable[..., Any],
-        /,
-        **options: Unpack[HookOptions],
-    ) -> Handle: ...
-
+    def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
-    def pre(
-        self,
-        name: str,
-        /,
-        **options: Unpack[HookOptions],
-    ) -> Callable[[H], H]: ...
+    def pre(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
     def pre(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs before each call of the hook point ``name``.
@@ -275,21 +253,9 @@ class EventBus:
         return self.registry.decorator("pre", name, options)
 
     @overload
-    def post(
-        self,
-        name: str,
-        hook: Callable[..., Any],
-        /,
-        **options: Unpack[HookOptions],
-    ) -> Handle: ...
-
+    def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
-    def post(
-        self,
-        name: str,
-        /,
-        **options: Unpack[HookOptions],
-    ) -> Callable[[H], H]: ...
+    def post(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
     def post(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs after each call of ``name`` that returned.
@@ -314,21 +280,9 @@ class EventBus:
         return self.registry.decorator("post", name, options)
 
     @overload
-    def exception(
-        self,
-        name: str,
-        hook: Callable[..., Any],
-        /,
-        **options: Unpack[HookOptions],
-    ) -> Handle: ...
-
+    def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
-    def exception(
-        self,
-        name: str,
-        /,
-        **options: Unpack[HookOptions],
-    ) -> Callable[[H], H]: ...
+    def exception(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
     def exception(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs when a call of ``name`` raises an ``Exception``.
@@ -409,7 +363,7 @@ class EventBus:
     def hookable(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
 
     @overload
-    def hookable(self, name: Optional[str] = None, /) -> _Decorator: ...
+    def hookable(self, name: Optional[str] = None, /) -> Decorator: ...
 
     def hookable(self, fn_or_name: Any = None, /) -> Any:
         """Make a callable a hook point: ``@bus.hookable`` or ``@bus.hookable("name")``.
@@ -500,7 +454,7 @@ class EventBus:
         """
         return Scope(self)
 
-    def paused(self, name: Optional[str] = None) -> _Pause:
+    def paused(self, name: Optional[str] = None) -> Pause:
         """A context manager during which ``name`` (a name or pattern) dispatches nothing.
 
         With no name, the whole bus is paused. Pauses apply to every thread and
@@ -518,7 +472,7 @@ class EventBus:
         """
         if name is not None:
             check_name(name, "paused() name", allow_pattern=True)
-        return _Pause(self, name)
+        return Pause(self, name)
 
     def trace(self) -> Trace:
         """A context manager recording every hook call while open, with its duration.
@@ -621,38 +575,3 @@ class EventBus:
             f"<EventBus {self.name!r} {len(hooks)} hooks on {names} names, "
             f"errors={self.registry.errors!r}>"
         )
-
-
-class _Decorator:
-    """What ``@bus.hookable("name")`` returns: a decorator that keeps the signature."""
-
-    @overload
-    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
-
-    @overload
-    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
-
-    def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
-
-
-class _Pause:
-    """The context manager returned by :meth:`EventBus.paused`."""
-
-    __slots__ = ("_bus", "_name")
-
-    def __init__(self, bus: EventBus, name: Optional[str]) -> None:
-        self._bus = bus
-        self._name = name
-
-    def __enter__(self) -> Self:
-        self._bus.registry.pause(self._name, +1)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._bus.registry.pause(self._name, -1)
-
-    def __repr__(self) -> str:
-        return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"

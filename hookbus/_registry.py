@@ -12,11 +12,11 @@ lock is released (see ``_plan.py``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import sys
 import threading
-import weakref
 from inspect import CO_COROUTINE
 from types import FunctionType
 from typing import (
@@ -24,6 +24,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Generator,
     List,
     Mapping,
     Optional,
@@ -37,6 +38,7 @@ from ._handle import Handle, Scope, _open_scopes, innermost_scope, plain_handle
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import method_name, parse_options
 from ._plan import Point, PointPlan, event_plan
+from ._points import PointTable
 from ._trace import Trace
 
 if TYPE_CHECKING:
@@ -115,8 +117,7 @@ class Registry:
         self._exact: Dict[str, Dict[str, List[Handle]]] = {}
         self._patterns: Dict[str, List[Handle]] = {}
         self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
-        self._points: Dict[str, weakref.WeakSet[Point]] = {}
-        self._points_sweep_at = 64
+        self._points = PointTable()
         self._stale: List[Point] = []  # points to invalidate once the lock is released
         self._pauses: Dict[Optional[str], int] = {}
         self._pause_matchers: Dict[str, Matcher] = {}
@@ -185,7 +186,7 @@ class Registry:
             if self._collected:
                 self._sweep_collected_locked()
             if is_async and kind != "event":
-                self._refuse_async_on_sync_points_locked(handle)
+                self._points.refuse_async(handle)
             handle.seq = next(self._seq)
             if match is None:
                 names = self._exact.get(kind)
@@ -222,15 +223,6 @@ class Registry:
         self._names[name] = match
         return match
 
-    def _refuse_async_on_sync_points_locked(self, handle: Handle) -> None:
-        for point_name, points in self._points.items():
-            if handle.applies_to(point_name) and any(not p.is_async for p in points):
-                raise TypeError(
-                    f"async {handle.kind} hook {handle!r} matches the sync hook point "
-                    f"{point_name!r}; async hooks need an async hook point (an "
-                    f"'async def' function). Use a plain 'def' hook there."
-                )
-
     def unregister(self, handle: Handle) -> None:
         """``handle.remove()``: unregister one handle known to be this bus's (idempotent)."""
         lock = self._lock
@@ -257,15 +249,13 @@ class Registry:
 
     def clear(self, name: Optional[str] = None) -> None:
         """Unregister every hook, or every hook registered under exactly ``name``."""
-        with self._lock:
+        with self._changing():
             handles = [h for h in self._all_locked() if name is None or h.name == name]
             self._remove_locked(handles)
-            stale = self._take_stale_locked()
-        _notify(stale)
 
     def claim(self, handle: Handle) -> bool:
         """Atomically unregister a ``once`` hook; True for the one caller that won."""
-        with self._lock:
+        with self._lock:  # not _changing(): a once hook's dispatch waits for this
             if not handle._registered:
                 return False
             self._remove_locked([handle])
@@ -331,23 +321,19 @@ class Registry:
 
     def set_errors(self, policy: ErrorPolicy) -> None:
         """Switch the error policy (checked by the caller); every plan is worked out again."""
-        with self._lock:
+        with self._changing():
             self.errors = policy
             self._invalidate_all_locked()
-            stale = self._take_stale_locked()
-        _notify(stale)
 
     def set_tracer(self, tracer: Optional[Trace]) -> None:
         """Record into ``tracer`` from now on (``None``: stop); plans are worked out again."""
-        with self._lock:
+        with self._changing():
             self.tracer = tracer
             self._invalidate_all_locked()
-            stale = self._take_stale_locked()
-        _notify(stale)
 
     def pause(self, name: Optional[str], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pauses of ``name`` (a name, a pattern, or None: all)."""
-        with self._lock:
+        with self._changing():
             count = self._pauses.get(name, 0) + delta
             if count:
                 self._pauses[name] = count
@@ -357,12 +343,10 @@ class Registry:
                 self._pauses.pop(name, None)
                 self._pause_matchers.pop(name or "", None)
             self._invalidate_all_locked()
-            stale = self._take_stale_locked()
-        _notify(stale)
 
     def snapshot(self) -> Tuple[Any, ...]:
         """Everything :meth:`restore` needs to undo later changes (the pytest plugin)."""
-        with self._lock:
+        with self._changing():
             self._sweep_collected_locked()
             snapshot = (
                 {
@@ -375,8 +359,6 @@ class Registry:
                 dict(self._pauses),
                 dict(self._pause_matchers),
             )
-            stale = self._take_stale_locked()
-        _notify(stale)
         return snapshot
 
     def restore(self, snapshot: Tuple[Any, ...]) -> None:
@@ -386,7 +368,7 @@ class Registry:
         weakly held ones whose object died meanwhile.
         """
         exact, patterns, errors, tracer, pauses, pause_matchers = snapshot
-        with self._lock:
+        with self._changing():
             self._sweep_collected_locked()
             for handle in self._all_locked():
                 handle._registered = False
@@ -402,14 +384,12 @@ class Registry:
             self.errors, self.tracer = errors, tracer
             self._pauses, self._pause_matchers = pauses, pause_matchers
             self._invalidate_all_locked()
-            stale = self._take_stale_locked()
-        _notify(stale)
 
     # --- introspection ------------------------------------------------------------------
 
     def hooks(self, name: Optional[str] = None) -> List[Handle]:
         """All hooks (by kind, name, order), or those that would run for ``name``, kind by kind."""
-        with self._lock:
+        with self._changing():
             self._sweep_collected_locked()
             if name is None:
                 handles = sorted(
@@ -422,14 +402,12 @@ class Registry:
                     for each in kinds
                     for handle in self._resolve_locked(each, name, paused_ok=True)
                 ]
-            stale = self._take_stale_locked()
-        _notify(stale)
         return handles
 
     def points(self, name: str) -> List[Point]:
         """The live hook points named ``name``."""
         with self._lock:
-            return list(self._points.get(name, ()))
+            return self._points.named(name)
 
     # --- plans ----------------------------------------------------------------------
 
@@ -462,7 +440,7 @@ class Registry:
     ) -> Tuple[Any, Tuple[Handle, ...]]:
         """Work out and cache the plan (and the handles) of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
-        with self._lock:
+        with self._lock:  # not _changing(): the emit cache missed
             self._sweep_collected_locked()
             handles = self._resolve_locked("event", event)
             plan = event_plan(handles, self.errors == "raise" and self.tracer is None)
@@ -494,43 +472,19 @@ class Registry:
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
         with self._lock:
-            if not point.is_async:
-                for handle in self._all_locked():
-                    if (
-                        handle.is_async
-                        and handle.kind in point.kinds
-                        and handle.applies_to(point.name)
-                    ):
-                        raise TypeError(
-                            f"the sync hook point {point.name!r} matches the async hook "
-                            f"{handle!r}; async hooks need an async hook point (an "
-                            f"'async def' function)"
-                        )
-            if point.name not in self._points and len(self._points) >= self._points_sweep_at:
-                # A point dies with its wrapper: forget names left with none, or
-                # wrapping under ever-new names would leak (amortized per doubling).
-                for name in [name for name, points in self._points.items() if not points]:
-                    del self._points[name]
-                self._points_sweep_at = 2 * len(self._points) + 64
-            self._points.setdefault(point.name, weakref.WeakSet()).add(point)
+            self._points.add(point, self._all_locked())
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
         with self._lock:
-            registered = self._points.get(point.name)
-            if registered is not None:
-                registered.discard(point)
-                if not registered:
-                    del self._points[point.name]
+            self._points.discard(point)
 
     def plan(self, point: Point) -> Optional[PointPlan]:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
-        with self._lock:
+        with self._changing():
             self._sweep_collected_locked()
             hooks = {kind: self._resolve_locked(kind, point.name) for kind in point.kinds}
             plain = self.errors == "raise" and self.tracer is None
-            stale = self._take_stale_locked()
-        _notify(stale)
         if not any(hooks.values()):
             return None
         return PointPlan(hooks, plain)
@@ -545,20 +499,20 @@ class Registry:
                 self.event_plans.clear()
                 self._event_handles.clear()
             return
-        if match is None:
-            points = self._points.get(name)
-            if points:
-                self._stale += points
-            return
-        for point_name, points in self._points.items():
-            if match(point_name):
-                self._stale += points
+        self._stale += self._points.affected(name, match)
 
     def _invalidate_all_locked(self) -> None:
         self.event_plans.clear()
         self._event_handles.clear()
-        for points in self._points.values():
-            self._stale += points
+        self._stale += self._points.all()
+
+    @contextlib.contextmanager
+    def _changing(self) -> Generator[None, None, None]:
+        """Hold the lock; once it is released, tell the points what changed meanwhile."""
+        with self._lock:
+            yield
+            stale = self._take_stale_locked()
+        _notify(stale)
 
     def _take_stale_locked(self) -> Sequence[Point]:
         """The points to invalidate (once the lock is released), each once."""

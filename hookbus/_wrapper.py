@@ -6,7 +6,9 @@ import functools
 import inspect
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union, cast, overload
+
+from typing_extensions import ParamSpec
 
 from ._context import CallContext, new_context
 from ._dispatch import call_with_hooks, call_with_hooks_async
@@ -16,7 +18,11 @@ from ._plan import PointPlan
 if TYPE_CHECKING:
     from ._bus import EventBus
 
-__all__ = ["HookPoint", "make_hookable"]
+__all__ = ["Decorator", "HookPoint", "make_hookable"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 class _Unresolved:
@@ -199,3 +205,18 @@ def make_hookable(
     wrapper.__hookbus_point__ = point  # type: ignore[attr-defined]
     registry.add_point(point)
     return wrapper
+
+
+class Decorator:
+    """What ``@bus.hookable("name")`` returns: a decorator that keeps the signature."""
+
+    @overload
+    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+
+    @overload
+    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+    def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
