@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import List, Tuple
@@ -158,3 +160,11 @@ def test_registry_methods_other_modules_use_are_public_and_documented() -> None:
     registry = hookbus.EventBus().registry
     for name in public:
         assert (getattr(type(registry), name).__doc__ or "").strip(), name
+
+
+def test_the_module_picture_in_the_docs_is_current() -> None:
+    script = ROOT / "docs" / "_ext" / "module_graph.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
