@@ -201,7 +201,7 @@ class Registry:
                 self._patterns.setdefault(kind, []).append(handle)
             handle._registered = True
             self._invalidate_locked(kind, name, match)
-            stale = self._take_stale_locked()
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         finally:
             lock.release()
         if stale:
@@ -229,7 +229,7 @@ class Registry:
         lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
         try:
             self._drop_locked(handle)
-            stale = self._take_stale_locked()
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         finally:
             lock.release()
         if stale:
@@ -241,7 +241,7 @@ class Registry:
         lock.acquire()
         try:
             self._remove_locked(handles)
-            stale = self._take_stale_locked()
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         finally:
             lock.release()
         if stale:
@@ -259,7 +259,7 @@ class Registry:
             if not handle._registered:
                 return False
             self._remove_locked([handle])
-            stale = self._take_stale_locked()
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         _notify(stale)
         return True
 
@@ -274,7 +274,7 @@ class Registry:
         if self._lock.acquire(blocking=False):
             try:
                 self._remove_locked([handle])
-                stale = self._take_stale_locked()
+                stale = self._take_stale_locked() if self._stale else _NO_POINTS
             finally:
                 self._lock.release()
             _notify(stale)
@@ -450,7 +450,7 @@ class Registry:
             self.event_plans[event] = plan
             if keep_handles:
                 self._event_handles[event] = handles
-            stale = self._take_stale_locked()
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         _notify(stale)
         return plan, handles
 
@@ -511,7 +511,7 @@ class Registry:
         """Hold the lock; once it is released, tell the points what changed meanwhile."""
         with self._lock:
             yield
-            stale = self._take_stale_locked()
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         _notify(stale)
 
     def _take_stale_locked(self) -> Sequence[Point]:
