@@ -519,7 +519,7 @@ class Registry:
         if not self._stale:
             return _NO_POINTS
         stale, self._stale = self._stale, []
-        return tuple(dict.fromkeys(stale))
+        return stale if len(stale) == 1 else tuple(dict.fromkeys(stale))
 
 
 def _notify(points: Sequence[Point]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union, cast, overload
 
 from typing_extensions import ParamSpec
@@ -67,7 +66,6 @@ class HookPoint:
     __slots__ = (
         "__weakref__",
         "_calls",
-        "_resolving",
         "_stamp",
         "bus",
         "is_async",
@@ -84,27 +82,26 @@ class HookPoint:
         self.is_async = is_async
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
-        # Orders storing a plan against forgetting it, so a plan worked out just
-        # before a change is never kept after it. Reentrant, with a stamp: a
-        # weakref callback may invalidate the point while this thread resolves it.
-        self._resolving = threading.RLock()
+        # Bumped by each invalidation: a plan worked out before a change must not
+        # stay cached after it (see current_plan). No lock: a weakref callback
+        # may invalidate the point while this very thread resolves it.
         self._stamp = 0
 
     def invalidate(self) -> None:
         """Forget the plan (called when hooks change, with no bus lock held)."""
-        with self._resolving:
-            self._stamp += 1
-            self.plan = UNRESOLVED
+        self._stamp += 1
+        self.plan = UNRESOLVED
 
     def current_plan(self) -> Optional[PointPlan]:
         """The plan for a call starting now, worked out again if hooks changed."""
         plan = self.plan
         if plan is UNRESOLVED:
-            with self._resolving:
-                stamp = self._stamp
-                plan = self.bus.registry.plan(self)
-                if self._stamp == stamp:
-                    self.plan = plan
+            stamp = self._stamp
+            plan = self.plan = self.bus.registry.plan(self)
+            if self._stamp != stamp:
+                # Hooks changed while it was worked out: this call runs it, the
+                # next works it out again (invalidate may have run before the store).
+                self.plan = UNRESOLVED
         return plan
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 import sys
 import warnings
 import weakref
 from typing import (
-    AbstractSet,
     Any,
     Callable,
     Dict,
@@ -15,7 +13,6 @@ from typing import (
     List,
     Optional,
     Tuple,
-    Type,
     Union,
     cast,
     overload,
@@ -27,20 +24,15 @@ from typing_extensions import Unpack
 from .._bus import EventBus
 from .._context import CallContext
 from .._handle import Handle, HandleGroup, Removable
-from .._names import check_name, is_pattern, matcher_for
+from .._names import check_name
 from .._options import HookOptions
 from ._point import KINDS, ModulePoint
+from ._select import GroupSelector, Selector, close_names, select
 
 __all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
 
 ROOT = "<root>"
 """The name of the attached model itself when no prefix is given."""
-
-GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
-"""Selectors that may select many modules: a module type, or a list of selectors."""
-
-Selector = Union[str, nn.Module, GroupSelector]
-"""What selects modules: a name or glob, a module, a module type, or a list of those."""
 
 Hook = Callable[[CallContext], None]
 
@@ -257,7 +249,7 @@ class Attachment(Removable):
         point = self._points.get(name)
         module = point.module if point is not None else None
         if module is None:
-            raise KeyError(f"no module named {name!r}{self._close(name)}")
+            raise KeyError(f"no module named {name!r}{close_names(self._points, name)}")
         return module
 
     def select(self, selector: Selector) -> List[str]:
@@ -271,54 +263,7 @@ class Attachment(Removable):
             >>> net.select(nn.Linear), net.select("[01]"), net.select(model[1])
             (['0', '2'], ['0', '1'], ['1'])
         """
-        if isinstance(selector, str):
-            check_name(selector, "module selector", allow_pattern=True)
-            if not is_pattern(selector):
-                if selector not in self._points:
-                    raise ValueError(f"no module named {selector!r}{self._close(selector)}")
-                return [selector]
-            match = matcher_for(selector)
-            names = [name for name in self._points if match(name)]
-            if not names:
-                raise ValueError(f"no module name matches {selector!r}{self._close(selector)}")
-            return names
-        if isinstance(selector, nn.Module):
-            return [self.name_of(selector)]
-        if isinstance(selector, type):
-            if not issubclass(selector, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise TypeError(
-                    f"cannot select modules by the type {selector.__name__}: it is not an "
-                    f"nn.Module subclass"
-                )
-            names = [
-                name for name, point in self._points.items() if isinstance(point.module, selector)
-            ]
-            if not names:
-                present = sorted({type(p.module).__name__ for p in self._points.values()})
-                raise ValueError(
-                    f"no module of type {selector.__name__} in the model; its types: "
-                    f"{', '.join(present)}"
-                )
-            return names
-        if isinstance(selector, (list, tuple, set, frozenset)):
-            items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
-            chosen = {name for item in items for name in self.select(item)}
-            if not chosen:
-                raise ValueError("an empty list of selectors selects no module")
-            return [name for name in self._points if name in chosen]
-        raise TypeError(
-            f"cannot select modules with {type(selector).__name__} {selector!r}; accepted: a "
-            f"name or glob pattern ('layers.*'), a module of the model, a module type "
-            f"(nn.Linear), or a list of those"
-        )
-
-    def _close(self, name: str) -> str:
-        close = difflib.get_close_matches(name, list(self._points), n=5, cutoff=0.5)
-        if close:
-            return f"; close names: {', '.join(map(repr, close))}"
-        shown = list(self._points)[:8]
-        more = ", ..." if len(self._points) > 8 else ""
-        return f"; the model's names: {', '.join(map(repr, shown))}{more}"
+        return select(self._points, selector, self.name_of)
 
     # --- registration ------------------------------------------------------------------
 
