@@ -168,3 +168,31 @@ def test_the_module_picture_in_the_docs_is_current() -> None:
         [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_plan_worked_out_while_hooks_change_is_not_kept() -> None:
+    # Points hear of changes after the lock is released, so a call may work out
+    # its plan just before a registration lands: that plan must not stay cached.
+    bus = EventBus()
+    seen: List[str] = []
+
+    @bus.hookable("load")
+    def load() -> str:
+        return "data"
+
+    point = load.__hookbus_point__  # type: ignore[attr-defined]
+    registry = bus.registry
+    original = registry.plan
+
+    def plan_then_register(target: object) -> object:
+        plan = original(target)  # type: ignore[arg-type]
+        registry.plan = original  # type: ignore[method-assign]
+        bus.post("load", lambda ctx: seen.append("late"))  # lands after the plan was made
+        return plan
+
+    registry.plan = plan_then_register  # type: ignore[assignment,method-assign]
+    assert load() == "data"  # this call ran the plan it worked out: no hooks
+    assert seen == []
+    assert repr(point) == "<HookPoint 'load' unresolved>"  # not the stale plan
+    load()
+    assert seen == ["late"]
