@@ -22,6 +22,7 @@ from ._bus import EventBus
 from ._context import CallContext
 from ._errors import ErrorPolicy, HookError
 from ._handle import Handle, HandleGroup, Scope
+from ._options import EventHookOptions, HookOptions
 from ._priority import Priority, PriorityLike
 from ._subscribe import listens
 from ._trace import Trace, TraceRecord
@@ -31,9 +32,11 @@ __all__ = [
     "CallContext",
     "ErrorPolicy",
     "EventBus",
+    "EventHookOptions",
     "Handle",
     "HandleGroup",
     "HookError",
+    "HookOptions",
     "HookPoint",
     "Priority",
     "PriorityLike",

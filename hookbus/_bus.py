@@ -14,20 +14,23 @@ from typing import (
     overload,
 )
 
-from typing_extensions import ParamSpec
+from typing_extensions import ParamSpec, Unpack
 
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, check_policy
 from ._handle import Handle, HandleGroup, Scope
 from ._names import check_name
+from ._options import EventHookOptions, HookOptions
+from ._pause import Pause
+from ._plan import NO_HOOKS
 from ._priority import PriorityLike
-from ._registry import NO_HOOKS, Registry
+from ._registry import Registry
 from ._subscribe import subscribe
 from ._trace import Trace
-from ._wrapper import make_hookable
+from ._wrapper import Decorator, make_hookable
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    pass
 
 __all__ = ["EventBus"]
 
@@ -35,9 +38,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
+AnyHook = Callable[..., Any]
 
 
-class EventBus(Registry):
+class EventBus:
     """Events, hook points, and the hooks registered on them.
 
     A bus holds two kinds of hooks:
@@ -77,9 +81,12 @@ class EventBus(Registry):
     """
 
     def __init__(self, name: str = "bus", *, errors: ErrorPolicy = "raise") -> None:
-        super().__init__()
         self.name = name
-        self._errors: ErrorPolicy = check_policy(errors)
+        """The bus's name, shown in its repr and in error messages."""
+        self.registry = Registry(self, check_policy(errors))
+        """The hook store behind this facade: hookbus's own modules register through it."""
+        # emit's hot path reads the plan cache directly (the registry never replaces it).
+        self._plans = self.registry.event_plans
 
     # --- the fast path --------------------------------------------------------------
 
@@ -99,12 +106,12 @@ class EventBus(Registry):
         """
         plan: Any
         try:
-            plan = self._event_plans[event]
+            plan = self._plans[event]
         except KeyError:
-            plan = self._plan_event(event)
+            plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
-                dispatch_event(self, event, plan.handles, args, kwargs, None)
+                dispatch_event(self.registry, event, plan.handles, args, kwargs, None)
             return
         hook = None
         try:
@@ -120,7 +127,7 @@ class EventBus(Registry):
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
         except Exception as error:
-            self._note_fast_error(error, event, hook)
+            self.registry.note_fast_error(error, event, hook)
             raise
 
     # --- events, the rest ----------------------------------------------------------
@@ -137,7 +144,8 @@ class EventBus(Registry):
             ['json', 'csv']
         """
         results: List[Any] = []
-        dispatch_event(self, event, self._handles_for_event(event), args, kwargs, results)
+        registry = self.registry
+        dispatch_event(registry, event, registry.event_handles(event), args, kwargs, results)
         return results
 
     async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
@@ -156,7 +164,10 @@ class EventBus(Registry):
             >>> asyncio.run(bus.emit_async("signup", "ada"))
             notified ada
         """
-        await dispatch_event_async(self, event, self._handles_for_event(event), args, kwargs, None)
+        registry = self.registry
+        await dispatch_event_async(
+            registry, event, registry.event_handles(event), args, kwargs, None
+        )
 
     async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit_async`, but return the hooks' (awaited) results in call order.
@@ -171,39 +182,18 @@ class EventBus(Registry):
             [42]
         """
         results: List[Any] = []
+        registry = self.registry
         await dispatch_event_async(
-            self, event, self._handles_for_event(event), args, kwargs, results
+            registry, event, registry.event_handles(event), args, kwargs, results
         )
         return results
 
     # --- registration --------------------------------------------------------------
 
     @overload
-    def on(
-        self,
-        event: str,
-        hook: Callable[..., Any],
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-        with_name: bool = False,
-    ) -> Handle: ...
-
+    def on(self, event: str, hook: AnyHook, /, **options: Unpack[EventHookOptions]) -> Handle: ...
     @overload
-    def on(
-        self,
-        event: str,
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-        with_name: bool = False,
-    ) -> Callable[[H], H]: ...
+    def on(self, event: str, /, **options: Unpack[EventHookOptions]) -> Callable[[H], H]: ...
 
     def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
         """Register ``hook`` for ``event``; with no hook, return a decorator.
@@ -232,33 +222,13 @@ class EventBus(Registry):
             saw eval.done (0.9,)
         """
         if hook is not None:  # the call form, straight to the hot path
-            return self._register("event", event, hook, options)
-        return self._register_or_decorate("event", event, hook, options)
+            return self.registry.register("event", event, hook, options)
+        return self.registry.decorator("event", event, options)
 
     @overload
-    def pre(
-        self,
-        name: str,
-        hook: Callable[..., Any],
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-    ) -> Handle: ...
-
+    def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
-    def pre(
-        self,
-        name: str,
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-    ) -> Callable[[H], H]: ...
+    def pre(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
     def pre(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs before each call of the hook point ``name``.
@@ -278,32 +248,14 @@ class EventBus(Registry):
             >>> greet("ada")
             'hello ADA'
         """
-        return self._register_or_decorate("pre", name, hook, options)
+        if hook is not None:
+            return self.registry.register("pre", name, hook, options)
+        return self.registry.decorator("pre", name, options)
 
     @overload
-    def post(
-        self,
-        name: str,
-        hook: Callable[..., Any],
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-    ) -> Handle: ...
-
+    def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
-    def post(
-        self,
-        name: str,
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-    ) -> Callable[[H], H]: ...
+    def post(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
     def post(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs after each call of ``name`` that returned.
@@ -323,32 +275,14 @@ class EventBus(Registry):
             >>> load()
             {'public': 2}
         """
-        return self._register_or_decorate("post", name, hook, options)
+        if hook is not None:
+            return self.registry.register("post", name, hook, options)
+        return self.registry.decorator("post", name, options)
 
     @overload
-    def exception(
-        self,
-        name: str,
-        hook: Callable[..., Any],
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-    ) -> Handle: ...
-
+    def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
-    def exception(
-        self,
-        name: str,
-        /,
-        *,
-        priority: PriorityLike = 0,
-        once: bool = False,
-        target: Any = None,
-        weak: bool = False,
-    ) -> Callable[[H], H]: ...
+    def exception(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
     def exception(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs when a call of ``name`` raises an ``Exception``.
@@ -371,7 +305,9 @@ class EventBus(Registry):
             >>> fetch("https://example.org")
             'cached page'
         """
-        return self._register_or_decorate("exception", name, hook, options)
+        if hook is not None:
+            return self.registry.register("exception", name, hook, options)
+        return self.registry.decorator("exception", name, options)
 
     def subscribe(
         self,
@@ -427,7 +363,7 @@ class EventBus(Registry):
     def hookable(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
 
     @overload
-    def hookable(self, name: Optional[str] = None, /) -> _Decorator: ...
+    def hookable(self, name: Optional[str] = None, /) -> Decorator: ...
 
     def hookable(self, fn_or_name: Any = None, /) -> Any:
         """Make a callable a hook point: ``@bus.hookable`` or ``@bus.hookable("name")``.
@@ -458,7 +394,7 @@ class EventBus(Registry):
         if fn_or_name is None or isinstance(fn_or_name, str):
             name: Optional[str] = fn_or_name
             if name is not None:
-                self._check_point_name(name)
+                check_name(name, "hook point name", allow_pattern=False)
 
             def decorate(fn: Any) -> Any:
                 return make_hookable(self, fn, name)
@@ -518,7 +454,7 @@ class EventBus(Registry):
         """
         return Scope(self)
 
-    def paused(self, name: Optional[str] = None) -> _Pause:
+    def paused(self, name: Optional[str] = None) -> Pause:
         """A context manager during which ``name`` (a name or pattern) dispatches nothing.
 
         With no name, the whole bus is paused. Pauses apply to every thread and
@@ -536,7 +472,7 @@ class EventBus(Registry):
         """
         if name is not None:
             check_name(name, "paused() name", allow_pattern=True)
-        return _Pause(self, name)
+        return Pause(self, name)
 
     def trace(self) -> Trace:
         """A context manager recording every hook call while open, with its duration.
@@ -568,11 +504,7 @@ class EventBus(Registry):
         """
         if name is not None:
             check_name(name, "clear() name", allow_pattern=True)
-        with self._lock:
-            handles = [
-                handle for handle in self._all_locked() if name is None or handle.name == name
-            ]
-            self._remove_locked(handles)
+        self.registry.clear(name)
 
     # --- introspection -------------------------------------------------------------
 
@@ -594,19 +526,7 @@ class EventBus(Registry):
         """
         if name is not None:
             check_name(name, "hooks() name", allow_pattern=True)
-        with self._lock:
-            self._sweep_collected_locked()
-            if name is None:
-                handles = sorted(
-                    self._all_locked(), key=lambda h: (h.kind, h.name, -h.priority, h.seq)
-                )
-            else:
-                kinds = sorted({h.kind for h in self._all_locked()})
-                handles = [
-                    handle
-                    for each in kinds
-                    for handle in self._resolve_locked(each, name, paused_ok=True)
-                ]
+        handles = self.registry.hooks(name)
         return [handle for handle in handles if kind is None or handle.kind == kind]
 
     def events(self) -> List[str]:
@@ -642,56 +562,16 @@ class EventBus(Registry):
     @property
     def errors(self) -> ErrorPolicy:
         """The error policy: ``"raise"``, ``"collect"`` or ``"log"`` (settable)."""
-        return self._errors
+        return self.registry.errors
 
     @errors.setter
     def errors(self, policy: ErrorPolicy) -> None:
-        policy = check_policy(policy)
-        with self._lock:
-            self._errors = policy
-            self._invalidate_all_locked()
+        self.registry.set_errors(check_policy(policy))
 
     def __repr__(self) -> str:
         hooks = self.hooks()
         names = len({(handle.kind, handle.name) for handle in hooks})
         return (
             f"<EventBus {self.name!r} {len(hooks)} hooks on {names} names, "
-            f"errors={self._errors!r}>"
+            f"errors={self.registry.errors!r}>"
         )
-
-
-class _Decorator:
-    """What ``@bus.hookable("name")`` returns: a decorator that keeps the signature."""
-
-    @overload
-    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
-
-    @overload
-    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
-
-    def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
-
-
-class _Pause:
-    """The context manager returned by :meth:`EventBus.paused`."""
-
-    __slots__ = ("_bus", "_name")
-
-    def __init__(self, bus: EventBus, name: Optional[str]) -> None:
-        self._bus = bus
-        self._name = name
-
-    def __enter__(self) -> Self:
-        with self._bus._lock:
-            self._bus._set_pause_locked(self._name, +1)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        with self._bus._lock:
-            self._bus._set_pause_locked(self._name, -1)
-
-    def __repr__(self) -> str:
-        return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["CallContext"]
+__all__ = ["CallContext", "new_context", "reject_returned"]
 
 
 class CallContext:
@@ -197,3 +198,38 @@ def new_context(
     ctx._recovered = False
     ctx._data = None
     return ctx
+
+
+_HOW_TO_CHANGE = {
+    "grad": "replace the gradient by assigning ctx.result = new_grad",
+}
+
+
+def reject_returned(hook: object, ctx: CallContext, returned: Any) -> None:
+    """Raise for a hook that returned ``returned`` (not None): hooks change a call via ``ctx``.
+
+    The one place that says so, for every hook around a call (the torch adapter's
+    included). ``hook`` is shown in the message: a handle, or the callable.
+
+    Example:
+        >>> from hookbus._context import CallContext, reject_returned
+        >>> ctx = CallContext("load", None, (), {}, phase="post")
+        >>> reject_returned("my_hook", ctx, 3)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: post hook 'my_hook' on 'load' returned int, not None; hooks change a call ...
+    """
+    if inspect.iscoroutine(returned):
+        returned.close()  # never leave an un-awaited coroutine behind
+        raise TypeError(
+            f"{ctx.phase} hook {hook!r} returned a coroutine on the sync hook point "
+            f"{ctx.name!r}; async hooks need an async hook point (an 'async def' function)"
+        )
+    how = _HOW_TO_CHANGE.get(
+        ctx.phase,
+        "hooks change a call by assigning to the context (ctx.args = ..., "
+        "ctx.kwargs = ..., ctx.result = ..., ctx.recover(value))",
+    )
+    raise TypeError(
+        f"{ctx.phase} hook {hook!r} on {ctx.name!r} returned "
+        f"{type(returned).__name__}, not None; {how}"
+    )

@@ -1,51 +1,65 @@
-"""The dispatch loops for everything off the fast path.
+"""The dispatch loops for everything off the fast path, and the map of every loop.
 
-``EventBus.emit`` and the hook-point wrapper each have a few-line fast path of
-their own (a tuple of plain callables; no hooks at all). Everything else is here:
-once, target filters, weak hooks, error policies, tracing, async hooks, and the
-pre / call / exception / post sequence around a call. Each loop is one flat
-function so that a reader can follow one dispatch from top to bottom.
+Each loop is one flat function, so that a reader follows one dispatch from top
+to bottom; what varies per hook (target, weak, once, with_name) is decided by
+:meth:`Handle.runner <hookbus.Handle.runner>`, and a hook's return value is
+refused by ``_context.reject_returned``. Every dispatch loop in hookbus:
+
+Events
+    * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
+      callables (two copies: with and without kwargs). Its slow twin is
+      :func:`dispatch_event`; parity: ``tests/test_fast_copies.py``.
+    * ``_dispatch.py`` :func:`dispatch_event`: emit's full loop (once, target,
+      weak, with_name, error policies, tracing), and ``collect``'s.
+    * ``_dispatch.py`` :func:`dispatch_event_async`: ``emit_async`` and
+      ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
+
+Hooks around a call
+    * ``_wrapper.py`` ``make_hookable.call_point`` / ``call_point_async``: the
+      pass-through when no hook applies; else :func:`call_with_hooks`.
+    * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
+      pre hooks, the call, exception hooks, post hooks.
+    * ``_dispatch.py`` :func:`run_phase` / :func:`run_phase_async`: the hooks of
+      one phase on one ``CallContext``; every slow path below ends here.
+
+The torch adapter (``torch/_point.py``, one native hook per phase and module)
+    * ``ModulePoint._run``: an inline fast loop for plain hooks, else
+      :func:`run_phase`; parity: ``tests/torch_adapter/test_seam.py``
+      (``test_module_fast_loops_match_run_phase``).
+    * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
+      common case); its slow twin is ``_on_post_full``; same parity test.
+    * ``ModulePoint._on_pre``, ``_on_post_full``, ``_on_exception``,
+      ``_on_backward_pre``, ``_on_backward`` and ``_GradDispatch.__call__``:
+      build the context, then ``_run`` or :func:`run_phase`.
+    * ``torch/_grad.py`` ``_TensorGradHook.__call__``: one hook, no loop.
+
+The fast constructors ``_handle.plain_handle`` and ``_context.new_context`` copy
+``Handle.__init__`` and ``CallContext.__init__``; parity:
+``tests/test_fast_copies.py``.
 """
 
 from __future__ import annotations
 
 import inspect
-from functools import partial
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from ._context import CallContext
+from ._context import CallContext, reject_returned
 from ._errors import add_note, describe, handle_error, raise_collected
+from ._handle import NO_SENDER
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
     from ._handle import Handle
+    from ._plan import PointPlan
+    from ._registry import Registry
 
 __all__ = [
-    "PointPlan",
     "call_with_hooks",
     "call_with_hooks_async",
     "check_event_result",
     "dispatch_event",
     "dispatch_event_async",
 ]
-
-
-class PointPlan:
-    """The hooks of one hook point, per phase, in the order they run."""
-
-    __slots__ = ("exception", "has_async", "post", "pre")
-
-    def __init__(
-        self,
-        pre: Tuple[Handle, ...],
-        post: Tuple[Handle, ...],
-        exception: Tuple[Handle, ...],
-    ) -> None:
-        self.pre = pre
-        self.post = post
-        self.exception = exception
-        self.has_async = any(handle.is_async for handle in pre + post + exception)
 
 
 # --- events ------------------------------------------------------------------------
@@ -55,20 +69,6 @@ NOT_COLLECTED: Any = object()
 
 The pytest plugin's recorder listens to ``"*"``; without this, every ``collect()``
 would gain a ``None`` from it and the code under test would see other results."""
-
-
-def _event_hook(
-    bus: EventBus, handle: Handle, event: str, args: Tuple[Any, ...]
-) -> Optional[Callable[..., Any]]:
-    """The callable to run for ``handle`` in this emission, or None to skip it."""
-    if handle.target is not None and (not args or args[0] is not handle.target):
-        return None
-    hook = handle.hook
-    if hook is None:  # a weak hook whose object was collected
-        return None
-    if handle.once and not bus._claim(handle):
-        return None  # another thread's emission ran it first
-    return partial(hook, event) if handle.with_name else hook
 
 
 def check_event_result(result: Any, event: str) -> None:
@@ -83,7 +83,7 @@ def check_event_result(result: Any, event: str) -> None:
 
 
 def dispatch_event(
-    bus: EventBus,
+    registry: Registry,
     event: str,
     handles: Tuple[Handle, ...],
     args: Tuple[Any, ...],
@@ -91,8 +91,8 @@ def dispatch_event(
     results: Optional[List[Any]],
 ) -> None:
     """Run the event hooks ``handles`` with the rare features on; append results."""
-    policy = bus.errors
-    tracer = bus._tracer
+    policy = registry.errors
+    tracer = registry.tracer
     errors: List[Exception] = []
     async_hooks = [handle for handle in handles if handle.is_async]
     if async_hooks:
@@ -100,8 +100,9 @@ def dispatch_event(
             f"event {event!r} has async hooks ({', '.join(map(repr, async_hooks))}); "
             f"a sync emit cannot await them: use 'await bus.emit_async(...)'"
         )
+    sender = args[0] if args else NO_SENDER
     for handle in handles:
-        hook = _event_hook(bus, handle, event, args)
+        hook = handle.runner(sender, event)
         if hook is None:
             continue
         start = perf_counter_ns() if tracer is not None else 0
@@ -124,7 +125,7 @@ def dispatch_event(
 
 
 async def dispatch_event_async(
-    bus: EventBus,
+    registry: Registry,
     event: str,
     handles: Tuple[Handle, ...],
     args: Tuple[Any, ...],
@@ -132,11 +133,12 @@ async def dispatch_event_async(
     results: Optional[List[Any]],
 ) -> None:
     """Like :func:`dispatch_event`, awaiting whatever a hook returns that is awaitable."""
-    policy = bus.errors
-    tracer = bus._tracer
+    policy = registry.errors
+    tracer = registry.tracer
     errors: List[Exception] = []
+    sender = args[0] if args else NO_SENDER
     for handle in handles:
-        hook = _event_hook(bus, handle, event, args)
+        hook = handle.runner(sender, event)
         if hook is None:
             continue
         start = perf_counter_ns() if tracer is not None else 0
@@ -161,51 +163,24 @@ async def dispatch_event_async(
 # --- hook points -------------------------------------------------------------------
 
 
-def _phase_hook(bus: EventBus, handle: Handle, ctx: CallContext) -> Optional[Callable[..., Any]]:
-    """The callable to run for ``handle`` in this call, or None to skip it."""
-    if handle.target is not None and ctx.target is not handle.target:
-        return None
-    hook = handle.hook
-    if hook is None:
-        return None
-    if handle.once and not bus._claim(handle):
-        return None
-    return hook
-
-
-def _returned(handle: Handle, ctx: CallContext, returned: Any) -> None:
-    """Reject a hook's return value: hooks change a call only through ``ctx``."""
-    if inspect.iscoroutine(returned):
-        returned.close()  # never leave an un-awaited coroutine behind
-        raise TypeError(
-            f"{ctx.phase} hook {handle!r} returned a coroutine on the sync hook point "
-            f"{ctx.name!r}; async hooks need an async hook point (an 'async def' function)"
-        )
-    raise TypeError(
-        f"{ctx.phase} hook {handle!r} on {ctx.name!r} returned "
-        f"{type(returned).__name__}, not None; hooks change a call by assigning to the "
-        f"context (ctx.args = ..., ctx.kwargs = ..., ctx.result = ..., ctx.recover(value))"
-    )
-
-
-def run_phase(bus: EventBus, handles: Tuple[Handle, ...], ctx: CallContext) -> None:
+def run_phase(registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext) -> None:
     """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
 
     Exception hooks stop at the first that recovers; an error raised by an
     exception hook always propagates (raising is how it replaces the error).
     """
-    policy = "raise" if ctx.phase == "exception" else bus.errors
-    tracer = bus._tracer
+    policy = "raise" if ctx.phase == "exception" else registry.errors
+    tracer = registry.tracer
     errors: List[Exception] = []
     for handle in handles:
-        hook = _phase_hook(bus, handle, ctx)
+        hook = handle.runner(ctx.target, ctx.name)
         if hook is None:
             continue
         start = perf_counter_ns() if tracer is not None else 0
         try:
             returned = hook(ctx)
             if returned is not None:
-                _returned(handle, ctx, returned)
+                reject_returned(handle, ctx, returned)
         except Exception as error:
             if policy == "raise":
                 add_note(error, describe(handle, ctx.name))
@@ -220,13 +195,15 @@ def run_phase(bus: EventBus, handles: Tuple[Handle, ...], ctx: CallContext) -> N
     raise_collected(errors, ctx.name)
 
 
-async def run_phase_async(bus: EventBus, handles: Tuple[Handle, ...], ctx: CallContext) -> None:
+async def run_phase_async(
+    registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext
+) -> None:
     """Like :func:`run_phase`, awaiting async hooks."""
-    policy = "raise" if ctx.phase == "exception" else bus.errors
-    tracer = bus._tracer
+    policy = "raise" if ctx.phase == "exception" else registry.errors
+    tracer = registry.tracer
     errors: List[Exception] = []
     for handle in handles:
-        hook = _phase_hook(bus, handle, ctx)
+        hook = handle.runner(ctx.target, ctx.name)
         if hook is None:
             continue
         start = perf_counter_ns() if tracer is not None else 0
@@ -235,7 +212,7 @@ async def run_phase_async(bus: EventBus, handles: Tuple[Handle, ...], ctx: CallC
             if inspect.isawaitable(returned):
                 returned = await returned
             if returned is not None:
-                _returned(handle, ctx, returned)
+                reject_returned(handle, ctx, returned)
         except Exception as error:
             if policy == "raise":
                 add_note(error, describe(handle, ctx.name))
@@ -251,7 +228,7 @@ async def run_phase_async(bus: EventBus, handles: Tuple[Handle, ...], ctx: CallC
 
 
 def call_with_hooks(
-    bus: EventBus,
+    registry: Registry,
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Any],
@@ -264,7 +241,7 @@ def call_with_hooks(
             f"async hooks need an async hook point (an 'async def' function)"
         )
     if plan.pre:
-        run_phase(bus, plan.pre, ctx)
+        run_phase(registry, plan.pre, ctx)
     try:
         result = fn(*ctx.args, **ctx.kwargs)
     except Exception as error:
@@ -272,27 +249,27 @@ def call_with_hooks(
             raise
         ctx.phase = "exception"
         ctx._exception = error
-        run_phase(bus, plan.exception, ctx)
+        run_phase(registry, plan.exception, ctx)
         if not ctx._recovered:
             raise
         result = ctx.result
     if plan.post:
         ctx.phase = "post"
         ctx.result = result
-        run_phase(bus, plan.post, ctx)
+        run_phase(registry, plan.post, ctx)
         return ctx.result
     return result
 
 
 async def call_with_hooks_async(
-    bus: EventBus,
+    registry: Registry,
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Awaitable[Any]],
 ) -> Any:
     """:func:`call_with_hooks` for ``async def`` callables; hooks may be sync or async."""
     if plan.pre:
-        await run_phase_async(bus, plan.pre, ctx)
+        await run_phase_async(registry, plan.pre, ctx)
     try:
         result = await fn(*ctx.args, **ctx.kwargs)
     except Exception as error:
@@ -300,13 +277,13 @@ async def call_with_hooks_async(
             raise
         ctx.phase = "exception"
         ctx._exception = error
-        await run_phase_async(bus, plan.exception, ctx)
+        await run_phase_async(registry, plan.exception, ctx)
         if not ctx._recovered:
             raise
         result = ctx.result
     if plan.post:
         ctx.phase = "post"
         ctx.result = result
-        await run_phase_async(bus, plan.post, ctx)
+        await run_phase_async(registry, plan.post, ctx)
         return ctx.result
     return result

@@ -10,11 +10,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optio
 from ._names import Matcher
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import Self, Unpack
 
     from ._bus import EventBus
+    from ._options import EventHookOptions, HookOptions
 
-__all__ = ["Handle", "HandleGroup", "Removable", "Scope"]
+__all__ = ["NO_SENDER", "Handle", "HandleGroup", "Removable", "Scope"]
+
+NO_SENDER: Any = object()
+"""The sender of an event emitted without arguments: no ``target`` is it."""
 
 
 class Removable:
@@ -129,10 +133,28 @@ class Handle(Removable):
         """Whether the hook is registered for ``name``, exactly or by pattern."""
         return self.name == name or (self.match is not None and self.match(name) is not None)
 
+    def runner(self, subject: Any, name: str) -> Optional[Callable[..., Any]]:
+        """The callable to run in one dispatch, or ``None`` to skip the hook there.
+
+        Every rare option is decided here, so each dispatch loop is one flat
+        loop: ``subject`` is the event's sender (its first argument, else
+        :data:`NO_SENDER`) or the call's target, checked against ``target``; a
+        collected weak hook is skipped; a ``once`` hook runs only for the one
+        dispatch that claims it; ``with_name`` gets ``name`` first.
+        """
+        if self.target is not None and subject is not self.target:
+            return None
+        hook = self._hook() if self.weak else self._hook
+        if hook is None:  # a weak hook whose object was collected
+            return None
+        if self.once and not self.bus.registry.claim(self):
+            return None  # another thread's dispatch ran it first
+        return functools.partial(hook, name) if self.with_name else hook
+
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
         if self._registered:
-            self.bus._unregister(self)
+            self.bus.registry.unregister(self)
 
     def __repr__(self) -> str:
         options = "".join(
@@ -212,7 +234,7 @@ class HandleGroup(Removable):
         for handle in handles:
             by_bus.setdefault(id(handle.bus), (handle.bus, []))[1].append(handle)
         for bus, bus_handles in by_bus.values():
-            bus._remove(bus_handles)
+            bus.registry.remove(bus_handles)
 
     def __iter__(self) -> Iterator[Handle]:
         return iter(list(self._handles))
@@ -260,21 +282,25 @@ class Scope(HandleGroup):
         self.bus = bus
         self._token: Optional[contextvars.Token[Tuple[Scope, ...]]] = None
 
-    def on(self, event: str, hook: Callable[..., Any], **options: Any) -> Handle:
+    def on(
+        self, event: str, hook: Callable[..., Any], **options: Unpack[EventHookOptions]
+    ) -> Handle:
         """Register an event hook in this scope (see :meth:`EventBus.on`)."""
-        return self.bus._register("event", event, hook, options, scope=self)
+        return self.bus.registry.register("event", event, hook, options, scope=self)
 
-    def pre(self, name: str, hook: Callable[..., Any], **options: Any) -> Handle:
+    def pre(self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]) -> Handle:
         """Register a pre hook in this scope (see :meth:`EventBus.pre`)."""
-        return self.bus._register("pre", name, hook, options, scope=self)
+        return self.bus.registry.register("pre", name, hook, options, scope=self)
 
-    def post(self, name: str, hook: Callable[..., Any], **options: Any) -> Handle:
+    def post(self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]) -> Handle:
         """Register a post hook in this scope (see :meth:`EventBus.post`)."""
-        return self.bus._register("post", name, hook, options, scope=self)
+        return self.bus.registry.register("post", name, hook, options, scope=self)
 
-    def exception(self, name: str, hook: Callable[..., Any], **options: Any) -> Handle:
+    def exception(
+        self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]
+    ) -> Handle:
         """Register an exception hook in this scope (see :meth:`EventBus.exception`)."""
-        return self.bus._register("exception", name, hook, options, scope=self)
+        return self.bus.registry.register("exception", name, hook, options, scope=self)
 
     def __enter__(self) -> Self:
         if self._token is not None:
@@ -308,7 +334,7 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
     def collected(_: object) -> None:
         alive = handle_ref()
         if alive is not None:
-            alive.bus._forget_collected(alive)
+            alive.bus.registry.forget_collected(alive)
 
     if hasattr(hook, "__self__") and hasattr(hook, "__func__"):
         return weakref.WeakMethod(hook, collected)

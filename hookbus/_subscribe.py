@@ -157,7 +157,7 @@ def subscribe(
                     "weak": weak,
                     "target": target,
                 }
-                group.add(bus._register(mark.kind, mark.event, method, options))
+                group.add(bus.registry.register(mark.kind, mark.event, method, options))
     except BaseException:
         group.remove()
         raise

@@ -87,12 +87,12 @@ class Trace:
         return "\n".join(lines)
 
     def __enter__(self) -> Self:
-        self._outer = self.bus._tracer
-        self.bus._set_tracer(self)
+        self._outer = self.bus.registry.tracer
+        self.bus.registry.set_tracer(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.bus._set_tracer(self._outer)
+        self.bus.registry.set_tracer(self._outer)
         self._outer = None
 
     def __repr__(self) -> str:

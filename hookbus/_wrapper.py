@@ -5,15 +5,23 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union, cast, overload
+
+from typing_extensions import ParamSpec
 
 from ._context import CallContext, new_context
-from ._dispatch import PointPlan, call_with_hooks, call_with_hooks_async
+from ._dispatch import call_with_hooks, call_with_hooks_async
+from ._names import check_name
+from ._plan import PointPlan
 
 if TYPE_CHECKING:
     from ._bus import EventBus
 
-__all__ = ["HookPoint", "make_hookable"]
+__all__ = ["Decorator", "HookPoint", "make_hookable"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 class _Unresolved:
@@ -30,13 +38,12 @@ UNRESOLVED: Any = _Unresolved()
 class HookPoint:
     """A named place where pre, post and exception hooks run around calls.
 
-    The bus keeps every point weakly, by name, and calls :meth:`invalidate` (with
-    its lock held) when a hook that may match the point is added or removed. The
-    plan is then worked out again at the next call, so registering costs no call.
-    ``plan is None`` means "no hooks": the wrapper then calls straight through.
-
-    The torch adapter subclasses this, one point per module, to add and remove
-    native torch hooks as bus hooks come and go.
+    The bus's registry keeps every point weakly, by name, and calls
+    :meth:`invalidate` (after releasing its lock) when a hook that may match the
+    point is added or removed. The plan is then worked out again at the next call,
+    so registering costs no call. ``plan is None`` means "no hooks": the wrapper
+    then calls straight through. (The torch adapter's module points have the same
+    shape, ``hookbus._plan.Point``, without being HookPoints.)
 
     Example:
         >>> import hookbus
@@ -56,7 +63,15 @@ class HookPoint:
         (2, <HookPoint 'double' hooked>)
     """
 
-    __slots__ = ("__weakref__", "_calls", "bus", "is_async", "name", "plan")
+    __slots__ = (
+        "__weakref__",
+        "_calls",
+        "_stamp",
+        "bus",
+        "is_async",
+        "name",
+        "plan",
+    )
 
     kinds: Tuple[str, ...] = ("pre", "post", "exception")
     """The hook kinds that apply to this point."""
@@ -67,23 +82,26 @@ class HookPoint:
         self.is_async = is_async
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
+        # Bumped by each invalidation: a plan worked out before a change must not
+        # stay cached after it (see current_plan). No lock: a weakref callback
+        # may invalidate the point while this very thread resolves it.
+        self._stamp = 0
 
     def invalidate(self) -> None:
-        """Forget the plan (called with the bus lock held, when hooks change)."""
+        """Forget the plan (called when hooks change, with no bus lock held)."""
+        self._stamp += 1
         self.plan = UNRESOLVED
-
-    def build_plan(self) -> Optional[PointPlan]:
-        """Work out the plan from the bus (called with the bus lock held)."""
-        pre, post, exception = (self.bus._resolve_locked(kind, self.name) for kind in self.kinds)
-        if not (pre or post or exception):
-            return None
-        return PointPlan(pre, post, exception)
 
     def current_plan(self) -> Optional[PointPlan]:
         """The plan for a call starting now, worked out again if hooks changed."""
         plan = self.plan
         if plan is UNRESOLVED:
-            plan = self.bus._resolve_point(self)
+            stamp = self._stamp
+            plan = self.plan = self.bus.registry.plan(self)
+            if self._stamp != stamp:
+                # Hooks changed while it was worked out: this call runs it, the
+                # next works it out again (invalidate may have run before the store).
+                self.plan = UNRESOLVED
         return plan
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
@@ -136,7 +154,10 @@ def make_hookable(
             f"and 'async def' functions"
         )
     call: Any = fn  # what the wrapper calls; typed Any so both wrappers may await it
-    point_name = bus._check_point_name(_default_name(fn) if name is None else name)
+    point_name = check_name(
+        _default_name(fn) if name is None else name, "hook point name", allow_pattern=False
+    )
+    registry = bus.registry
     is_async = inspect.iscoroutinefunction(fn)
     point = HookPoint(bus, point_name, is_async=is_async)
     # Where the target comes from: self/cls for a function defined in a class body
@@ -155,7 +176,7 @@ def make_hookable(
                 return await call(*args, **kwargs)
             target = (args[0] if args else None) if self_from_args else fixed_target
             return await call_with_hooks_async(
-                bus, plan, point.context(target, args, kwargs), call
+                registry, plan, point.context(target, args, kwargs), call
             )
 
         wrapper: Callable[..., Any] = call_point_async
@@ -168,7 +189,7 @@ def make_hookable(
             if plan is None:
                 return call(*args, **kwargs)
             target = (args[0] if args else None) if self_from_args else fixed_target
-            return call_with_hooks(bus, plan, point.context(target, args, kwargs), call)
+            return call_with_hooks(registry, plan, point.context(target, args, kwargs), call)
 
         wrapper = call_point
 
@@ -179,5 +200,20 @@ def make_hookable(
     if not hasattr(fn, "__name__"):  # a callable object: name the wrapper after its type
         wrapper.__name__ = wrapper.__qualname__ = type(fn).__name__
     wrapper.__hookbus_point__ = point  # type: ignore[attr-defined]
-    bus._add_point(point)
+    registry.add_point(point)
     return wrapper
+
+
+class Decorator:
+    """What ``@bus.hookable("name")`` returns: a decorator that keeps the signature."""
+
+    @overload
+    def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+
+    @overload
+    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+    def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only

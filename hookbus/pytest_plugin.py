@@ -442,11 +442,11 @@ def isolate(bus: EventBus) -> Generator[EventBus, None, None]:
         >>> [h.name for h in bus.hooks()], kept.active, added.active
         (['a'], True, False)
     """
-    snapshot = bus._snapshot()
+    snapshot = bus.registry.snapshot()
     try:
         yield bus
     finally:
-        bus._restore(snapshot)
+        bus.registry.restore(snapshot)
 
 
 # --- the plugin ---------------------------------------------------------------------

@@ -252,7 +252,7 @@ CASES = {
     ),
     # --- handles
     "removing a handle through another bus": Case(
-        lambda env: env.other._remove([env.handle]),
+        lambda env: env.other.registry.remove([env.handle]),
         ValueError,
         "<Handle event 'e'",
         "handle.remove()",

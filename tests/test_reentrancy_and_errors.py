@@ -212,4 +212,4 @@ def test_trace_records_each_hook_and_costs_nothing_after() -> None:
     assert "call(s)" in trace.summary()
     bus.emit("e")
     assert len(trace.records) == 3  # closed: nothing more recorded
-    assert bus._event_plans["e"].__class__ is tuple  # back on the fast path
+    assert bus.registry.event_plans["e"].__class__ is tuple  # back on the fast path

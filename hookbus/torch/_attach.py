@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
+import sys
 import warnings
 import weakref
 from typing import (
-    AbstractSet,
     Any,
     Callable,
     Dict,
@@ -14,29 +13,26 @@ from typing import (
     List,
     Optional,
     Tuple,
-    Type,
     Union,
     cast,
     overload,
 )
 
 from torch import nn
+from typing_extensions import Unpack
 
 from .._bus import EventBus
 from .._context import CallContext
 from .._handle import Handle, HandleGroup, Removable
+from .._names import check_name
+from .._options import HookOptions
 from ._point import KINDS, ModulePoint
+from ._select import GroupSelector, Selector, close_names, select
 
 __all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
 
 ROOT = "<root>"
 """The name of the attached model itself when no prefix is given."""
-
-GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
-"""Selectors that may select many modules: a module type, or a list of selectors."""
-
-Selector = Union[str, nn.Module, GroupSelector]
-"""What selects modules: a name or glob, a module, a module type, or a list of those."""
 
 Hook = Callable[[CallContext], None]
 
@@ -104,7 +100,7 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
     if not isinstance(prefix, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
     if prefix:
-        bus._check_point_name(prefix)
+        check_name(prefix, "hook point name", allow_pattern=False)
     compiled = is_compiled(model)
     model = unwrap(model)
     for existing in _attachments.get(model, ()):
@@ -168,12 +164,11 @@ class Attachment(Removable):
                 point = ModulePoint(bus, name, module)
                 if compiled:
                     point.on_install = self._warn_compiled
-                bus._add_point(point)  # refuses a model that async hooks already match
+                bus.registry.add_point(point)  # refuses a model that async hooks match
                 self._points[name] = point
                 self._names[id(module)] = name
-            with bus._lock:
-                for point in self._points.values():
-                    point.invalidate()  # hooks registered before attaching apply at once
+            for point in self._points.values():
+                point.invalidate()  # hooks registered before attaching apply at once
         except BaseException:
             self._detach_points()
             raise
@@ -187,16 +182,21 @@ class Attachment(Removable):
     def _warn_compiled(self, point: ModulePoint, phase: str) -> None:
         if self._warned:
             return
-        self._warned = True
-        warnings.warn(
-            f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} of a "
-            f"torch.compile'd model. If the compiled model already ran while it had no hooks, "
-            f"torch ignores hooks added since (torch._dynamo.config.skip_nnmodule_hook_guards): "
-            f"register hooks before its first call, or call torch._dynamo.reset(). A model "
-            f"that had hooks then recompiles at each change instead.",
-            CompiledModelWarning,
-            stacklevel=6,
-        )
+        self._warned = True  # first: a warnings hook registering here must not recurse
+        try:
+            warnings.warn(
+                f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} "
+                f"of a torch.compile'd model. If the compiled model already ran while it had no "
+                f"hooks, torch ignores hooks added since "
+                f"(torch._dynamo.config.skip_nnmodule_hook_guards): "
+                f"register hooks before its first call, or call torch._dynamo.reset(). A model "
+                f"that had hooks then recompiles at each change instead.",
+                CompiledModelWarning,
+                stacklevel=_caller_outside_hookbus(),
+            )
+        except BaseException:
+            self._warned = False  # raised (-W error): the registration is undone; warn again
+            raise
 
     # --- names and selection -----------------------------------------------------------
 
@@ -249,7 +249,7 @@ class Attachment(Removable):
         point = self._points.get(name)
         module = point.module if point is not None else None
         if module is None:
-            raise KeyError(f"no module named {name!r}{self._close(name)}")
+            raise KeyError(f"no module named {name!r}{close_names(self._points, name)}")
         return module
 
     def select(self, selector: Selector) -> List[str]:
@@ -263,64 +263,19 @@ class Attachment(Removable):
             >>> net.select(nn.Linear), net.select("[01]"), net.select(model[1])
             (['0', '2'], ['0', '1'], ['1'])
         """
-        from .._names import check_name, is_pattern, matcher_for
-
-        if isinstance(selector, str):
-            check_name(selector, "module selector", allow_pattern=True)
-            if not is_pattern(selector):
-                if selector not in self._points:
-                    raise ValueError(f"no module named {selector!r}{self._close(selector)}")
-                return [selector]
-            match = matcher_for(selector)
-            names = [name for name in self._points if match(name)]
-            if not names:
-                raise ValueError(f"no module name matches {selector!r}{self._close(selector)}")
-            return names
-        if isinstance(selector, nn.Module):
-            return [self.name_of(selector)]
-        if isinstance(selector, type):
-            if not issubclass(selector, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise TypeError(
-                    f"cannot select modules by the type {selector.__name__}: it is not an "
-                    f"nn.Module subclass"
-                )
-            names = [
-                name for name, point in self._points.items() if isinstance(point.module, selector)
-            ]
-            if not names:
-                present = sorted({type(p.module).__name__ for p in self._points.values()})
-                raise ValueError(
-                    f"no module of type {selector.__name__} in the model; its types: "
-                    f"{', '.join(present)}"
-                )
-            return names
-        if isinstance(selector, (list, tuple, set, frozenset)):
-            items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
-            chosen = {name for item in items for name in self.select(item)}
-            if not chosen:
-                raise ValueError("an empty list of selectors selects no module")
-            return [name for name in self._points if name in chosen]
-        raise TypeError(
-            f"cannot select modules with {type(selector).__name__} {selector!r}; accepted: a "
-            f"name or glob pattern ('layers.*'), a module of the model, a module type "
-            f"(nn.Linear), or a list of those"
-        )
-
-    def _close(self, name: str) -> str:
-        close = difflib.get_close_matches(name, list(self._points), n=5, cutoff=0.5)
-        if close:
-            return f"; close names: {', '.join(map(repr, close))}"
-        shown = list(self._points)[:8]
-        more = ", ..." if len(self._points) > 8 else ""
-        return f"; the model's names: {', '.join(map(repr, shown))}{more}"
+        return select(self._points, selector, self.name_of)
 
     # --- registration ------------------------------------------------------------------
 
     @overload
-    def pre(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    def pre(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
     @overload
-    def pre(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def pre(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def pre(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def pre(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Forward pre hook: ``ctx.args`` / ``ctx.kwargs`` (kwargs-only calls included).
 
         Assign ``ctx.args`` (a tuple) or ``ctx.kwargs`` (a dict) to replace them.
@@ -339,10 +294,14 @@ class Attachment(Removable):
         return self._register("pre", selector, hook, options)
 
     @overload
-    def post(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    def post(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
     @overload
-    def post(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def post(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def post(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def post(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Forward post hook: ``ctx.result`` is the output; assign it to replace it.
 
         The replacement flows into autograd like any tensor the module returned.
@@ -362,11 +321,13 @@ class Attachment(Removable):
 
     @overload
     def exception(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
-    def exception(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def exception(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def exception(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def exception(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Exception hook: runs when the module's forward raises, with ``ctx.exception``.
 
         It observes: torch re-raises the error after its hooks, so the error
@@ -389,10 +350,14 @@ class Attachment(Removable):
         return self._register("exception", selector, hook, options)
 
     @overload
-    def grad(self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any) -> Handle: ...
+    def grad(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
     @overload
-    def grad(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def grad(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def grad(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def grad(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Gradient hook on the module's outputs: the cheap, safe way to see gradients.
 
         At backward, ``ctx.result`` is the gradient of one output tensor (assign to
@@ -414,13 +379,15 @@ class Attachment(Removable):
 
     @overload
     def backward_pre(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
     def backward_pre(
-        self, selector: GroupSelector, hook: Hook, /, **options: Any
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
     ) -> HandleGroup: ...
-    def backward_pre(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def backward_pre(
+        self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Any:
         """Full backward pre hook: ``ctx.args`` is ``grad_output``; assign to replace it.
 
         Opt-in: full backward hooks cost about as much as the backward pass of a
@@ -440,11 +407,13 @@ class Attachment(Removable):
 
     @overload
     def backward(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Any
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
-    def backward(self, selector: GroupSelector, hook: Hook, /, **options: Any) -> HandleGroup: ...
-    def backward(self, selector: Selector, hook: Hook, /, **options: Any) -> Any:
+    def backward(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def backward(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
         """Full backward hook: ``ctx.args`` is ``grad_output``, ``ctx.result`` ``grad_input``.
 
         Assign ``ctx.result`` (a tuple of the same length) to replace ``grad_input``.
@@ -462,7 +431,7 @@ class Attachment(Removable):
         """
         return self._register("backward", selector, hook, options)
 
-    def _register(self, kind: str, selector: Selector, hook: Hook, options: Dict[str, Any]) -> Any:
+    def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
         if not self._points:
             raise RuntimeError(f"{self!r} is detached; attach the model again")
         names = self.select(selector)
@@ -472,7 +441,7 @@ class Attachment(Removable):
         handles: List[Handle] = []
         try:
             for key in keys:
-                handles.append(self.bus._register(kind, key, hook, options))
+                handles.append(self.bus.registry.register(kind, key, hook, options))
         except BaseException:
             for handle in handles:
                 handle.remove()
@@ -517,15 +486,10 @@ class Attachment(Removable):
         self._names = {}
         if not points:
             return
-        bus = self.bus
-        with bus._lock:
-            for point in points.values():
-                point.uninstall()
-                registered = bus._points.get(point.name)
-                if registered is not None:
-                    registered.discard(point)
-                    if not registered:
-                        del bus._points[point.name]
+        registry = self.bus.registry
+        for point in points.values():
+            registry.remove_point(point)  # first: no change of hooks reaches it after
+            point.uninstall()
 
     def hooks(self) -> List[Handle]:
         """The bus hooks of every kind that match this model's modules now."""
@@ -543,6 +507,16 @@ class Attachment(Removable):
         state = f"{len(self._points)} modules" if self._points else "detached"
         prefix = f" prefix={self.prefix!r}" if self.prefix else ""
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
+
+
+def _caller_outside_hookbus() -> int:
+    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here."""
+    frame = sys._getframe(2)  # the caller of the function that warns
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def _short(module: nn.Module) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext
+from .._context import CallContext, reject_returned
 from .._handle import Removable
 
 __all__ = ["GradHandle", "on_grad"]
@@ -103,10 +103,6 @@ class _TensorGradHook:
         ctx.result = grad
         returned: Any = self.hook(ctx)
         if returned is not None:
-            raise TypeError(
-                f"grad hook {self.hook!r} on {self.name!r} returned "
-                f"{type(returned).__name__}, not None; replace the gradient by assigning "
-                f"ctx.result = new_grad"
-            )
+            reject_returned(self.hook, ctx, returned)
         result: Optional[torch.Tensor] = ctx.result
         return None if result is grad else result

@@ -1,14 +1,17 @@
 """One hook point per module, holding native torch hooks only while bus hooks match it.
 
-The bus calls :meth:`ModulePoint.invalidate` (with its lock held) whenever a hook
-that may match the module is added or removed. The point then works out which
-bus hooks run for each phase and installs or removes its native dispatchers to
-match: at most one native hook per phase, however many bus hooks match, and none
-at all when none match, so the module runs at native speed.
+A :class:`ModulePoint` has the core's point shape (``hookbus._plan.Point``)
+and uses nothing of the core but that seam and public names. The registry calls
+:meth:`ModulePoint.invalidate` (after releasing its lock) whenever a hook that may
+match the module is added or removed. The point then asks the registry for its
+plan and installs or removes its native dispatchers to match: at most one native
+hook per phase, however many bus hooks match, and none at all when none match,
+so the module runs at native speed.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import warnings
@@ -18,10 +21,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext, new_context
-from .._dispatch import _returned, run_phase
+from .._context import CallContext, new_context, reject_returned
+from .._dispatch import run_phase
 from .._errors import add_note, describe
-from .._wrapper import HookPoint
 from ._tree import Path, iter_tensors
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ KINDS = ("pre", "post", "exception", "backward_pre", "backward", "grad")
 
 _Hooks = Tuple["Handle", ...]
 _Fast = Optional[Tuple[Callable[..., Any], ...]]
+_NO_PLAN: Dict[str, _Hooks] = {kind: () for kind in KINDS}
 
 
 # torch's register_forward_(pre_)hook puts the hook in the module's dict first and
@@ -43,14 +46,7 @@ _Fast = Optional[Tuple[Callable[..., Any], ...]]
 _WITHOUT_KWARGS: Any = object()
 
 
-def _fast(handles: _Hooks, plain: bool) -> _Fast:
-    """The bare callables, when the short loop can run them (no rare option in play)."""
-    if not plain or any(h.once or h.weak or h.target is not None for h in handles):
-        return None
-    return tuple(h._hook for h in handles)
-
-
-class ModulePoint(HookPoint):
+class ModulePoint:
     """The hook point of one ``nn.Module``, named by its qualified name.
 
     It holds its module weakly, and keeps in ``_natives`` the native torch hooks it
@@ -61,10 +57,12 @@ class ModulePoint(HookPoint):
     """
 
     __slots__ = (
+        "__weakref__",
         "_always",
         "_backward",
         "_backward_calls",
         "_backward_pre",
+        "_calls",
         "_exception",
         "_full_backward_flag",
         "_grad",
@@ -78,15 +76,26 @@ class ModulePoint(HookPoint):
         "_pre",
         "_pre_fast",
         "_shared",
+        "_updating",
         "attached",
+        "bus",
+        "name",
         "on_install",
+        "registry",
     )
 
     kinds = KINDS
+    is_async = False  # torch calls hooks synchronously
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
-        super().__init__(bus, name)
-        self.plan = None  # the core's plan is unused: dispatch reads the tuples below
+        self.bus = bus
+        self.registry = bus.registry
+        self.name = name
+        self._calls = itertools.count()
+        # Orders updates from threads that change hooks at once: the last to take
+        # it reads the newest plan. Reentrant: a warning it issues may run code
+        # (a warnings filter) that registers on this very module.
+        self._updating = threading.RLock()
         self._module: Callable[[], Optional[torch.nn.Module]] = weakref.ref(module)
         self._natives: Dict[str, RemovableHandle] = {}
         self._local = threading.local()
@@ -113,50 +122,49 @@ class ModulePoint(HookPoint):
         """The module, or ``None`` once it was garbage collected."""
         return self._module()
 
-    # --- bookkeeping, with the bus lock held -----------------------------------------
+    # --- bookkeeping: the registry calls invalidate, with no lock of its held ---------
 
     def invalidate(self) -> None:
-        """Work out this module's hooks again and install exactly the natives they need."""
-        module = self._module()
-        if not self.attached or module is None:
-            return
-        bus = self.bus
-        resolved = [bus._resolve_locked(kind, self.name) for kind in KINDS]
-        pre, post, exception, backward_pre, backward, grad = resolved
-        plain = bus._errors == "raise" and bus._tracer is None
-        self._pre, self._pre_fast = pre, _fast(pre, plain)
-        self._post, self._post_fast = post, _fast(post, plain)
-        self._exception, self._backward_pre, self._backward, self._grad = (
-            exception, backward_pre, backward, grad,
-        )  # fmt: skip
-        self._shared = bool(pre) and bool(post or exception or grad)
-        self._always = bool(exception) or self._shared
-        self._post_alone = None if self._always or grad else self._post_fast
-        try:
+        """Work out this module's hooks again and install exactly the natives they need.
+
+        Errors propagate (a :class:`CompiledModelWarning` turned into an error,
+        say): the registration that caused the call is then undone.
+        """
+        with self._updating:
+            module = self._module()
+            if not self.attached or module is None:
+                return
+            plan = self.registry.plan(self)
+            hooks = plan.hooks if plan is not None else _NO_PLAN
+            fast = plan.fast if plan is not None else {}
+            pre, post, exception = hooks["pre"], hooks["post"], hooks["exception"]
+            grad = hooks["grad"]
+            self._pre, self._pre_fast = pre, fast.get("pre")
+            self._post, self._post_fast = post, fast.get("post")
+            self._exception, self._grad = exception, grad
+            self._backward_pre, self._backward = hooks["backward_pre"], hooks["backward"]
+            self._shared = bool(pre) and bool(post or exception or grad)
+            self._always = bool(exception) or self._shared
+            self._post_alone = None if self._always or grad else self._post_fast
             self._sync(module, "pre", bool(pre))
             self._sync(module, "post", bool(post or exception or grad))
-            self._sync(module, "backward_pre", bool(backward_pre))
-            self._sync(module, "backward", bool(backward))
-        except Exception as error:  # pragma: no cover - registration checks come first
-            warnings.warn(
-                f"hookbus.torch could not update the native hooks of {self.name!r}: {error!r}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            self._sync(module, "backward_pre", bool(self._backward_pre))
+            self._sync(module, "backward", bool(self._backward))
 
     def uninstall(self) -> None:
         """Remove every native hook this point installed, and forget per-call state."""
-        self.attached = False
-        module = self._module()
-        for phase in list(self._natives):
-            self._sync(module, phase, False)
-        for handle in self._grad_handles:
-            handle.remove()
-        self._grad_handles = []
-        self._local = threading.local()
-        self._pre = self._post = self._exception = ()
-        self._backward_pre = self._backward = self._grad = ()
-        self._pre_fast = self._post_fast = self._post_alone = None
+        with self._updating:
+            self.attached = False
+            module = self._module()
+            for phase in list(self._natives):
+                self._sync(module, phase, False)
+            for handle in self._grad_handles:
+                handle.remove()
+            self._grad_handles = []
+            self._local = threading.local()
+            self._pre = self._post = self._exception = ()
+            self._backward_pre = self._backward = self._grad = ()
+            self._pre_fast = self._post_fast = self._post_alone = None
 
     def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
         current = self._natives.get(phase)
@@ -230,16 +238,16 @@ class ModulePoint(HookPoint):
 
     def _run(self, handles: _Hooks, fast: _Fast, ctx: CallContext) -> None:
         if fast is None:
-            run_phase(self.bus, handles, ctx)
+            run_phase(self.registry, handles, ctx)
             return
         for hook in fast:
             try:
                 returned = hook(ctx)
+                if returned is not None:
+                    reject_returned(handles[fast.index(hook)], ctx, returned)
             except Exception as error:
                 add_note(error, describe(handles[fast.index(hook)], self.name))
                 raise
-            if returned is not None:
-                _returned(handles[fast.index(hook)], ctx, returned)
 
     def _on_pre(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Any = _WITHOUT_KWARGS
@@ -284,11 +292,11 @@ class ModulePoint(HookPoint):
             for hook in fast:
                 try:
                     returned = hook(ctx)
+                    if returned is not None:
+                        reject_returned(self._post[fast.index(hook)], ctx, returned)
                 except Exception as error:
                     add_note(error, describe(self._post[fast.index(hook)], self.name))
                     raise
-                if returned is not None:
-                    _returned(self._post[fast.index(hook)], ctx, returned)
             result = ctx.result
             return None if result is output else result
         return self._on_post_full(module, args, kwargs, output)
@@ -329,7 +337,7 @@ class ModulePoint(HookPoint):
         ctx.phase = "exception"
         ctx._exception = error
         try:
-            run_phase(self.bus, self._exception, ctx)
+            run_phase(self.registry, self._exception, ctx)
         except Exception as hook_error:
             # torch would turn this into a vague warning anyway; say what happened.
             warnings.warn(
@@ -353,15 +361,19 @@ class ModulePoint(HookPoint):
     def _on_backward_pre(self, module: torch.nn.Module, grad_output: Any) -> Any:
         ctx = CallContext(self.name, module, grad_output, {}, self._next_backward())
         ctx.phase = "backward_pre"
-        run_phase(self.bus, self._backward_pre, ctx)
+        run_phase(self.registry, self._backward_pre, ctx)
         return None if ctx.args is grad_output else ctx.args
 
     def _on_backward(self, module: torch.nn.Module, grad_input: Any, grad_output: Any) -> Any:
         ctx = CallContext(self.name, module, grad_output, {}, self._next_backward())
         ctx.phase = "backward"
         ctx.result = grad_input
-        run_phase(self.bus, self._backward, ctx)
+        run_phase(self.registry, self._backward, ctx)
         return None if ctx.result is grad_input else ctx.result
+
+    def __repr__(self) -> str:
+        state = "hooked" if self._natives else "no hooks"
+        return f"<ModulePoint {self.name!r} {state}>"
 
     def _next_backward(self) -> int:
         index = self._backward_calls
@@ -413,6 +425,6 @@ class _GradDispatch:
         ctx = CallContext(point.name, point.module, (), {}, self.call_index, "grad")
         ctx.result = grad
         ctx.data["path"] = self.path
-        run_phase(point.bus, handles, ctx)
+        run_phase(point.registry, handles, ctx)
         result: Optional[torch.Tensor] = ctx.result
         return None if result is grad else result

@@ -1,0 +1,93 @@
+"""The registration options, declared once: a TypedDict for type checkers, one parser.
+
+Every registering method (``EventBus.on`` / ``pre`` / ``post`` / ``exception``,
+``Scope``'s, and the torch ``Attachment``'s) takes ``**options:
+Unpack[HookOptions]``, so IDEs show the options and type checkers check them, and
+every one of them is parsed by :func:`parse_options` at registration time.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Mapping, Tuple
+
+from typing_extensions import TypedDict
+
+from ._priority import PriorityLike, to_priority
+
+__all__ = ["EventHookOptions", "HookOptions", "ParsedOptions", "parse_options"]
+
+
+class HookOptions(TypedDict, total=False):
+    """The options every registration takes, all optional.
+
+    Example:
+        >>> import hookbus
+        >>> options: hookbus.HookOptions = {"priority": "HIGH", "once": True}
+        >>> bus = hookbus.EventBus()
+        >>> bus.on("saved", print, **options).priority
+        20
+    """
+
+    priority: PriorityLike
+    """Higher runs first; ties run in registration order. An int or a ``Priority`` name."""
+    once: bool
+    """Remove the hook after its first call (claimed atomically: it runs at most once)."""
+    target: Any
+    """Fire only for this sender (an event's first argument) or call target."""
+    weak: bool
+    """Hold the hook by weak reference: it goes when its object is collected."""
+
+
+class EventHookOptions(HookOptions, total=False):
+    """:class:`HookOptions`, plus the one option only event hooks take.
+
+    Example:
+        >>> import hookbus
+        >>> options: hookbus.EventHookOptions = {"with_name": True}
+        >>> bus = hookbus.EventBus()
+        >>> _ = bus.on("*", lambda event, *args: print(event, args), **options)
+        >>> bus.emit("saved", 1)
+        saved (1,)
+    """
+
+    with_name: bool
+    """Pass the event's name first: ``hook(event, *args, **kwargs)``."""
+
+
+OPTION_NAMES: Tuple[str, ...] = tuple(EventHookOptions.__annotations__)
+"""Every option name, in the order error messages list them."""
+
+ParsedOptions = Tuple[int, bool, Any, bool, bool]
+"""``(priority, once, target, weak, with_name)``, checked."""
+
+
+def method_name(kind: str) -> str:
+    """The registering method's name, for messages (the torch adapter adds kinds)."""
+    return "on" if kind == "event" else kind
+
+
+def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
+    """Check the options of one registration of ``kind``; unknown names get a hint."""
+    unknown = [key for key in options if key not in OPTION_NAMES]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(
+            f"unknown option {unknown[0]!r} for {method_name(kind)}(){hint}; "
+            f"accepted: {', '.join(OPTION_NAMES)}"
+        )
+    priority = to_priority(options.get("priority", 0))
+    once, weak = options.get("once", False), options.get("weak", False)
+    with_name = options.get("with_name", False)
+    for option, value in (("once", once), ("weak", weak), ("with_name", with_name)):
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"option {option}= takes True or False, got {type(value).__name__} {value!r}"
+            )
+    if with_name and kind != "event":
+        raise TypeError(
+            f"option with_name= is for event hooks (on); a {method_name(kind)} hook gets "
+            f"the name as ctx.name already"
+        )
+    return priority, once, options.get("target"), weak, with_name

@@ -1,0 +1,113 @@
+"""Plans, and the seam between the registry and hook points.
+
+A *plan* is what one dispatch of one name runs: the matching hooks, sorted, as
+immutable tuples. The registry builds every plan here (:func:`event_plan`,
+:class:`PointPlan`), and :func:`fast_hooks` is the one rule for when a tuple of
+hooks can run as bare callables in a short loop.
+
+A hook point is anything with the :class:`Point` shape: the core's
+:class:`~hookbus.HookPoint` and the torch adapter's module points alike. The
+registry keeps points weakly by name and calls :meth:`Point.invalidate` *after*
+releasing its lock whenever the hooks that may match a point change; the point
+then asks ``Registry.plan()`` for its new
+plan. So no point runs its own code (torch's, a warning, a user's) under the
+bus lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, cast
+
+from typing_extensions import Protocol
+
+if TYPE_CHECKING:
+    from ._handle import Handle
+
+__all__ = ["NO_HOOKS", "EventPlan", "Point", "PointPlan", "event_plan", "fast_hooks"]
+
+Hooks = Tuple["Handle", ...]
+FastHooks = Optional[Tuple[Callable[..., Any], ...]]
+
+
+class Point(Protocol):
+    """What the registry needs of a hook point (the adapter seam)."""
+
+    @property
+    def name(self) -> str:
+        """The point's name: hooks registered for it (or a matching pattern) apply."""
+        ...
+
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        """The hook kinds that apply to the point (``"pre"``, ``"post"``, ...)."""
+        ...
+
+    @property
+    def is_async(self) -> bool:
+        """Whether calls of the point can await async hooks."""
+        ...
+
+    def invalidate(self) -> None:
+        """The hooks that may match changed; called with no lock held."""
+        ...
+
+
+def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
+    """The bare callables, when the short loop can run them; else ``None``.
+
+    ``plain`` says the bus adds nothing per hook (errors raise, no trace). Any
+    hook with a rare option (once, weak, target, async, with_name) needs the full
+    loop of ``_dispatch``, which asks the handle what to run.
+    """
+    if not plain or any(
+        h.once or h.weak or h.is_async or h.with_name or h.target is not None for h in handles
+    ):
+        return None
+    # h.hook is never None here: none is weak.
+    return cast("Tuple[Callable[..., Any], ...]", tuple(h.hook for h in handles))
+
+
+class EventPlan:
+    """The hooks of one event in order, when the plain fast loop can't run them."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles: Hooks) -> None:
+        self.handles = handles
+
+
+NO_HOOKS = EventPlan(())
+"""The plan of an event without hooks: emit returns at once, with no test on the
+tuple path (a plain tuple plan always has hooks)."""
+
+
+def event_plan(handles: Hooks, plain: bool) -> Any:
+    """What ``emit`` runs: ``NO_HOOKS``, a tuple of bare callables, or an :class:`EventPlan`.
+
+    Typed ``Any``: emit tells them apart by class, the fastest test there is.
+    """
+    if not handles:
+        return NO_HOOKS
+    fast = fast_hooks(handles, plain)
+    return EventPlan(handles) if fast is None else fast
+
+
+class PointPlan:
+    """The hooks of one hook point, per kind, in the order they run.
+
+    ``hooks`` and ``fast`` map each of the point's kinds to its handles and to
+    their bare callables (``None`` when the full loop must run them);
+    ``pre``, ``post`` and ``exception`` are the core's three, read per call.
+    """
+
+    __slots__ = ("exception", "fast", "has_async", "hooks", "post", "pre")
+
+    def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
+        self.hooks = hooks
+        self.fast: Dict[str, FastHooks] = {
+            kind: fast_hooks(handles, plain) for kind, handles in hooks.items()
+        }
+        self.pre: Hooks = hooks.get("pre", ())
+        self.post: Hooks = hooks.get("post", ())
+        self.exception: Hooks = hooks.get("exception", ())
+        self.has_async = any(h.is_async for handles in hooks.values() for h in handles)

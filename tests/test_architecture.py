@@ -1,0 +1,198 @@
+"""The shape of the code: who may touch whose internals, and the registry's seam."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+import hookbus
+from hookbus import CallContext, EventBus
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "hookbus"
+
+# The name an object goes by -> the one module allowed to use its private attributes.
+OWNERS = {
+    "bus": "_bus.py",
+    "_bus": "_bus.py",
+    "registry": "_registry.py",
+    "_registry": "_registry.py",
+}
+
+
+def _holder_name(node: ast.expr) -> str:
+    """``bus`` for ``bus``, ``self.bus``, ``handle.bus``; else ``""``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def private_reaches(source: str, module: str) -> List[Tuple[int, str]]:
+    """``(line, text)`` of every ``<bus or registry>._private`` outside its owner module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        private = node.attr.startswith("_") and not node.attr.startswith("__")
+        owner = OWNERS.get(_holder_name(node.value))
+        if private and owner is not None and module != owner:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_module_reaches_into_the_bus_or_the_registry() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        for line, text in private_reaches(path.read_text(encoding="utf-8"), relative):
+            offenders.append(f"hookbus/{relative}:{line}: {text}")
+    assert not offenders, "private access outside the owning module:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "bus._lock",
+        "self.bus._points.get(name)",
+        "handle.bus._claim(handle)",
+        "self.registry._resolve_locked('pre', name)",
+        "with bus._lock:\n    pass",
+    ],
+)
+def test_the_check_finds_each_kind_of_reach(source: str) -> None:
+    assert private_reaches(source, "torch/_attach.py")
+    assert not private_reaches(source.replace("._", "."), "torch/_attach.py")
+
+
+def test_the_owner_may_use_its_own_privates() -> None:
+    assert not private_reaches("self.registry._lock", "_registry.py")
+    assert private_reaches("self.registry._lock", "_bus.py")
+
+
+# --- the seam: points hear of changes after the lock is released -------------------
+
+
+class RecordingPoint:
+    """A hook point of the seam's shape that registers on the bus when told of a change."""
+
+    kinds = ("pre", "post", "exception")
+    is_async = False
+
+    def __init__(self, bus: EventBus, name: str) -> None:
+        self.bus = bus
+        self.name = name
+        self.plans: List[object] = []
+
+    def invalidate(self) -> None:
+        # Under the bus lock, this would deadlock: the lock is not reentrant.
+        if not self.plans:
+            self.bus.on("side.effect", print)
+        self.plans.append(self.bus.registry.plan(self))
+
+
+def _in_thread(action: object, timeout: float = 10.0) -> None:
+    errors: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()  # type: ignore[operator]
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "deadlocked: a point was called under the bus lock"
+    assert not errors, errors
+
+
+def test_a_point_is_told_of_changes_with_no_lock_held_and_gets_its_plan() -> None:
+    bus = EventBus()
+    point = RecordingPoint(bus, "load")
+    bus.registry.add_point(point)
+
+    def hook(ctx: CallContext) -> None:
+        pass
+
+    _in_thread(lambda: bus.post("load", hook))
+    assert [h.name for h in bus.hooks(kind="event")] == ["side.effect"]
+    plan = point.plans[-1]
+    assert plan is not None
+    assert [h.hook for h in plan.post] == [hook]  # type: ignore[attr-defined]
+    _in_thread(bus.clear)
+    assert point.plans[-1] is None  # no hook applies any more
+
+
+def test_a_point_that_fails_to_take_a_hook_undoes_the_registration() -> None:
+    bus = EventBus()
+
+    class Refusing(RecordingPoint):
+        def invalidate(self) -> None:
+            plan = self.bus.registry.plan(self)
+            if plan is not None:
+                raise RuntimeError("cannot install")
+
+    point = Refusing(bus, "load")
+    bus.registry.add_point(point)
+    with pytest.raises(RuntimeError, match="cannot install"):
+        bus.pre("load", lambda ctx: None)
+    assert bus.hooks() == []  # all or nothing
+    with bus.scope(), pytest.raises(RuntimeError):
+        bus.post("l*", lambda ctx: None)
+    assert bus.hooks() == []
+
+
+def test_registry_methods_other_modules_use_are_public_and_documented() -> None:
+    public = [
+        "register", "decorator", "unregister", "remove", "clear", "claim",
+        "forget_collected", "plan_event", "event_handles", "note_fast_error", "plan",
+        "add_point", "remove_point", "points", "set_errors", "set_tracer", "pause",
+        "snapshot", "restore", "hooks",
+    ]  # fmt: skip
+    registry = hookbus.EventBus().registry
+    for name in public:
+        assert (getattr(type(registry), name).__doc__ or "").strip(), name
+
+
+def test_the_module_picture_in_the_docs_is_current() -> None:
+    script = ROOT / "docs" / "_ext" / "module_graph.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_plan_worked_out_while_hooks_change_is_not_kept() -> None:
+    # Points hear of changes after the lock is released, so a call may work out
+    # its plan just before a registration lands: that plan must not stay cached.
+    bus = EventBus()
+    seen: List[str] = []
+
+    @bus.hookable("load")
+    def load() -> str:
+        return "data"
+
+    point = load.__hookbus_point__  # type: ignore[attr-defined]
+    registry = bus.registry
+    original = registry.plan
+
+    def plan_then_register(target: object) -> object:
+        plan = original(target)  # type: ignore[arg-type]
+        registry.plan = original  # type: ignore[method-assign]
+        bus.post("load", lambda ctx: seen.append("late"))  # lands after the plan was made
+        return plan
+
+    registry.plan = plan_then_register  # type: ignore[assignment,method-assign]
+    assert load() == "data"  # this call ran the plan it worked out: no hooks
+    assert seen == []
+    assert repr(point) == "<HookPoint 'load' unresolved>"  # not the stale plan
+    load()
+    assert seen == ["late"]

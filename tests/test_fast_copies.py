@@ -1,0 +1,81 @@
+"""Every copy made for speed does what its slow original does (see ``_dispatch.py``'s map)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Tuple
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hookbus import CallContext, EventBus
+from hookbus._context import new_context
+from hookbus._handle import Handle, plain_handle
+from hookbus._names import matcher_for
+
+
+def _fields(obj: object) -> dict:
+    slots = [s for klass in type(obj).__mro__ for s in getattr(klass, "__slots__", ())]
+    return {slot: getattr(obj, slot) for slot in slots if slot != "__weakref__"}
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+@pytest.mark.parametrize("match", [None, matcher_for("a.*")])
+def test_plain_handle_builds_what_handle_init_builds(is_async: bool, match: Any) -> None:
+    bus = EventBus()
+    fast = plain_handle(bus, "event", "a.b", print, is_async, match)
+    slow = Handle(bus, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
+    assert _fields(fast) == _fields(slow)
+    assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
+
+
+@pytest.mark.parametrize("phase", ["pre", "post", "grad"])
+def test_new_context_builds_what_call_context_init_builds(phase: str) -> None:
+    args, kwargs, target = (1, 2), {"k": 3}, object()
+    fast = new_context("point", target, args, kwargs, 7, phase)
+    slow = CallContext("point", target, args, kwargs, 7, phase)
+    assert _fields(fast) == _fields(slow)
+    assert set(_fields(fast)) == set(CallContext.__slots__)
+
+
+# --- emit's inline fast loop against dispatch_event, its slow twin --------------------
+
+# A hook's behaviour: return None, return a value, or raise.
+behaviours = st.lists(st.sampled_from(["none", "value", "raise"]), max_size=6)
+
+
+def _run(plan: List[str], slow: bool, with_kwargs: bool) -> Tuple[List[Any], Any]:
+    bus = EventBus()
+    calls: List[Any] = []
+
+    def make(index: int, behaviour: str) -> Callable[..., Any]:
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            calls.append((index, args, kwargs))
+            if behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            return index if behaviour == "value" else None
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    for index, behaviour in enumerate(plan):
+        bus.on("e", make(index, behaviour))
+    fast_path = bus.registry.plan_event("e").__class__ is tuple
+    assert fast_path == bool(plan)  # plain hooks: the inline loop, unless none
+    error = None
+    try:
+        if slow:
+            with bus.trace():  # a trace switches emit to the full loop
+                bus.emit("e", 1, **({"k": 2} if with_kwargs else {}))
+        else:
+            bus.emit("e", 1, **({"k": 2} if with_kwargs else {}))
+    except ValueError as raised:
+        error = (str(raised), getattr(raised, "__notes__", []))
+    return calls, error
+
+
+@given(behaviours, st.booleans())
+def test_emit_fast_loop_matches_the_full_loop(plan: List[str], with_kwargs: bool) -> None:
+    assert _run(plan, slow=False, with_kwargs=with_kwargs) == _run(
+        plan, slow=True, with_kwargs=with_kwargs
+    )
