@@ -412,13 +412,17 @@ class Registry:
     # --- plans ----------------------------------------------------------------------
 
     def _resolve_locked(
-        self, kind: str, name: str, *, paused_ok: bool = False
+        self, kind: str, name: str, *, paused_ok: bool = False, literal: bool = False
     ) -> Tuple[Handle, ...]:
-        """The hooks of ``kind`` that run for ``name``, in order (lock held)."""
+        """The hooks of ``kind`` that run for ``name``, in order (lock held).
+
+        ``literal``: ``name`` is a name even if it holds glob characters (a torch
+        module may be called ``"a[0]"``), so patterns that match it apply.
+        """
         if not paused_ok and self._pauses and self._is_paused_locked(name):
             return ()
         handles = list(self._exact.get(kind, _NO_NAMES).get(name, ()))
-        if is_pattern(name):
+        if not literal and is_pattern(name):
             return tuple(handles)  # introspection of a pattern: its own hooks only
         handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]
         handles.sort(key=_order)
@@ -483,7 +487,10 @@ class Registry:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
         with self._changing():
             self._sweep_collected_locked()
-            hooks = {kind: self._resolve_locked(kind, point.name) for kind in point.kinds}
+            # A point's name is a name, whatever it holds (a torch module "a[0]").
+            hooks = {
+                kind: self._resolve_locked(kind, point.name, literal=True) for kind in point.kinds
+            }
             plain = self.errors == "raise" and self.tracer is None
         if not any(hooks.values()):
             return None

@@ -24,6 +24,7 @@ from torch.utils.hooks import RemovableHandle
 from .._context import CallContext, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
+from ._copies import inert_point
 from ._tree import Path, iter_tensors
 
 if TYPE_CHECKING:
@@ -121,6 +122,14 @@ class ModulePoint:
     def module(self) -> Optional[torch.nn.Module]:
         """The module, or ``None`` once it was garbage collected."""
         return self._module()
+
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        # A copied or pickled module (deepcopy, torch.save, AveragedModel,
+        # mp.spawn) reaches us through its hook dicts: it gets an inert stand-in.
+        return (inert_point, (self.name, self._full_backward_flag))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> ModulePoint:
+        return inert_point(self.name, self._full_backward_flag)
 
     # --- bookkeeping: the registry calls invalidate, with no lock of its held ---------
 
