@@ -76,6 +76,35 @@ def identity_hooks(net: hookbus.torch.Attachment, seen: List[str]) -> None:
     net.grad("2", lambda ctx: seen.append(f"grad {ctx.name}"))
 
 
+# --- DataLoader workers: the documented pattern ------------------------------------------
+
+
+class AugmentedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A dataset that runs a module on each sample and reports which hooks ran on it."""
+
+    def __init__(self) -> None:
+        self.augment = nn.Sequential(nn.Linear(2, 2))
+        self.seen: List[str] = []  # filled by hooks in the process that runs them
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> Dict[str, Any]:
+        self.seen = []
+        with torch.no_grad():
+            out = self.augment(torch.full((1, 2), float(index)))
+        return {"out": out, "seen": list(self.seen), "pid": os.getpid()}
+
+
+def init_worker(worker_id: int) -> None:
+    """worker_init_fn: make the bus and register the hooks in the worker."""
+    info: Any = torch.utils.data.get_worker_info()
+    dataset: AugmentedDataset = info.dataset
+    bus = hookbus.EventBus(f"worker {worker_id}")
+    hookbus.torch.attach(dataset.augment, bus)
+    bus.post("0", lambda ctx: dataset.seen.append(f"worker {worker_id}: {ctx.name}"))
+
+
 # --- the scenarios: each returns a dict of facts for the parent's tests ------------------
 
 

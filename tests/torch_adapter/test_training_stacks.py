@@ -236,6 +236,32 @@ def test_ema_of_a_hooked_model_matches_the_ema_of_the_unhooked_one() -> None:
     assert torch.equal(averaged[0], averaged[1])
 
 
+# --- DataLoader workers ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_dataloader_spawn_workers_run_the_hooks_their_worker_init_fn_registers() -> None:
+    import os
+
+    dataset = stack_workers.AugmentedDataset()
+    parent = hookbus.torch.attach(dataset.augment, hookbus.EventBus())
+    parent.post("0", lambda ctx: dataset.seen.append("parent"))
+    loader = torch.utils.data.DataLoader(
+        dataset,  # pickled to the worker with its hooked module: it arrives unhooked
+        batch_size=2,
+        num_workers=1,
+        multiprocessing_context="spawn",
+        worker_init_fn=stack_workers.init_worker,
+        timeout=120,
+    )
+    batches = list(loader)
+    # default_collate turns each sample's one-item list into a tuple per position
+    assert [batch["seen"] for batch in batches] == [[("worker 0: 0", "worker 0: 0")]] * 2
+    assert all(int(pid) != os.getpid() for batch in batches for pid in batch["pid"])
+    assert dataset[0]["seen"] == ["parent"]  # the parent's hook still runs in the parent
+    parent.detach()
+
+
 # --- DDP, FSDP2 and FSDP1 on 2 gloo processes --------------------------------------------
 
 
