@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import pickle
 import socket
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -157,7 +158,9 @@ def _gpt2() -> nn.Module:
     )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(config)
-    model.gradient_checkpointing_enable()
+    with warnings.catch_warnings():  # transformers 5.x: renamed activation_checkpointing_enable
+        warnings.simplefilter("ignore", FutureWarning)
+        model.gradient_checkpointing_enable()
     model.train()
     model.config.use_cache = False
     return model
