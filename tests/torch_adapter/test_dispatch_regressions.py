@@ -7,14 +7,16 @@ before the fix.
 from __future__ import annotations
 
 import gc
+import threading
+import warnings
 import weakref
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torch_helpers import TutorialNet
+from torch_helpers import TutorialNet, hook_state
 
 import hookbus
 import hookbus.torch
@@ -156,6 +158,56 @@ def test_a_module_calling_itself_shares_each_call_s_own_context() -> None:
     seen = _shared_contexts(model, bus, "<root>")
     model(torch.zeros(1))
     assert seen == [(2, 2), (1, 1), (0, 0)]
+
+
+# --- item 3: no user code, warning or torch call under the bus lock ---------------------
+
+
+def _compiled() -> Any:
+    return torch.compile(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), backend="eager")
+
+
+def test_a_warning_handler_that_uses_the_bus_does_not_deadlock() -> None:
+    compiled = _compiled()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(compiled, bus)
+    handled: List[str] = []
+
+    def showwarning(message: Any, *args: Any, **kwargs: Any) -> None:
+        handled.append(repr(bus))  # takes the bus lock
+
+    outcome: Dict[str, Any] = {}
+
+    def register() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = showwarning
+            outcome["handle"] = net.post("0", lambda ctx: None)
+
+    thread = threading.Thread(target=register, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "registering deadlocked: a warning was issued under the lock"
+    assert len(handled) == 1
+    assert outcome["handle"].active
+    net.detach()
+
+
+@pytest.mark.filterwarnings("error")
+def test_registration_on_a_compiled_model_is_all_or_nothing_under_warnings_as_errors() -> None:
+    compiled = _compiled()
+    before = hook_state(compiled._orig_mod)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(compiled, bus)
+    with pytest.raises(hookbus.torch.CompiledModelWarning):
+        net.post("0", lambda ctx: None)
+    assert bus.hooks() == []
+    assert hook_state(compiled._orig_mod) == before
+    with pytest.raises(hookbus.torch.CompiledModelWarning):
+        bus.post("1", lambda ctx: None)  # on the bus directly, by name: the same
+    assert bus.hooks() == []
+    assert hook_state(compiled._orig_mod) == before
+    net.detach()
 
 
 # --- item 6: a None result is refused, not dropped -------------------------------------
