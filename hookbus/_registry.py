@@ -61,6 +61,18 @@ _NO_POINTS: Tuple[Point, ...] = ()
 _NO_NAMES: Dict[str, List[Handle]] = {}
 
 
+class _Released:
+    """Stands for a lock released early, so that the ``finally`` releasing it is a no-op."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        pass
+
+
+_NO_LOCK: Any = _Released()
+
+
 def _is_async_callable(hook: Any) -> bool:
     if inspect.iscoroutinefunction(hook):
         return True
@@ -186,7 +198,15 @@ class Registry:
             if self._collected:
                 self._sweep_collected_locked()
             if is_async and kind != "event":
-                self._points.refuse_async(handle)
+                conflict = self._points.async_conflict(handle)
+                if conflict is not None:
+                    lock.release()  # the message reads the hook: never under the lock
+                    lock = _NO_LOCK
+                    raise TypeError(
+                        f"async {handle.kind} hook {handle!r} matches the sync hook point "
+                        f"{conflict!r}; async hooks need an async hook point (an "
+                        f"'async def' function). Use a plain 'def' hook there."
+                    )
             handle.seq = next(self._seq)
             if match is None:
                 names = self._exact.get(kind)
@@ -476,7 +496,12 @@ class Registry:
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
         with self._lock:
-            self._points.add(point, self._all_locked())
+            conflict = self._points.add(point, self._all_locked())
+        if conflict is not None:  # raised here: the message reads the hook's attributes
+            raise TypeError(
+                f"the sync hook point {point.name!r} matches the async hook {conflict!r}; "
+                f"async hooks need an async hook point (an 'async def' function)"
+            )
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
