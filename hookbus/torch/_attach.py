@@ -186,7 +186,9 @@ class Attachment(Removable):
         self.strict_ddp = False
         self._cut_warned = False
         found = list(walk(model))
-        compiled = compiled or any(_is_compile_wrapper(m.module) for m in found)
+        compiled = compiled or any(
+            m.is_wrapper and "_orig_mod" in m.module._modules for m in found
+        )
         self._warned = not compiled
         try:
             for raw, bare, module, is_wrapper in found:
@@ -625,10 +627,6 @@ def _literal(name: str) -> str:
     if not is_pattern(name):
         return name
     return "".join(f"[{char}]" if char in "*?[" else char for char in name)
-
-
-def _is_compile_wrapper(module: nn.Module) -> bool:
-    return isinstance(getattr(module, "_orig_mod", None), nn.Module)
 
 
 def _is_strict_ddp(module: nn.Module) -> bool:

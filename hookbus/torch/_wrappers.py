@@ -14,7 +14,7 @@ and change no name.
 from __future__ import annotations
 
 import sys
-from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from torch import nn
 
@@ -43,13 +43,49 @@ def wrapped_attribute(module: nn.Module) -> Optional[str]:
         >>> wrapped_attribute(nn.DataParallel(nn.Linear(1, 1))), wrapped_attribute(nn.ReLU())
         ('module', None)
     """
+    return _wrapped_attribute(module, _current_cache())
+
+
+# type -> the attribute its instances wrap (None: not a wrapper), for the wrapper
+# classes imported so far: isinstance against them is slow (DDP is an ABC), so
+# attaching a model asks once per type. Cleared when another wrapper's module is
+# imported (a type cached as no wrapper might subclass its class).
+_cache: Dict[type, Optional[str]] = {}
+_cache_for: Tuple[Tuple[type, str], ...] = ()
+
+
+_UNKNOWN = ""  # a cache miss: not None, so the lookup goes on
+
+
+def _current_cache() -> Dict[type, Optional[str]]:
+    global _cache, _cache_for
+    classes = _wrapper_classes()
+    if classes != _cache_for or len(_cache) >= 4096:
+        _cache, _cache_for = {}, classes
+    return _cache
+
+
+def _wrapper_classes() -> Tuple[Tuple[type, str], ...]:
+    found: List[Tuple[type, str]] = []
     for module_name, class_name, attribute in WRAPPERS:
-        found = sys.modules.get(module_name)
-        cls = getattr(found, class_name, None) if found is not None else None
-        if cls is not None and isinstance(module, cls):
-            inner = module._modules.get(attribute)
-            return attribute if inner is not None else None
-    return None
+        imported = sys.modules.get(module_name)
+        cls = getattr(imported, class_name, None) if imported is not None else None
+        if isinstance(cls, type):
+            found.append((cls, attribute))
+    return tuple(found)
+
+
+def _wrapped_attribute(module: nn.Module, cache: Dict[type, Optional[str]]) -> Optional[str]:
+    kind = type(module)
+    try:
+        attribute = cache[kind]
+    except KeyError:
+        attribute = cache[kind] = next(
+            (name for cls, name in _cache_for if issubclass(kind, cls)), None
+        )
+    if attribute is None or module._modules.get(attribute) is None:
+        return None
+    return attribute
 
 
 class ModuleName(NamedTuple):
@@ -65,7 +101,7 @@ class ModuleName(NamedTuple):
     """Whether it is a see-through wrapper (its hooks would fire with those of its child)."""
 
 
-def walk(model: nn.Module) -> Iterator[ModuleName]:
+def walk(model: nn.Module) -> List[ModuleName]:
     """Every module of ``model`` once, in ``named_modules()`` order, with both names.
 
     Example:
@@ -74,6 +110,16 @@ def walk(model: nn.Module) -> Iterator[ModuleName]:
         >>> [(m.raw, m.bare, m.is_wrapper) for m in walk(dp)]
         [('', '', True), ('module', '', False), ('module.0', '0', False)]
     """
+    named: List[Tuple[str, nn.Module]] = list(model.named_modules())  # pyright: ignore[reportUnknownArgumentType]
+    cache = _current_cache()
+    known = cache.get
+    if not any(  # the common case: no wrapper, bare names are raw names
+        known(type(module), _UNKNOWN) is not None and _wrapped_attribute(module, cache)
+        for _, module in named
+    ):
+        make: Any = getattr(tuple, "__new__")  # noqa: B009 - untyped on purpose; the NamedTuple's own constructor is Python, 4x slower
+        return [make(ModuleName, (raw, raw, module, False)) for raw, module in named]
+    found: List[ModuleName] = []
     seen: Set[int] = set()
     stack: List[Tuple[nn.Module, str, str]] = [(model, "", "")]
     while stack:
@@ -81,8 +127,8 @@ def walk(model: nn.Module) -> Iterator[ModuleName]:
         if id(module) in seen:
             continue
         seen.add(id(module))
-        attribute = wrapped_attribute(module)
-        yield ModuleName(raw, bare, module, attribute is not None)
+        attribute = _wrapped_attribute(module, cache)
+        found.append(ModuleName(raw, bare, module, attribute is not None))
         children: List[Tuple[nn.Module, str, str]] = []
         for name, child in module._modules.items():
             if child is None:
@@ -91,6 +137,7 @@ def walk(model: nn.Module) -> Iterator[ModuleName]:
             child_bare = bare if name == attribute else (f"{bare}.{name}" if bare else name)
             children.append((child, child_raw, child_bare))
         stack.extend(reversed(children))
+    return found
 
 
 def bare_names(model: nn.Module) -> Dict[str, str]:
