@@ -117,7 +117,8 @@ def walk(model: nn.Module) -> List[ModuleName]:
         known(type(module), _UNKNOWN) is not None and _wrapped_attribute(module, cache)
         for _, module in named
     ):
-        make: Any = getattr(tuple, "__new__")  # noqa: B009 - untyped on purpose; the NamedTuple's own constructor is Python, 4x slower
+        # The NamedTuple's own constructor is Python code, 4 times slower.
+        make: Any = getattr(tuple, "__new__")  # noqa: B009 - untyped for pyright
         return [make(ModuleName, (raw, raw, module, False)) for raw, module in named]
     found: List[ModuleName] = []
     seen: Set[int] = set()
