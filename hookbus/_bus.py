@@ -568,6 +568,13 @@ class EventBus:
     def errors(self, policy: ErrorPolicy) -> None:
         self.registry.set_errors(check_policy(policy))
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError(
+            f"EventBus {self.name!r} cannot be pickled or copied: a bus and its hooks belong "
+            f"to the process that made them. Create the bus, and register its hooks, in the "
+            f"process that uses it (for DataLoader workers: in worker_init_fn)"
+        )
+
     def __repr__(self) -> str:
         hooks = self.hooks()
         names = len({(handle.kind, handle.name) for handle in hooks})

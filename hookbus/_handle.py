@@ -156,6 +156,13 @@ class Handle(Removable):
         if self._registered:
             self.bus.registry.unregister(self)
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError(
+            f"{self!r} cannot be pickled or copied: a handle belongs to its bus, in the "
+            f"process that made it. Register the hook again in the process that needs it "
+            f"(for DataLoader workers: in worker_init_fn)"
+        )
+
     def __repr__(self) -> str:
         options = "".join(
             (

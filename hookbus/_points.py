@@ -26,7 +26,8 @@ class PointTable:
         >>> bus = hookbus.EventBus()
         >>> point = bus.wrap(len, "len").__hookbus_point__
         >>> table = PointTable()
-        >>> table.add(point, [])
+        >>> table.add(point, []) is None
+        True
         >>> table.named("len") == [point], table.affected("l*", matcher_for("l*")) == [point]
         (True, True)
     """
@@ -37,8 +38,12 @@ class PointTable:
         self._by_name: Dict[str, weakref.WeakSet[Point]] = {}
         self._sweep_at = 64
 
-    def add(self, point: Point, handles: Iterable[Handle]) -> None:
-        """Keep ``point``, unless it is sync and one of ``handles`` (all hooks) is async."""
+    def add(self, point: Point, handles: Iterable[Handle]) -> Optional[Handle]:
+        """Keep ``point``, unless it is sync and one of ``handles`` (all hooks) is async.
+
+        Returns that async handle, keeping nothing, for the caller to raise about
+        once it released its lock (a handle's repr reads the user's callable).
+        """
         if not point.is_async:
             for handle in handles:
                 if (
@@ -46,11 +51,7 @@ class PointTable:
                     and handle.kind in point.kinds
                     and handle.applies_to(point.name)
                 ):
-                    raise TypeError(
-                        f"the sync hook point {point.name!r} matches the async hook "
-                        f"{handle!r}; async hooks need an async hook point (an "
-                        f"'async def' function)"
-                    )
+                    return handle
         by_name = self._by_name
         if point.name not in by_name and len(by_name) >= self._sweep_at:
             # Forget names left with no point, or wrapping under ever-new names
@@ -59,6 +60,7 @@ class PointTable:
                 del by_name[name]
             self._sweep_at = 2 * len(by_name) + 64
         by_name.setdefault(point.name, weakref.WeakSet()).add(point)
+        return None
 
     def discard(self, point: Point) -> None:
         """Forget ``point`` (idempotent)."""
@@ -82,12 +84,9 @@ class PointTable:
         """Every live point."""
         return [point for points in self._by_name.values() for point in points]
 
-    def refuse_async(self, handle: Handle) -> None:
-        """Raise if the async ``handle`` would apply to a sync point."""
+    def async_conflict(self, handle: Handle) -> Optional[str]:
+        """The name of a sync point that the async ``handle`` would apply to, if any."""
         for point_name, points in self._by_name.items():
             if handle.applies_to(point_name) and any(not p.is_async for p in points):
-                raise TypeError(
-                    f"async {handle.kind} hook {handle!r} matches the sync hook point "
-                    f"{point_name!r}; async hooks need an async hook point (an "
-                    f"'async def' function). Use a plain 'def' hook there."
-                )
+                return point_name
+        return None

@@ -61,6 +61,18 @@ _NO_POINTS: Tuple[Point, ...] = ()
 _NO_NAMES: Dict[str, List[Handle]] = {}
 
 
+class _Released:
+    """Stands for a lock released early, so that the ``finally`` releasing it is a no-op."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        pass
+
+
+_NO_LOCK: Any = _Released()
+
+
 def _is_async_callable(hook: Any) -> bool:
     if inspect.iscoroutinefunction(hook):
         return True
@@ -186,7 +198,15 @@ class Registry:
             if self._collected:
                 self._sweep_collected_locked()
             if is_async and kind != "event":
-                self._points.refuse_async(handle)
+                conflict = self._points.async_conflict(handle)
+                if conflict is not None:
+                    lock.release()  # the message reads the hook: never under the lock
+                    lock = _NO_LOCK
+                    raise TypeError(
+                        f"async {handle.kind} hook {handle!r} matches the sync hook point "
+                        f"{conflict!r}; async hooks need an async hook point (an "
+                        f"'async def' function). Use a plain 'def' hook there."
+                    )
             handle.seq = next(self._seq)
             if match is None:
                 names = self._exact.get(kind)
@@ -412,13 +432,17 @@ class Registry:
     # --- plans ----------------------------------------------------------------------
 
     def _resolve_locked(
-        self, kind: str, name: str, *, paused_ok: bool = False
+        self, kind: str, name: str, *, paused_ok: bool = False, literal: bool = False
     ) -> Tuple[Handle, ...]:
-        """The hooks of ``kind`` that run for ``name``, in order (lock held)."""
+        """The hooks of ``kind`` that run for ``name``, in order (lock held).
+
+        ``literal``: ``name`` is a name even if it holds glob characters (a torch
+        module may be called ``"a[0]"``), so patterns that match it apply.
+        """
         if not paused_ok and self._pauses and self._is_paused_locked(name):
             return ()
         handles = list(self._exact.get(kind, _NO_NAMES).get(name, ()))
-        if is_pattern(name):
+        if not literal and is_pattern(name):
             return tuple(handles)  # introspection of a pattern: its own hooks only
         handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]
         handles.sort(key=_order)
@@ -472,7 +496,12 @@ class Registry:
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
         with self._lock:
-            self._points.add(point, self._all_locked())
+            conflict = self._points.add(point, self._all_locked())
+        if conflict is not None:  # raised here: the message reads the hook's attributes
+            raise TypeError(
+                f"the sync hook point {point.name!r} matches the async hook {conflict!r}; "
+                f"async hooks need an async hook point (an 'async def' function)"
+            )
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
@@ -483,7 +512,10 @@ class Registry:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
         with self._changing():
             self._sweep_collected_locked()
-            hooks = {kind: self._resolve_locked(kind, point.name) for kind in point.kinds}
+            # A point's name is a name, whatever it holds (a torch module "a[0]").
+            hooks = {
+                kind: self._resolve_locked(kind, point.name, literal=True) for kind in point.kinds
+            }
             plain = self.errors == "raise" and self.tracer is None
         if not any(hooks.values()):
             return None

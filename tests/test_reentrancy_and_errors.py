@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, List
+import threading
+from typing import Any, Callable, Dict, List
 
 import pytest
 
@@ -213,3 +214,56 @@ def test_trace_records_each_hook_and_costs_nothing_after() -> None:
     bus.emit("e")
     assert len(trace.records) == 3  # closed: nothing more recorded
     assert bus.registry.event_plans["e"].__class__ is tuple  # back on the fast path
+
+
+class _AsyncHookThatUsesTheBus:
+    """An async callable whose attribute lookups take the bus lock (bus.hooks())."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+
+    async def __call__(self, ctx: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        self.bus.hooks()  # runs when hookbus reads __qualname__ / __name__ for a message
+        raise AttributeError(name)
+
+
+def _finishes(call: Callable[[], Any]) -> Dict[str, Any]:
+    outcome: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "deadlocked: an error message read the hook under the lock"
+    return outcome
+
+
+def test_refusing_an_async_hook_on_a_sync_point_reads_the_hook_outside_the_lock() -> None:
+    # Issue 10, item 3's audit: the refusal's message formats the handle, which reads
+    # the user's callable; formatted under the bus lock, that deadlocked.
+    bus = EventBus()
+    size = bus.wrap(len, "size")  # kept: the bus holds hook points weakly
+    outcome = _finishes(lambda: bus.pre("size", _AsyncHookThatUsesTheBus(bus)))
+    assert isinstance(outcome.get("error"), TypeError)
+    assert "async hook point" in str(outcome["error"])
+    assert bus.hooks() == []
+    assert size("abc") == 3
+
+
+def test_refusing_a_sync_point_that_an_async_hook_matches_reads_the_hook_outside_the_lock() -> (
+    None
+):
+    bus = EventBus()
+    hook = _AsyncHookThatUsesTheBus(bus)
+    bus.pre("size", hook)
+    outcome = _finishes(lambda: bus.wrap(len, "size"))
+    assert isinstance(outcome.get("error"), TypeError)
+    assert "matches the async hook" in str(outcome["error"])

@@ -36,6 +36,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 from ._attach import ROOT, Attachment, CompiledModelWarning, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
+from ._wrappers import bare_names
 
 __all__ = [
     "ROOT",
@@ -47,6 +48,7 @@ __all__ = [
     "Record",
     "Selector",
     "attach",
+    "bare_names",
     "capture",
     "on_grad",
 ]

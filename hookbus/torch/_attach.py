@@ -9,12 +9,10 @@ from typing import (
     Any,
     Callable,
     Dict,
-    Iterable,
     List,
     Optional,
     Tuple,
     Union,
-    cast,
     overload,
 )
 
@@ -24,10 +22,11 @@ from typing_extensions import Unpack
 from .._bus import EventBus
 from .._context import CallContext
 from .._handle import Handle, HandleGroup, Removable
-from .._names import check_name
+from .._names import check_name, is_pattern
 from .._options import HookOptions
 from ._point import KINDS, ModulePoint
 from ._select import GroupSelector, Selector, close_names, select
+from ._wrappers import walk
 
 __all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
 
@@ -63,12 +62,25 @@ def unwrap(model: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else model
 
 
-def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = "") -> Attachment:
+def attach(
+    model: nn.Module,
+    bus: Optional[EventBus] = None,
+    *,
+    prefix: str = "",
+    raw_names: bool = False,
+) -> Attachment:
     """Make every module of ``model`` a hook point of ``bus`` (default: ``hookbus.default_bus``).
 
     Each module is named by its qualified name from ``model.named_modules()``
     (``"encoder.layers.0.attn"``), after ``prefix`` and a dot if a prefix is given.
-    The model itself is named ``prefix``, or ``"<root>"`` without one. The usual
+    The model itself is named ``prefix``, or ``"<root>"`` without one. Names are
+    those of the bare model: the levels that ``DistributedDataParallel`` and
+    ``DataParallel`` (``module``), FSDP1 (``_fsdp_wrapped_module``),
+    ``torch.compile`` (``_orig_mod``) and the checkpoint wrappers
+    (``_checkpoint_wrapped_module``) insert are left out, and a wrapper is no hook
+    point of its own (selecting it selects what it wraps). ``raw_names=True``
+    names every module, wrappers included, by its ``named_modules()`` name
+    instead; :func:`bare_names` maps one to the other. The usual
     ``bus.pre`` / ``bus.post`` / ``bus.exception`` calls then apply to module calls,
     with ``ctx.target`` the module and ``ctx.name`` its name; the returned
     :class:`Attachment` adds selection by type or object, gradient and backward
@@ -101,6 +113,8 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
     if prefix:
         check_name(prefix, "hook point name", allow_pattern=False)
+    if not isinstance(raw_names, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"raw_names= takes True or False, got {raw_names!r}")
     compiled = is_compiled(model)
     model = unwrap(model)
     for existing in _attachments.get(model, ()):
@@ -109,7 +123,7 @@ def attach(model: nn.Module, bus: Optional[EventBus] = None, *, prefix: str = ""
                 f"{type(model).__name__} is already attached to {bus!r} as {existing!r}; "
                 f"use that attachment, or detach() it first"
             )
-    return Attachment(model, bus, prefix, compiled=compiled)
+    return Attachment(model, bus, prefix, compiled=compiled, raw_names=raw_names)
 
 
 class Attachment(Removable):
@@ -143,30 +157,56 @@ class Attachment(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_handles", "_model", "_names", "_points", "_warned", "bus", "prefix",
+        "__weakref__", "_cut_warned", "_handles", "_ids", "_model", "_points", "_raw", "_warned",
+        "bus", "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
-        self, model: nn.Module, bus: EventBus, prefix: str, *, compiled: bool = False
+        self,
+        model: nn.Module,
+        bus: EventBus,
+        prefix: str,
+        *,
+        compiled: bool = False,
+        raw_names: bool = False,
     ) -> None:
         self.bus = bus
         self.prefix = prefix
-        self._warned = not compiled
         self._model = weakref.ref(model)
         self._points: Dict[str, ModulePoint] = {}
-        self._names: Dict[int, str] = {}
-        self._handles = HandleGroup()
+        # id(module) -> (name, the module weakly): wrappers too, under the name of
+        # what they wrap; the weak reference tells a live module from a reused id.
+        self._ids: Dict[int, Tuple[str, Callable[[], Optional[nn.Module]]]] = {}
+        self._raw: Dict[str, str] = {}  # hook-point name -> named_modules() name
+        # Only the attachment's own registrations, held weakly: a handle removed
+        # and dropped by its owner must not be kept (nor its hook) until detach().
+        self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+        #: Whether a DistributedDataParallel without find_unused_parameters wraps
+        #: the model: a post hook that cuts an output from the graph then breaks it.
+        self.strict_ddp = False
+        self._cut_warned = False
+        found = list(walk(model))
+        compiled = compiled or any(
+            m.is_wrapper and "_orig_mod" in m.module._modules for m in found
+        )
+        self._warned = not compiled
         try:
-            # torch leaves named_modules() partly untyped
-            named = cast("Iterable[Tuple[str, nn.Module]]", model.named_modules())
-            for qualname, module in named:
-                name = self._full_name(qualname)
+            for raw, bare, module, is_wrapper in found:
+                name = self._full_name(raw if raw_names else bare)
+                if is_wrapper and _is_strict_ddp(module):
+                    self.strict_ddp = True
+                if is_wrapper and not raw_names:
+                    self._ids[id(module)] = (name, weakref.ref(module))
+                    continue
                 point = ModulePoint(bus, name, module)
                 if compiled:
                     point.on_install = self._warn_compiled
+                if self.strict_ddp:
+                    point.on_graph_cut = self._warn_graph_cut
                 bus.registry.add_point(point)  # refuses a model that async hooks match
                 self._points[name] = point
-                self._names[id(module)] = name
+                self._ids[id(module)] = (name, weakref.ref(module))
+                self._raw[name] = raw
             for point in self._points.values():
                 point.invalidate()  # hooks registered before attaching apply at once
         except BaseException:
@@ -198,6 +238,21 @@ class Attachment(Removable):
             self._warned = False  # raised (-W error): the registration is undone; warn again
             raise
 
+    def _warn_graph_cut(self, point: ModulePoint) -> None:
+        if self._cut_warned:
+            return
+        self._cut_warned = True
+        warnings.warn(
+            f"hookbus.torch: a post hook on module {point.name!r} replaced its output by one "
+            f"that autograd does not track (torch.zeros_like(...), a detached tensor), under "
+            f"DistributedDataParallel without find_unused_parameters: the layers before it "
+            f"get no gradient, and DDP fails at the next iteration ('Expected to have "
+            f"finished reduction') or the other rank hangs. Pass find_unused_parameters=True "
+            f"to DDP, or keep the graph: ctx.result = ctx.result * 0",
+            RuntimeWarning,
+            stacklevel=_caller_outside_hookbus(),
+        )
+
     # --- names and selection -----------------------------------------------------------
 
     @property
@@ -218,8 +273,27 @@ class Attachment(Removable):
         """Whether the model is still attached."""
         return bool(self._points)
 
+    def _check_attached(self) -> None:
+        if not self._points:
+            model = self._model()
+            what = type(model).__name__ if model is not None else "a collected model"
+            raise RuntimeError(
+                f"this attachment of {what} to the bus {self.bus.name!r} is detached (detach() "
+                f"was called): it selects no module any more; attach the model again"
+            )
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "an Attachment cannot be pickled or copied: it ties a model to a bus in this "
+            "process. Attach the model in the process that runs it (for a DataLoader "
+            "worker, in worker_init_fn); a pickled or copied model carries no hooks"
+        )
+
     def name_of(self, module: nn.Module) -> str:
         """The hook-point name of ``module``; ``ValueError`` if it is not in the model.
+
+        A see-through wrapper (DDP, FSDP1, compile, checkpoint wrapper) has the
+        name of the module it wraps.
 
         Example:
             >>> import hookbus, hookbus.torch
@@ -228,13 +302,34 @@ class Attachment(Removable):
             >>> hookbus.torch.attach(model, hookbus.EventBus(), prefix="net").name_of(model[0])
             'net.0'
         """
-        name = self._names.get(id(module))
-        if name is None or self._points[name].module is not module:
+        self._check_attached()
+        found = self._ids.get(id(module))
+        if found is None or found[1]() is not module:
             raise ValueError(
                 f"{type(module).__name__} module {_short(module)} is not part of the attached "
                 f"model (modules added after attach() are not hook points; attach again)"
             )
-        return name
+        return found[0]
+
+    def raw_name(self, name: str) -> str:
+        """The ``named_modules()`` name of the module that the hook point ``name`` is.
+
+        It differs from ``name`` under wrappers (``"module.0"`` for ``"0"`` under
+        DDP) and with a prefix (the raw name has none).
+
+        Example:
+            >>> import hookbus, hookbus.torch
+            >>> from torch import nn
+            >>> dp = nn.DataParallel(nn.Sequential(nn.Linear(1, 1)))
+            >>> net = hookbus.torch.attach(dp, hookbus.EventBus())
+            >>> net.names, net.raw_name("0")
+            (['<root>', '0'], 'module.0')
+        """
+        self._check_attached()
+        raw = self._raw.get(name)
+        if raw is None:
+            raise KeyError(f"no module named {name!r}{close_names(self._points, name)}")
+        return raw
 
     def module(self, name: str) -> nn.Module:
         """The module named ``name``; ``KeyError`` listing close names if there is none.
@@ -246,6 +341,7 @@ class Attachment(Removable):
             >>> hookbus.torch.attach(model, hookbus.EventBus()).module("0")
             Linear(in_features=1, out_features=1, bias=True)
         """
+        self._check_attached()
         point = self._points.get(name)
         module = point.module if point is not None else None
         if module is None:
@@ -262,7 +358,11 @@ class Attachment(Removable):
             >>> net = hookbus.torch.attach(model, hookbus.EventBus())
             >>> net.select(nn.Linear), net.select("[01]"), net.select(model[1])
             (['0', '2'], ['0', '1'], ['1'])
+
+        A string equal to a module's name selects that module only, even if it
+        holds glob characters (``nn.ModuleDict({"a[0]": ...})`` is legal).
         """
+        self._check_attached()
         return select(self._points, selector, self.name_of)
 
     # --- registration ------------------------------------------------------------------
@@ -432,12 +532,13 @@ class Attachment(Removable):
         return self._register("backward", selector, hook, options)
 
     def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
-        if not self._points:
-            raise RuntimeError(f"{self!r} is detached; attach the model again")
         names = self.select(selector)
         if kind in ("backward_pre", "backward"):
             self._check_full_backward(names)
-        keys = [selector] if isinstance(selector, str) else names
+        if isinstance(selector, str) and selector not in self._points:
+            keys = [selector]  # a pattern: it keeps matching by name
+        else:  # the model's own names: matched literally, glob characters and all
+            keys = [_literal(name) for name in names]
         handles: List[Handle] = []
         try:
             for key in keys:
@@ -471,7 +572,9 @@ class Attachment(Removable):
         Idempotent. Hooks registered on the bus by name stay on the bus (they may
         apply to other models), but no longer reach this model.
         """
-        self._handles.remove()
+        handles = list(self._handles)
+        self._handles = weakref.WeakSet()
+        HandleGroup(handles).remove()
         self._detach_points()
         model = self._model()
         if model is not None:
@@ -483,7 +586,7 @@ class Attachment(Removable):
 
     def _detach_points(self) -> None:
         points, self._points = self._points, {}
-        self._names = {}
+        self._ids, self._raw = {}, {}
         if not points:
             return
         registry = self.bus.registry
@@ -517,6 +620,24 @@ def _caller_outside_hookbus() -> int:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level
+
+
+def _literal(name: str) -> str:
+    """``name`` as a glob pattern that matches exactly ``name`` (fnmatch's escape)."""
+    if not is_pattern(name):
+        return name
+    return "".join(f"[{char}]" if char in "*?[" else char for char in name)
+
+
+def _is_strict_ddp(module: nn.Module) -> bool:
+    ddp = getattr(
+        sys.modules.get("torch.nn.parallel.distributed"), "DistributedDataParallel", None
+    )
+    return (
+        ddp is not None
+        and isinstance(module, ddp)
+        and not getattr(module, "find_unused_parameters", False)
+    )
 
 
 def _short(module: nn.Module) -> str:

@@ -154,6 +154,16 @@ class Cache(Mapping[str, Record]):
                 f"module {name!r} was not captured; captured: {', '.join(self._records) or 'none'}"
             ) from None
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # A cache is data: it pickles (torch.save too) without its lock.
+        with self._lock:
+            return {"_records": dict(self._records), "_selected": list(self._selected)}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self._records = state["_records"]
+        self._selected = state["_selected"]
+        self._lock = threading.Lock()
+
     def __iter__(self) -> Iterator[str]:
         records = self._records
         return iter([name for name in self._selected if name in records])

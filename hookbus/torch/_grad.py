@@ -49,6 +49,13 @@ class GradHandle(Removable):
         if handle is not None:
             handle.remove()
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "a GradHandle cannot be pickled or copied: it removes a hook from an autograd "
+            "graph that lives in this process only. Keep it where the tensor is, and "
+            "pickle the gradients you collected instead"
+        )
+
     def __repr__(self) -> str:
         return f"<GradHandle {'active' if self.active else 'removed'}>"
 

@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -24,6 +24,7 @@ from torch.utils.hooks import RemovableHandle
 from .._context import CallContext, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
+from ._copies import inert_point
 from ._tree import Path, iter_tensors
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class ModulePoint:
         "attached",
         "bus",
         "name",
+        "on_graph_cut",
         "on_install",
         "registry",
     )
@@ -116,11 +118,22 @@ class ModulePoint:
         self.attached = True
         # Called with the phase when a native hook is installed (the compile warning).
         self.on_install: Optional[Callable[[ModulePoint, str], None]] = None
+        # Called when a post hook replaced an output in the graph by one out of it
+        # (the attachment warns, under DDP without find_unused_parameters).
+        self.on_graph_cut: Optional[Callable[[ModulePoint], None]] = None
 
     @property
     def module(self) -> Optional[torch.nn.Module]:
         """The module, or ``None`` once it was garbage collected."""
         return self._module()
+
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        # A copied or pickled module (deepcopy, torch.save, AveragedModel,
+        # mp.spawn) reaches us through its hook dicts: it gets an inert stand-in.
+        return (inert_point, (self.name, self._full_backward_flag))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> ModulePoint:
+        return inert_point(self.name, self._full_backward_flag)
 
     # --- bookkeeping: the registry calls invalidate, with no lock of its held ---------
 
@@ -143,7 +156,10 @@ class ModulePoint:
             self._post, self._post_fast = post, fast.get("post")
             self._exception, self._grad = exception, grad
             self._backward_pre, self._backward = hooks["backward_pre"], hooks["backward"]
-            self._shared = bool(pre) and bool(post or exception or grad)
+            # While a context stored by a pre hook of this thread waits for its post
+            # dispatcher (a once pre hook went in mid-call), post dispatchers look for it.
+            pending = self._shared and bool(self._live_stack())
+            self._shared = (bool(pre) or pending) and bool(post or exception or grad)
             self._always = bool(exception) or self._shared
             self._post_alone = None if self._always or grad else self._post_fast
             self._sync(module, "pre", bool(pre))
@@ -213,26 +229,43 @@ class ModulePoint:
 
     # --- the native dispatchers: short, they run on every module call ----------------
 
-    def _stack(self) -> List[Tuple[Tuple[Any, ...], Optional[CallContext]]]:
+    def _stack(self) -> List[Tuple[int, Optional[CallContext]]]:
         """This thread's contexts passed from pre hooks to the rest of their call.
 
-        Each entry is keyed by the args tuple that forward receives, which torch
-        hands to the post dispatcher too: so a post dispatcher only ever takes the
-        context of its own call, even if the hooks changed in mid-call and some
-        pre dispatcher's entry was never taken (it is dropped when found).
+        Each entry is keyed by the call: the id of the frame that calls the
+        dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
+        :func:`_call_keys`). So a post dispatcher takes the context of its own
+        call whatever other hooks did to the args, and a call that never reached
+        its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
+        push drops. A stored context holds no argument of its call (see ``_on_pre``).
         """
         try:
-            stack: List[Tuple[Tuple[Any, ...], Optional[CallContext]]] = self._local.stack
+            stack: List[Tuple[int, Optional[CallContext]]] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
         return stack
 
-    def _pop_shared(self, args: Tuple[Any, ...]) -> Tuple[bool, Optional[CallContext]]:
+    def _live_stack(self) -> List[Tuple[int, Optional[CallContext]]]:
+        """This thread's stack without the entries of calls that ended already.
+
+        Rare: needed when the module calls itself, or a call ended without its
+        post dispatcher (a ``KeyboardInterrupt``).
+        """
+        stack = self._stack()
+        if stack:
+            running = _running_calls()
+            stack[:] = [entry for entry in stack if entry[0] in running]
+        return stack
+
+    def _pop_shared(self, keys: Tuple[int, ...]) -> Tuple[bool, Optional[CallContext]]:
         """(found, context) of the entry this call's pre dispatcher pushed, if any."""
         stack = self._stack()
-        while stack:
-            entry_args, ctx = stack.pop()
-            if entry_args is args:
+        if stack and stack[-1][0] in keys:  # the common case: the top entry
+            return True, stack.pop()[1]
+        for position in range(len(stack) - 2, -1, -1):
+            if stack[position][0] in keys:
+                ctx = stack[position][1]
+                del stack[position:]  # entries above it: calls inside it that ended early
                 return True, ctx
         return False, None
 
@@ -259,12 +292,19 @@ class ModulePoint:
             self._run(self._pre, self._pre_fast, ctx)
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
-        stack.append((args, None))  # a pre hook raising: no exception hooks for this call
+        if stack:
+            stack = self._live_stack()
+        key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
+        stack.append((key, None))  # a pre hook raising: no exception hooks for this call
         self._run(self._pre, self._pre_fast, ctx)
-        stack[-1] = (ctx.args, ctx)  # forward, and so the post dispatcher, gets ctx.args
-        if ctx.args is args and ctx.kwargs is kwargs:
+        new_args, new_kwargs = ctx._args, ctx._kwargs
+        # Stored without the call's arguments (the post dispatcher gets them from torch,
+        # as forward received them): an entry left behind keeps no input alive.
+        ctx._args, ctx._kwargs, ctx.target = (), _NO_KWARGS, None
+        stack[-1] = (key, ctx)
+        if new_args is args and new_kwargs is kwargs:
             return None
-        return ctx.args, ctx.kwargs
+        return new_args, new_kwargs
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).
@@ -280,10 +320,12 @@ class ModulePoint:
     ) -> Any:
         if output is _WITHOUT_KWARGS:  # see _WITHOUT_KWARGS: (module, args, output)
             kwargs, output = {}, kwargs
-        if output is None and _forward_raised(sys._getframe(1)):
-            # torch calls always_call hooks from the except clause of Module._call_impl.
-            self._on_exception(module, args, kwargs, sys.exc_info()[1])
-            return None
+        if output is None:
+            caller = sys._getframe(1)
+            if _forward_raised(caller):
+                # torch calls always_call hooks from the except clause of _call_impl.
+                self._on_exception(module, args, kwargs, sys.exc_info()[1], caller)
+                return None
         fast = self._post_alone
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
@@ -298,7 +340,7 @@ class ModulePoint:
                     add_note(error, describe(self._post[fast.index(hook)], self.name))
                     raise
             result = ctx.result
-            return None if result is output else result
+            return None if result is output else self._replaced(output, result)
         return self._on_post_full(module, args, kwargs, output)
 
     def _on_post_full(
@@ -306,9 +348,13 @@ class ModulePoint:
     ) -> Any:
         ctx: Optional[CallContext] = None
         if self._shared:
-            ctx = self._pop_shared(args)[1]
+            ctx = self._pop_shared((id(sys._getframe(2)),))[1]  # _on_post's caller
+            if not self._pre:  # a stored context was pending: back to the fast path if none is
+                self.invalidate()
         if ctx is None:
             ctx = new_context(self.name, module, args, kwargs, next(self._calls))
+        else:
+            ctx._args, ctx._kwargs, ctx.target = args, kwargs, module
         ctx.phase = "post"
         ctx.result = output
         if self._post:
@@ -316,7 +362,20 @@ class ModulePoint:
         result = ctx.result
         if self._grad:
             hook_output_grads(self, ctx.call_index, result)
-        return None if result is output else result
+        return None if result is output else self._replaced(output, result)
+
+    def _replaced(self, output: Any, result: Any) -> Any:
+        """The output a post hook assigned, checked: the rare path, off the common one."""
+        if result is None:
+            raise TypeError(
+                f"a post hook set ctx.result = None on module {self.name!r}, which returned "
+                f"{type(output).__name__}: torch reads None from a forward hook as 'output "
+                f"unchanged', so it cannot take effect. To make the call return None, wrap "
+                f"it: bus.wrap(model, 'name'), and set ctx.result there"
+            )
+        if self.on_graph_cut is not None and _leaves_the_graph(output, result):
+            self.on_graph_cut(self)
+        return result
 
     def _on_exception(
         self,
@@ -324,16 +383,19 @@ class ModulePoint:
         args: Tuple[Any, ...],
         kwargs: Dict[str, Any],
         error: Optional[BaseException],
+        caller: Any,
     ) -> None:
         ctx: Optional[CallContext] = None
         if self._shared:
-            found, ctx = self._pop_shared(args)
+            found, ctx = self._pop_shared(_call_keys(caller, error))
             if found and ctx is None:
                 return  # a pre hook of ours raised: the call never started
-        if not self._exception:
-            return
+        if not self._exception or isinstance(error, _INTERNAL_STOPS):
+            return  # not an error of the call: torch swallows it (checkpointing)
         if ctx is None:
             ctx = CallContext(self.name, module, args, kwargs, next(self._calls))
+        else:
+            ctx._args, ctx._kwargs, ctx.target = args, kwargs, module
         ctx.phase = "exception"
         ctx._exception = error
         try:
@@ -379,6 +441,56 @@ class ModulePoint:
         index = self._backward_calls
         self._backward_calls = index + 1
         return index
+
+
+_NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
+_MODULE_CLASS: Any = torch.nn.Module
+_CALL_IMPL = _MODULE_CLASS._call_impl.__code__
+
+
+def _internal_stops() -> Tuple[type, ...]:
+    # Non-reentrant checkpointing stops a recomputation in backward by raising this
+    # private error through the modules, then swallows it: no error of theirs.
+    from torch.utils import checkpoint
+
+    stop = getattr(checkpoint, "_StopRecomputationError", None)
+    return (stop,) if isinstance(stop, type) else ()
+
+
+_INTERNAL_STOPS = _internal_stops()
+
+
+def _call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:
+    """The keys the pre dispatcher may have used for a call whose forward raised.
+
+    Here torch calls the post dispatcher from ``_call_impl`` itself, whose frame
+    is ``caller``; the pre dispatcher was called from the ``inner`` closure that
+    raised, the next frame of the error's traceback.
+    """
+    tb = error.__traceback__ if error is not None else None
+    if tb is not None and tb.tb_next is not None:
+        return (id(tb.tb_next.tb_frame), id(caller))
+    return (id(caller),)
+
+
+def _running_calls() -> Set[int]:
+    """The keys of every module call running in this thread (see ``_stack``)."""
+    running: Set[int] = set()
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        back = frame.f_back
+        if frame.f_code is _CALL_IMPL or (back is not None and back.f_code is _CALL_IMPL):
+            running.add(id(frame))
+        frame = back
+    return running
+
+
+def _leaves_the_graph(output: Any, result: Any) -> bool:
+    """Whether ``result`` replaced an output that autograd tracks by one it does not."""
+    if not torch.is_grad_enabled():
+        return False
+    tracked = any(t.requires_grad for _, t in iter_tensors(output))
+    return tracked and not any(t.requires_grad for _, t in iter_tensors(result))
 
 
 def _alive(handle: RemovableHandle) -> bool:

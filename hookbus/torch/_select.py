@@ -41,7 +41,7 @@ def select(
     """
     if isinstance(selector, str):
         check_name(selector, "module selector", allow_pattern=True)
-        if not is_pattern(selector):
+        if selector in points or not is_pattern(selector):  # a module's own name: literal
             if selector not in points:
                 raise ValueError(f"no module named {selector!r}{close_names(points, selector)}")
             return [selector]

@@ -1,21 +1,61 @@
 """Nested module outputs: find the tensors in them, and rebuild them with new leaves.
 
 Modules return tensors, tuples, lists, dicts (Hugging Face ``ModelOutput`` is an
-ordered dict and a dataclass), namedtuples and dataclasses, nested. A *path* names
-one tensor inside: a tuple of indices, keys and field names, ``()`` for the output
-itself.
+ordered dict and a dataclass), namedtuples and dataclasses, nested, and objects
+such as Hugging Face's ``DynamicCache`` (a plain object holding layers that hold
+tensors). The traversal, in this order of tests:
+
+1. a tensor is a leaf;
+2. a dict, tuple, list (namedtuples and subclasses too) or dataclass: its items
+   or fields;
+3. a type registered with ``torch.utils._pytree``: its flattened children;
+4. an ``nn.Module``, a class, a function or a module object is kept as it is
+   (state, not data);
+5. any other object with a ``__dict__``: its attributes. A rebuilt object is a
+   ``copy.copy`` with the new attributes, made only if it holds a tensor (one
+   that cannot be copied is kept as it is);
+6. anything else (numbers, strings, ``None``, C objects without a ``__dict__``)
+   is kept as it is.
+
+An object met twice (shared, or a cycle) is rebuilt once. A *path* names one
+tensor inside: a tuple of indices, keys and attribute names, ``()`` for the
+output itself.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+import types
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
+from torch import nn
 
 __all__ = ["Path", "iter_tensors", "map_tensors"]
 
 Path = Tuple[Any, ...]
+
+
+def _pytree_nodes() -> Dict[Any, Any]:
+    try:  # private, but the registry that torch.export and FSDP rely on
+        from torch.utils._pytree import SUPPORTED_NODES
+    except ImportError:  # pragma: no cover - every torch this adapter supports has it
+        return {}
+    return SUPPORTED_NODES
+
+
+_PYTREE_NODES = _pytree_nodes()
+
+_OPAQUE = (nn.Module, type, types.FunctionType, types.MethodType, types.ModuleType)
+
+
+def _attributes(obj: Any) -> Optional[Dict[str, Any]]:
+    """The attributes to traverse of an object of rule 5, or None (rules 4 and 6)."""
+    if isinstance(obj, _OPAQUE):
+        return None
+    attributes: Optional[Dict[str, Any]] = getattr(obj, "__dict__", None)
+    return attributes if isinstance(attributes, dict) else None
 
 
 def iter_tensors(obj: Any, path: Path = ()) -> Iterator[Tuple[Path, torch.Tensor]]:
@@ -26,26 +66,49 @@ def iter_tensors(obj: Any, path: Path = ()) -> Iterator[Tuple[Path, torch.Tensor
         >>> [p for p, _ in iter_tensors((torch.ones(1), {"h": torch.zeros(1), "n": 3}))]
         [(0,), (1, 'h')]
     """
+    if isinstance(obj, torch.Tensor):  # the common case, first and alone
+        yield path, obj
+        return
+    yield from _iter(obj, path, set())
+
+
+def _iter(obj: Any, path: Path, seen: Set[int]) -> Iterator[Tuple[Path, torch.Tensor]]:
     if isinstance(obj, torch.Tensor):
         yield path, obj
-    elif isinstance(obj, dict):
+        return
+    if isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
+        return
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, dict):
         items: Dict[Any, Any] = obj  # pyright: ignore[reportUnknownVariableType]
         for key, value in items.items():
-            yield from iter_tensors(value, (*path, key))
+            yield from _iter(value, (*path, key), seen)
     elif isinstance(obj, (tuple, list)):
         values: List[Any] = list(obj)  # pyright: ignore[reportUnknownArgumentType]
         for index, value in enumerate(values):
-            yield from iter_tensors(value, (*path, index))
+            yield from _iter(value, (*path, index), seen)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for field in dataclasses.fields(obj):
-            yield from iter_tensors(getattr(obj, field.name), (*path, field.name))
+            yield from _iter(getattr(obj, field.name), (*path, field.name), seen)
+    elif type(obj) in _PYTREE_NODES:
+        children, _ = _PYTREE_NODES[type(obj)].flatten_fn(obj)
+        for index, value in enumerate(children):
+            yield from _iter(value, (*path, index), seen)
+    else:
+        attributes = _attributes(obj)
+        if attributes is not None:
+            for key, value in list(attributes.items()):
+                yield from _iter(value, (*path, key), seen)
 
 
 def map_tensors(obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = ()) -> Any:
     """``obj`` rebuilt with every tensor ``t`` at ``path`` replaced by ``fn(path, t)``.
 
     Containers keep their type where it can be rebuilt (namedtuples, dict and list
-    subclasses, dataclasses); other objects are kept as they are.
+    subclasses, dataclasses, pytree nodes, plain objects through ``copy.copy``);
+    other objects are kept as they are (see the module docstring).
 
     Example:
         >>> import torch
@@ -53,28 +116,74 @@ def map_tensors(obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = 
         >>> out["a"][0].item(), out["a"][1]
         (3.0, 2)
     """
+    if isinstance(obj, torch.Tensor):  # the common case, first and alone
+        return fn(path, obj)
+    return _map(obj, fn, path, {})
+
+
+def _map(
+    obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path, memo: Dict[int, Any]
+) -> Any:
     if isinstance(obj, torch.Tensor):
         return fn(path, obj)
+    if isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
+        return obj
+    done = memo.get(id(obj), memo)
+    if done is not memo:
+        return done
+    memo[id(obj)] = obj  # a cycle back to obj sees obj itself
+    result = _map_new(obj, fn, path, memo)
+    memo[id(obj)] = result
+    return result
+
+
+def _map_new(
+    obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path, memo: Dict[int, Any]
+) -> Any:
     if isinstance(obj, dict):
         items: Dict[Any, Any] = obj  # pyright: ignore[reportUnknownVariableType]
         if dataclasses.is_dataclass(items):  # ModelOutput: rebuilt through its fields below
-            return _map_dataclass(obj, fn, path)
-        pairs = [(key, map_tensors(value, fn, (*path, key))) for key, value in items.items()]
+            return _map_dataclass(obj, fn, path, memo)
+        pairs = [(key, _map(value, fn, (*path, key), memo)) for key, value in items.items()]
         return _rebuild(type(items), pairs, dict)
     if isinstance(obj, (tuple, list)):
         sequence: Any = obj  # pyright: ignore[reportUnknownVariableType]
-        values = [map_tensors(v, fn, (*path, i)) for i, v in enumerate(sequence)]
+        values = [_map(v, fn, (*path, i), memo) for i, v in enumerate(sequence)]
         if hasattr(sequence, "_fields"):  # a namedtuple takes its fields as arguments
             return type(sequence)(*values)
         return _rebuild(type(sequence), values, tuple if isinstance(sequence, tuple) else list)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _map_dataclass(obj, fn, path)
-    return obj
+        return _map_dataclass(obj, fn, path, memo)
+    node = _PYTREE_NODES.get(_type_of(obj))
+    if node is not None:
+        children, context = node.flatten_fn(obj)
+        mapped = [_map(v, fn, (*path, i), memo) for i, v in enumerate(children)]
+        if all(new is old for new, old in zip(mapped, children)):
+            return obj
+        return node.unflatten_fn(mapped, context)
+    attributes = _attributes(obj)
+    if attributes is None or next(_iter(obj, (), set()), None) is None:
+        return obj  # no tensor inside: nothing to rebuild
+    try:
+        rebuilt = copy.copy(obj)
+        rebuilt_attributes: Any = vars(rebuilt)
+    except Exception:  # an object that refuses copying: kept as it is
+        return obj
+    memo[id(obj)] = rebuilt  # a cycle back to obj finds the rebuilt object
+    for key, value in list(attributes.items()):
+        rebuilt_attributes[key] = _map(value, fn, (*path, key), memo)
+    return rebuilt
 
 
-def _map_dataclass(obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path) -> Any:
+def _type_of(obj: Any) -> Any:
+    return type(obj)  # pyright: ignore[reportUnknownVariableType]
+
+
+def _map_dataclass(
+    obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path, memo: Dict[int, Any]
+) -> Any:
     changes = {
-        field.name: map_tensors(getattr(obj, field.name), fn, (*path, field.name))
+        field.name: _map(getattr(obj, field.name), fn, (*path, field.name), memo)
         for field in dataclasses.fields(obj)
         if field.init
     }

@@ -198,3 +198,59 @@ def test_import_hookbus_torch_without_torch_says_how_to_install() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert 'pip install "hookbus[torch]"' in result.stdout
+
+
+def test_a_removed_hook_is_not_kept_by_its_attachment() -> None:
+    # Issue 10, item 2: `with net.post(...)`, the documented way to hook for a while,
+    # left every hook (and what its closure holds) in the attachment until detach().
+    net = TutorialNet()
+    attached = hookbus.torch.attach(net, hookbus.EventBus())
+
+    class Payload:
+        pass
+
+    refs = []
+    for selector in ("fc1", net.fc2, nn.Linear, ["relu", "fc1"]):
+        payload = Payload()
+        refs.append(weakref.ref(payload))
+
+        def hook(ctx: CallContext, payload: Payload = payload) -> None:
+            pass
+
+        with attached.post(selector, hook):
+            net(torch.ones(1, 2))
+        del hook, payload
+    gc.disable()
+    try:
+        assert [ref() for ref in refs] == [None] * 4
+    finally:
+        gc.enable()
+    assert attached.active
+    attached.detach()
+
+
+def test_temporary_hooks_on_an_attachment_do_not_grow_memory() -> None:
+    import tracemalloc
+
+    net = TutorialNet()
+    attached = hookbus.torch.attach(net, hookbus.EventBus())
+
+    def cycle() -> None:
+        ballast = bytearray(256)
+        with attached.post("fc1", lambda ctx, ballast=ballast: None):
+            pass
+
+    for _ in range(200):  # warm-up: caches and interned names
+        cycle()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(5_000):
+            cycle()
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert growth < 64 * 1024, f"{growth} bytes kept over 5,000 temporary hooks"
+    attached.detach()

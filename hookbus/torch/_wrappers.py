@@ -1,0 +1,161 @@
+"""See-through names: the modules of a wrapped model named as in the bare model.
+
+Training stacks wrap models in modules whose only child is the model (or one of
+its layers): ``DistributedDataParallel`` and ``DataParallel`` add ``module``,
+FSDP1 adds ``_fsdp_wrapped_module`` at every wrapped level, ``torch.compile``
+adds ``_orig_mod``, and the checkpoint wrappers of
+``torch.distributed.algorithms`` add ``_checkpoint_wrapped_module``. A *bare
+name* leaves those levels out, so ``"0"`` names the same layer with or without
+the wrappers, and a selector written for the bare model works on the wrapped one.
+FSDP2 (``fully_shard``) and ``gradient_checkpointing_enable()`` insert no module
+and change no name.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+
+from torch import nn
+
+__all__ = ["WRAPPERS", "ModuleName", "bare_names", "walk", "wrapped_attribute"]
+
+WRAPPERS: Tuple[Tuple[str, str, str], ...] = (
+    ("torch.nn.parallel.distributed", "DistributedDataParallel", "module"),
+    ("torch.nn.parallel.data_parallel", "DataParallel", "module"),
+    ("torch.distributed.fsdp.fully_sharded_data_parallel", "FullyShardedDataParallel",
+     "_fsdp_wrapped_module"),
+    ("torch._dynamo.eval_frame", "OptimizedModule", "_orig_mod"),
+    ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper", "ActivationWrapper",
+     "_checkpoint_wrapped_module"),
+)  # fmt: skip
+"""The see-through wrappers: (module, class, the attribute holding what it wraps)."""
+
+
+def wrapped_attribute(module: nn.Module) -> Optional[str]:
+    """The child attribute that ``module`` wraps, if it is a see-through wrapper.
+
+    Classes are looked up only in modules already imported: a wrapper class whose
+    module was never imported has no instance, so nothing is imported here.
+
+    Example:
+        >>> from torch import nn
+        >>> wrapped_attribute(nn.DataParallel(nn.Linear(1, 1))), wrapped_attribute(nn.ReLU())
+        ('module', None)
+    """
+    return _wrapped_attribute(module, _current_cache())
+
+
+# type -> the attribute its instances wrap (None: not a wrapper), for the wrapper
+# classes imported so far: isinstance against them is slow (DDP is an ABC), so
+# attaching a model asks once per type. Cleared when another wrapper's module is
+# imported (a type cached as no wrapper might subclass its class).
+_cache: Dict[type, Optional[str]] = {}
+_cache_for: Tuple[Tuple[type, str], ...] = ()
+
+
+_UNKNOWN = ""  # a cache miss: not None, so the lookup goes on
+
+
+def _current_cache() -> Dict[type, Optional[str]]:
+    global _cache, _cache_for
+    classes = _wrapper_classes()
+    if classes != _cache_for or len(_cache) >= 4096:
+        _cache, _cache_for = {}, classes
+    return _cache
+
+
+def _wrapper_classes() -> Tuple[Tuple[type, str], ...]:
+    found: List[Tuple[type, str]] = []
+    for module_name, class_name, attribute in WRAPPERS:
+        imported = sys.modules.get(module_name)
+        cls = getattr(imported, class_name, None) if imported is not None else None
+        if isinstance(cls, type):
+            found.append((cls, attribute))
+    return tuple(found)
+
+
+def _wrapped_attribute(module: nn.Module, cache: Dict[type, Optional[str]]) -> Optional[str]:
+    kind = type(module)
+    try:
+        attribute = cache[kind]
+    except KeyError:
+        attribute = cache[kind] = next(
+            (name for cls, name in _cache_for if issubclass(kind, cls)), None
+        )
+    if attribute is None or module._modules.get(attribute) is None:
+        return None
+    return attribute
+
+
+class ModuleName(NamedTuple):
+    """One module of a model as :func:`walk` finds it."""
+
+    raw: str
+    """Its qualified name in ``model.named_modules()``."""
+    bare: str
+    """Its name with the wrapper levels left out (a wrapper shares it with what it wraps)."""
+    module: nn.Module
+    """The module itself."""
+    is_wrapper: bool
+    """Whether it is a see-through wrapper (its hooks would fire with those of its child)."""
+
+
+def walk(model: nn.Module) -> List[ModuleName]:
+    """Every module of ``model`` once, in ``named_modules()`` order, with both names.
+
+    Example:
+        >>> from torch import nn
+        >>> dp = nn.DataParallel(nn.Sequential(nn.Linear(1, 1)))
+        >>> [(m.raw, m.bare, m.is_wrapper) for m in walk(dp)]
+        [('', '', True), ('module', '', False), ('module.0', '0', False)]
+    """
+    named: List[Tuple[str, nn.Module]] = list(model.named_modules())  # pyright: ignore[reportUnknownArgumentType]
+    cache = _current_cache()
+    known = cache.get
+    if not any(  # the common case: no wrapper, bare names are raw names
+        known(type(module), _UNKNOWN) is not None and _wrapped_attribute(module, cache)
+        for _, module in named
+    ):
+        # The NamedTuple's own constructor is Python code, 4 times slower.
+        make: Any = getattr(tuple, "__new__")  # noqa: B009 - untyped for pyright
+        return [make(ModuleName, (raw, raw, module, False)) for raw, module in named]
+    found: List[ModuleName] = []
+    seen: Set[int] = set()
+    stack: List[Tuple[nn.Module, str, str]] = [(model, "", "")]
+    while stack:
+        module, raw, bare = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        attribute = _wrapped_attribute(module, cache)
+        found.append(ModuleName(raw, bare, module, attribute is not None))
+        children: List[Tuple[nn.Module, str, str]] = []
+        for name, child in module._modules.items():
+            if child is None:
+                continue
+            child_raw = f"{raw}.{name}" if raw else name
+            child_bare = bare if name == attribute else (f"{bare}.{name}" if bare else name)
+            children.append((child, child_raw, child_bare))
+        stack.extend(reversed(children))
+    return found
+
+
+def bare_names(model: nn.Module) -> Dict[str, str]:
+    """``{raw qualified name: bare name}`` for every module of ``model``.
+
+    The raw names are those of ``model.named_modules()``; the bare names leave out
+    the levels that DDP, DataParallel, FSDP1, ``torch.compile`` and the checkpoint
+    wrappers insert, so they are the names of the unwrapped model (``""`` is the
+    model itself). A wrapper maps to the bare name of the module it wraps. Invert
+    the dict to go from bare names to raw ones (``attach(..., raw_names=True)``
+    names hook points by the raw names).
+
+    Example:
+        >>> import hookbus.torch
+        >>> from torch import nn
+        >>> dp = nn.DataParallel(nn.Sequential(nn.Linear(1, 1), nn.ReLU()))
+        >>> hookbus.torch.bare_names(dp)
+        {'': '', 'module': '', 'module.0': '0', 'module.1': '1'}
+    """
+    return {found.raw: found.bare for found in walk(model)}
