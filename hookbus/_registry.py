@@ -33,6 +33,7 @@ from typing import (
     TypeVar,
 )
 
+from ._declared import Declarations, Declared, check_registration, replay
 from ._errors import ErrorPolicy, add_note, describe
 from ._handle import Handle, Scope, _open_scopes, innermost_scope, plain_handle
 from ._names import Matcher, check_name, is_pattern, matcher_for
@@ -124,6 +125,12 @@ class Registry:
         self._collected: List[Handle] = []
         # Names already checked, with their glob matcher (None for a plain name).
         self._names: Dict[str, Optional[Matcher]] = {}
+        self.declarations = Declarations()
+        """The declared events, their history, and the names emitted so far."""
+        self.checking = False
+        self._declared_count = 0  # bumped by each declaration, read by register()
+        """Whether registration checks names and specs: set for good by ``strict=True``
+        or by the first declaration, so that a bus that uses neither pays one test."""
 
     # --- registration and removal -----------------------------------------------------
 
@@ -178,10 +185,20 @@ class Registry:
             )  # fmt: skip
         else:
             handle = plain_handle(bus, kind, name, hook, is_async, match)
+        declared_count = self._declared_count
+        checking = self.checking
+        if checking:  # specs and strict names: checked before the lock is taken
+            check_registration(self, handle)
         if scope is None and _open_scopes.get():
             scope = innermost_scope(bus)
+        history: Any = ()
         lock = self._lock
         lock.acquire()
+        while self._declared_count != declared_count:  # declared meanwhile: check again
+            lock.release()
+            declared_count, checking = self._declared_count, True
+            check_registration(self, handle)
+            lock.acquire()
         try:
             if self._collected:
                 self._sweep_collected_locked()
@@ -202,6 +219,8 @@ class Registry:
             handle._registered = True
             self._invalidate_locked(kind, name, match)
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
+            if checking and kind == "event":
+                history = self.declarations.history_for(name, match)
         finally:
             lock.release()
         if stale:
@@ -212,6 +231,8 @@ class Registry:
                 raise
         if scope is not None:
             scope.add(handle)
+        if history:
+            replay(self, handle, history)
         return handle
 
     def _check_new_name(self, kind: str, name: str) -> Optional[Matcher]:
@@ -404,10 +425,45 @@ class Registry:
                 ]
         return handles
 
-    def points(self, name: str) -> List[Point]:
-        """The live hook points named ``name``."""
+    def points(self, name: Optional[str] = None) -> List[Point]:
+        """The live hook points named ``name``, or all of them."""
         with self._lock:
-            return self._points.named(name)
+            return self._points.all() if name is None else self._points.named(name)
+
+    # --- declared events ----------------------------------------------------------------
+
+    def declare(self, declared: Declared) -> None:
+        """Declare an event, after checking the hooks registered for it so far.
+
+        All or nothing: if a hook doesn't accept the spec, the error lists every
+        one, and the name stays undeclared. The hooks are checked without the lock
+        (``inspect.signature`` may run user code); the lock is then taken again to
+        make sure they are still the ones checked.
+        """
+        declarations = self.declarations
+        name = declared.name
+        while True:
+            with self._lock:
+                self._sweep_collected_locked()
+                if declarations.already(declared):
+                    return
+                handles = self._resolve_locked("event", name, paused_ok=True)
+            declarations.refuse_mismatches(declared, handles)
+            with self._lock:
+                if declarations.already(declared):
+                    return
+                if self._resolve_locked("event", name, paused_ok=True) != handles:
+                    continue  # the hooks changed while they were checked: again
+                declarations.add(declared)
+                self._declared_count += 1
+                self.checking = True
+                self._invalidate_locked("event", name, None)
+                return
+
+    def forget(self, name: str) -> None:
+        """Drop the past emissions of the historic event ``name``."""
+        with self._lock:
+            self.declarations.forget(name)
 
     # --- plans ----------------------------------------------------------------------
 
@@ -440,10 +496,13 @@ class Registry:
     ) -> Tuple[Any, Tuple[Handle, ...]]:
         """Work out and cache the plan (and the handles) of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
+        declarations = self.declarations
         with self._lock:  # not _changing(): the emit cache missed
             self._sweep_collected_locked()
+            declarations.saw_emitted(event)
             handles = self._resolve_locked("event", event)
-            plan = event_plan(handles, self.errors == "raise" and self.tracer is None)
+            plain = self.errors == "raise" and self.tracer is None
+            plan = event_plan(handles, plain, declarations.specs.get(event))
             if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
                 self.event_plans.clear()
                 self._event_handles.clear()
@@ -462,8 +521,45 @@ class Registry:
             handles = self._replan_event(event)[1]
         return handles
 
-    def note_fast_error(self, error: BaseException, event: str, hook: Any) -> None:
-        """Name the hook in ``error``'s notes, for an error raised in emit's fast loop."""
+    def emission_handles(
+        self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Tuple[Handle, ...]:
+        """:meth:`event_handles`, once a declared event's arguments are checked
+        (callers that skip it when ``checking`` is False skip nothing).
+
+        A historic event's emission is recorded, and its hooks read, in one locked
+        step: a hook registered meanwhile gets the emission either live or replayed,
+        never both and never neither.
+        """
+        declarations = self.declarations
+        declared = declarations.specs.get(event)
+        if declared is None:
+            return self.event_handles(event)
+        try:
+            declared.binder(*args, **kwargs)
+        except TypeError as error:
+            declarations.refuse_arguments(error, event, args, kwargs)
+            raise
+        if not declared.historic:
+            return self.event_handles(event)
+        with self._lock:
+            self._sweep_collected_locked()
+            declarations.saw_emitted(event)
+            declarations.record(event, args, kwargs)
+            return self._resolve_locked("event", event)
+
+    def note_fast_error(
+        self,
+        error: BaseException,
+        event: str,
+        hook: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+    ) -> None:
+        """Name the hook in ``error``'s notes, for an error raised in emit's fast loop;
+        or raise the error naming a declared event's spec, if no hook ran."""
+        if self.checking:
+            self.declarations.refuse_arguments(error, event, args, kwargs)
         for handle in self.event_handles(event):
             if handle.hook is hook:
                 add_note(error, describe(handle, event))
