@@ -89,7 +89,7 @@ class Event(Generic[P]):
         self.__wrapped__ = stub
         # emit is bus.emit with the name bound by functools.partial (in C): a method
         # forwarding *args and **kwargs would cost about as much again as the emit.
-        self.__dict__["emit"] = functools.partial(bus.emit, name)
+        self.__dict__["emit"] = functools.partial(type(bus).emit, bus, name)
 
     # --- emitting ---------------------------------------------------------------------
 
