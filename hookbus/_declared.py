@@ -17,6 +17,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 from ._dispatch import dispatch_event
+from ._errors import HookError, raise_collected
 from ._handle import _hook_name, _where
 from ._names import Matcher
 from ._spec import (
@@ -348,9 +349,18 @@ def _other_namespace(kind: str, name: str, events: Set[str], points: Set[str]) -
 
 
 def replay(registry: Registry, handle: Handle, history: List[Tuple[str, Any, Any]]) -> None:
-    """Call a new hook of a historic event with each past emission, in order (no lock)."""
+    """Call a new hook of a historic event with each past emission, in order (no lock).
+
+    Under the ``"collect"`` policy every emission is replayed, then one group holds
+    the errors of all; ``"raise"`` stops at the first error, ``"log"`` never does.
+    """
+    errors: List[Exception] = []
     for event, args, kwargs in history:
-        dispatch_event(registry, event, (handle,), args, kwargs, None)
+        try:
+            dispatch_event(registry, event, (handle,), args, kwargs, None)
+        except HookError as group:
+            errors.extend(group.exceptions)
+    raise_collected(errors, handle.name)
 
 
 def unmatched(registry: Registry) -> Tuple[List[Handle], List[str]]:

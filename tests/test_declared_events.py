@@ -587,6 +587,32 @@ def test_a_historic_hook_registered_late_gets_every_past_emission_in_order() -> 
     assert late == ["a"]  # once: the first past emission, and then it is gone
 
 
+def test_a_replay_error_follows_the_policy_and_the_hook_stays_registered() -> None:
+    bus = EventBus()
+    bus.event("configured", historic=True)(lambda n, /: None)
+    bus.emit("configured", 0)
+    bus.emit("configured", 1)
+
+    def hook(n: int, /) -> None:
+        seen.append(1 / n)
+
+    seen: List[float] = []
+    with pytest.raises(ZeroDivisionError) as caught:
+        bus.on("configured", hook)
+    assert any("raised by" in note for note in getattr(caught.value, "__notes__", []))
+    assert bus.handles_of(hook)  # registered; the replay stopped at the error
+    bus.emit("configured", 2)
+    assert seen == [0.5]
+    collecting = EventBus(errors="collect")
+    collecting.event("configured", historic=True)(lambda n, /: None)
+    collecting.emit("configured", 0)
+    collecting.emit("configured", 4)
+    seen.clear()
+    with pytest.raises(hookbus.HookError):
+        collecting.on("configured", hook)
+    assert seen == [0.25]  # the collect policy went on to the next emission
+
+
 def test_forget_drops_the_history_and_the_event_stays_historic() -> None:
     bus = EventBus()
 
