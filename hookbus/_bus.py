@@ -16,6 +16,7 @@ from typing import (
 
 from typing_extensions import ParamSpec, Unpack
 
+from ._declared import checked_handles
 from ._declaring import DeclaredEvents
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, check_policy
@@ -124,7 +125,7 @@ class EventBus(DeclaredEvents):
             if plan is not NO_HOOKS:
                 handles = plan.handles
                 if plan.declared is not None:  # check the arguments, record history
-                    handles = self.registry.emission_handles(event, args, kwargs)
+                    handles = checked_handles(self.registry, event, args, kwargs)
                 dispatch_event(self.registry, event, handles, args, kwargs, None)
             return
         hook = None
@@ -160,7 +161,7 @@ class EventBus(DeclaredEvents):
         results: List[Any] = []
         registry = self.registry
         handles = (
-            registry.emission_handles(event, args, kwargs)
+            checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
             else registry.event_handles(event)
         )
@@ -185,7 +186,7 @@ class EventBus(DeclaredEvents):
         """
         registry = self.registry
         handles = (
-            registry.emission_handles(event, args, kwargs)
+            checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
             else registry.event_handles(event)
         )
@@ -206,7 +207,7 @@ class EventBus(DeclaredEvents):
         results: List[Any] = []
         registry = self.registry
         handles = (
-            registry.emission_handles(event, args, kwargs)
+            checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
             else registry.event_handles(event)
         )

@@ -38,7 +38,9 @@ __all__ = [
     "Declared",
     "UnknownNameError",
     "check_registration",
+    "checked_handles",
     "close_names",
+    "declare",
     "replay",
     "unmatched",
 ]
@@ -346,6 +348,44 @@ def _other_namespace(kind: str, name: str, events: Set[str], points: Set[str]) -
     if kind != "event" and name in events:
         return f"; {name!r} is an event: use on"
     return ""
+
+
+def declare(registry: Registry, declared: Declared) -> None:
+    """Declare an event, after checking the hooks registered for it so far.
+
+    All or nothing: if a hook doesn't accept the spec, the error lists every one,
+    and the name stays undeclared. The hooks are checked without the lock
+    (``inspect.signature`` may run user code); the registry commits only if they
+    are still the ones checked, else they are checked again.
+    """
+    while True:
+        if registry.declarations.already(declared):
+            return
+        checked = tuple(h for h in registry.hooks(declared.name) if h.kind == "event")
+        registry.declarations.refuse_mismatches(declared, checked)
+        if registry.commit_declaration(declared, checked):
+            return
+
+
+def checked_handles(
+    registry: Registry, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> Tuple[Handle, ...]:
+    """The hooks of an emission, once a declared event's arguments are checked.
+
+    Called by the slow paths (``collect``, ``first``, the async twins, emit's full
+    loop) on a bus that declares events; a historic emission is recorded.
+    """
+    declared = registry.declarations.specs.get(event)
+    if declared is None:
+        return registry.event_handles(event)
+    try:
+        declared.binder(*args, **kwargs)
+    except TypeError as error:
+        registry.declarations.refuse_arguments(error, event, args, kwargs)
+        raise
+    if declared.historic:
+        return registry.record_emission(event, args, kwargs)
+    return registry.event_handles(event)
 
 
 def replay(registry: Registry, handle: Handle, history: List[Tuple[str, Any, Any]]) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, cas
 
 from typing_extensions import ParamSpec
 
-from ._declared import Declared, UnknownNameError, unmatched
+from ._declared import Declared, UnknownNameError, checked_handles, declare, unmatched
 from ._dispatch import dispatch_event
 from ._event import Event, EventDecorator
 from ._names import check_name
@@ -73,7 +73,7 @@ class DeclaredEvents:
         results: List[Any] = []
         registry = self.registry
         handles = (
-            registry.emission_handles(event, args, kwargs)
+            checked_handles(registry, event, args, kwargs)
             if registry.checking
             else registry.event_handles(event)
         )
@@ -141,7 +141,7 @@ class DeclaredEvents:
                     "as in bus.event('user.created')(lambda user: None)"
                 )
             name = check_name(stub.__name__, "event name", allow_pattern=False)
-        self.registry.declare(Declared(name, signature, historic))
+        declare(self.registry, Declared(name, signature, historic))
         return Event(cast("EventBus", self), name, stub, signature, historic=historic)
 
     def forget(self, name: str) -> None:

@@ -13,7 +13,7 @@ Events
       weak, with_name, error policies, tracing), and ``collect``'s and ``first``'s.
       A declared event's fast tuple starts with a check of the arguments (see
       ``_plan.event_plan``); its full loop gets them checked by
-      ``Registry.emission_handles`` first.
+      ``_declared.checked_handles`` first.
     * ``_declared.py`` ``replay``: a historic event's past emissions, one hook,
       through :func:`dispatch_event`.
     * ``_dispatch.py`` :func:`dispatch_event_async`: ``emit_async`` and

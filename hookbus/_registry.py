@@ -432,33 +432,19 @@ class Registry:
 
     # --- declared events ----------------------------------------------------------------
 
-    def declare(self, declared: Declared) -> None:
-        """Declare an event, after checking the hooks registered for it so far.
-
-        All or nothing: if a hook doesn't accept the spec, the error lists every
-        one, and the name stays undeclared. The hooks are checked without the lock
-        (``inspect.signature`` may run user code); the lock is then taken again to
-        make sure they are still the ones checked.
-        """
-        declarations = self.declarations
-        name = declared.name
-        while True:
-            with self._lock:
-                self._sweep_collected_locked()
-                if declarations.already(declared):
-                    return
-                handles = self._resolve_locked("event", name, paused_ok=True)
-            declarations.refuse_mismatches(declared, handles)
-            with self._lock:
-                if declarations.already(declared):
-                    return
-                if self._resolve_locked("event", name, paused_ok=True) != handles:
-                    continue  # the hooks changed while they were checked: again
-                declarations.add(declared)
-                self._declared_count += 1
-                self.checking = True
-                self._invalidate_locked("event", name, None)
-                return
+    def commit_declaration(self, declared: Declared, checked: Tuple[Handle, ...]) -> bool:
+        """Declare ``declared`` if its event hooks are still ``checked``, the ones checked
+        against its spec without the lock; False if they changed (check them again)."""
+        with self._lock:
+            if self.declarations.already(declared):
+                return True
+            if self._resolve_locked("event", declared.name, paused_ok=True) != checked:
+                return False
+            self.declarations.add(declared)
+            self._declared_count += 1
+            self.checking = True
+            self._invalidate_locked("event", declared.name, None)
+            return True
 
     def forget(self, name: str) -> None:
         """Drop the past emissions of the historic event ``name``."""
@@ -521,31 +507,18 @@ class Registry:
             handles = self._replan_event(event)[1]
         return handles
 
-    def emission_handles(
+    def record_emission(
         self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
     ) -> Tuple[Handle, ...]:
-        """:meth:`event_handles`, once a declared event's arguments are checked
-        (callers that skip it when ``checking`` is False skip nothing).
+        """Record an emission of the historic event ``event``; return the hooks to run.
 
-        A historic event's emission is recorded, and its hooks read, in one locked
-        step: a hook registered meanwhile gets the emission either live or replayed,
-        never both and never neither.
+        One locked step: a hook registered meanwhile gets the emission either live
+        or replayed, never both and never neither.
         """
-        declarations = self.declarations
-        declared = declarations.specs.get(event)
-        if declared is None:
-            return self.event_handles(event)
-        try:
-            declared.binder(*args, **kwargs)
-        except TypeError as error:
-            declarations.refuse_arguments(error, event, args, kwargs)
-            raise
-        if not declared.historic:
-            return self.event_handles(event)
         with self._lock:
             self._sweep_collected_locked()
-            declarations.saw_emitted(event)
-            declarations.record(event, args, kwargs)
+            self.declarations.saw_emitted(event)
+            self.declarations.record(event, args, kwargs)
             return self._resolve_locked("event", event)
 
     def note_fast_error(
