@@ -14,6 +14,9 @@ Events
       A declared event's fast tuple starts with a check of the arguments (see
       ``_plan.event_plan``); its full loop gets them checked by
       ``_declared.checked_handles`` first.
+    * ``_event.py`` ``_emitter.emit_event`` (``Event.emit``): a copy of emit's
+      fast loop without keywords; parity: ``tests/test_fast_copies.py``
+      (``test_event_emit_matches_bus_emit``).
     * ``_declared.py`` ``replay``: a historic event's past emissions, one hook,
       through :func:`dispatch_event`.
     * ``_dispatch.py`` :func:`dispatch_event_async`: ``emit_async`` and
