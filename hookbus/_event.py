@@ -54,7 +54,7 @@ def _emitter(bus: EventBus, name: str) -> Callable[..., None]:
     emit = bus.emit
 
     def emit_event(*args: Any, **kwargs: Any) -> None:
-        plan = plans.get(name)
+        plan: Any = plans.get(name)
         if kwargs or plan.__class__ is not tuple:
             return emit(name, *args, **kwargs)
         hook = None
