@@ -26,7 +26,6 @@ from ._spec import (
     format_spec,
     hook_mismatch,
     make_binder,
-    spec_shape,
 )
 
 if TYPE_CHECKING:
@@ -84,13 +83,12 @@ class UnknownNameError(LookupError):
 class Declared:
     """One declared event: its spec, and the function that checks emit's arguments."""
 
-    __slots__ = ("binder", "binder_shape", "historic", "name", "shape", "signature", "text")
+    __slots__ = ("binder", "binder_shape", "historic", "name", "signature", "text")
 
     def __init__(self, name: str, signature: Signature, historic: bool) -> None:
         self.name = name
         self.signature = signature
         self.historic = historic
-        self.shape = spec_shape(signature)
         self.text = format_spec(name, signature)
         #: Called with emit's arguments before any hook: raises TypeError if they
         #: don't bind to the spec, at the cost of one call of an empty function.

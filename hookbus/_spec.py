@@ -31,7 +31,6 @@ __all__ = [
     "hook_mismatch",
     "make_binder",
     "spec_of",
-    "spec_shape",
 ]
 
 _POSITIONAL = (Parameter.POSITIONAL_ONLY, Parameter.POSITIONAL_OR_KEYWORD)
@@ -82,14 +81,6 @@ def code_shape(fn: FunctionType) -> Tuple[Any, ...]:
         frozenset(name for name in keyword_only if name not in optional),
         frozenset(name for name in keyword_only if name in optional),
         bool(code.co_flags & CO_VARKEYWORDS),
-    )
-
-
-def spec_shape(spec: Signature) -> Tuple[Tuple[str, Any, bool], ...]:
-    """What binding depends on: each parameter's name, kind and whether it has a default."""
-    return tuple(
-        (param.name, param.kind, param.default is not Parameter.empty)
-        for param in spec.parameters.values()
     )
 
 
