@@ -295,3 +295,70 @@ def trace_lines() -> List[Line]:
             _at_most("trace/after", "trace/never", 1.05),
         ),
     ]
+
+
+def declared_cases() -> List[Case]:
+    """Declared events: emit checks the arguments against the spec, 1 hook."""
+    (listener,) = _peers.listeners(1)
+    plain, declared = hookbus.EventBus(), hookbus.EventBus()
+    plain.on("e", listener)
+
+    @declared.event("e")
+    def spec(x: Any) -> None: ...
+
+    declared.on("e", listener)  # listener(x): the spec's own shape
+    other = hookbus.EventBus()
+
+    @other.event("e")
+    def other_spec(x: Any) -> None: ...
+
+    def variadic(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    other.on("e", variadic)  # another shape: the binder checks first
+    plain_other = hookbus.EventBus()
+    plain_other.on("e", variadic)
+    return [
+        Case("declared/undeclared", "bus.emit('e', 1)", {"bus": plain}),
+        Case("declared/undeclared other", "bus.emit('e', 1)", {"bus": plain_other}),
+        Case("declared/emit", "bus.emit('e', 1)", {"bus": declared}),
+        Case("declared/other shape", "bus.emit('e', 1)", {"bus": other}),
+        Case("declared/event.emit", "event.emit(1)", {"event": spec}),
+    ]
+
+
+def declared_lines() -> List[Line]:
+    row = "declared events (emit, 1 hook)"
+    return [
+        Line(row, "undeclared `bus.emit`", "declared/undeclared", "declared/undeclared"),
+        Line(
+            row,
+            "declared, hook of the spec's shape: `bus.emit`",
+            "declared/emit",
+            "declared/undeclared",
+            "<= 1.20x",
+            _at_most("declared/emit", "declared/undeclared", 1.20),
+        ),
+        Line(
+            row,
+            "undeclared `bus.emit`, hook `(*args, **kwargs)`",
+            "declared/undeclared other",
+            "declared/undeclared other",
+        ),
+        Line(
+            row,
+            "declared, hook `(*args, **kwargs)`: `bus.emit`",
+            "declared/other shape",
+            "declared/undeclared other",
+            "<= 1.20x",
+            _at_most("declared/other shape", "declared/undeclared other", 1.20),
+        ),
+        Line(
+            row,
+            "declared, hook of the spec's shape: `event.emit`",
+            "declared/event.emit",
+            "declared/undeclared",
+            "<= 1.20x",
+            _at_most("declared/event.emit", "declared/undeclared", 1.20),
+        ),
+    ]

@@ -90,6 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cases += _suite.call_cases()
     cases += _suite.scale_cases()
     cases += _suite.trace_cases()
+    cases += _suite.declared_cases()
     lines: List[Line] = []
     lines += _suite.emit_lines(peers, [case.key for case in cases])
     lines += _suite.register_lines(peers)
@@ -97,6 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines += _suite.scale_lines()
     lines += memory_lines(values)
     lines += _suite.trace_lines()
+    lines += _suite.declared_lines()
 
     torch_rows = None
     if not args.no_torch:

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 from ._bus import EventBus
 from ._context import CallContext
+from ._declared import UnknownNameError
+from ._declaring import PointInfo
 from ._errors import ErrorPolicy, HookError
+from ._event import Event
 from ._handle import Handle, HandleGroup, Scope
 from ._options import EventHookOptions, HookOptions
 from ._priority import Priority, PriorityLike
 from ._subscribe import listens
 from ._trace import Trace, TraceRecord
-from ._wrapper import HookPoint
+from ._wrapper import HookPoint, SharedNameWarning
 
 __all__ = [
     "CallContext",
     "ErrorPolicy",
+    "Event",
     "EventBus",
     "EventHookOptions",
     "Handle",
@@ -38,26 +42,38 @@ __all__ = [
     "HookError",
     "HookOptions",
     "HookPoint",
+    "PointInfo",
     "Priority",
     "PriorityLike",
     "Scope",
+    "SharedNameWarning",
     "Trace",
     "TraceRecord",
+    "UnknownNameError",
+    "check_pending",
     "clear",
     "collect",
+    "collect_async",
     "default_bus",
     "emit",
     "emit_async",
+    "event",
+    "events",
     "exception",
+    "first",
+    "forget",
+    "handles_of",
     "hookable",
     "hooks",
     "listens",
     "on",
     "paused",
+    "points",
     "post",
     "pre",
     "scope",
     "subscribe",
+    "trace",
     "wrap",
 ]
 
@@ -71,7 +87,12 @@ default_bus = EventBus("default")
 on = default_bus.on
 emit = default_bus.emit
 collect = default_bus.collect
+first = default_bus.first
 emit_async = default_bus.emit_async
+collect_async = default_bus.collect_async
+event = default_bus.event
+forget = default_bus.forget
+check_pending = default_bus.check_pending
 pre = default_bus.pre
 post = default_bus.post
 exception = default_bus.exception
@@ -81,4 +102,8 @@ scope = default_bus.scope
 paused = default_bus.paused
 clear = default_bus.clear
 hooks = default_bus.hooks
+handles_of = default_bus.handles_of
+events = default_bus.events
+points = default_bus.points
+trace = default_bus.trace
 subscribe = default_bus.subscribe

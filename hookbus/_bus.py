@@ -16,6 +16,8 @@ from typing import (
 
 from typing_extensions import ParamSpec, Unpack
 
+from ._declared import checked_handles
+from ._declaring import DeclaredEvents
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, check_policy
 from ._handle import Handle, HandleGroup, Scope
@@ -41,7 +43,7 @@ H = TypeVar("H", bound=Callable[..., Any])
 AnyHook = Callable[..., Any]
 
 
-class EventBus:
+class EventBus(DeclaredEvents):
     """Events, hook points, and the hooks registered on them.
 
     A bus holds two kinds of hooks:
@@ -67,6 +69,11 @@ class EventBus:
     still gets this one, except a ``once`` hook, which is claimed atomically and so
     runs at most once.
 
+    **Declared events.** ``@bus.event`` on a stub function gives a name a spec:
+    hooks are checked against it at registration, emissions before any hook runs
+    (see ``event``). ``strict=True`` refuses hooks for names that are neither
+    declared nor hook points; ``check_pending`` lists them on any bus.
+
     **Errors.** ``errors="raise"`` (default) propagates a hook's error at once,
     with a note naming the hook and the event; ``"collect"`` runs every hook and
     then raises one :class:`HookError` (an ``ExceptionGroup``); ``"log"`` logs each
@@ -80,11 +87,16 @@ class EventBus:
         saved report.txt
     """
 
-    def __init__(self, name: str = "bus", *, errors: ErrorPolicy = "raise") -> None:
+    def __init__(
+        self, name: str = "bus", *, errors: ErrorPolicy = "raise", strict: bool = False
+    ) -> None:
+        if not isinstance(strict, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"strict= takes True or False, got {type(strict).__name__} {strict!r}")
         self.name = name
         """The bus's name, shown in its repr and in error messages."""
         self.registry = Registry(self, check_policy(errors))
         """The hook store behind this facade: hookbus's own modules register through it."""
+        self.registry.declarations.strict = self.registry.checking = strict
         # emit's hot path reads the plan cache directly (the registry never replaces it).
         self._plans = self.registry.event_plans
 
@@ -111,7 +123,10 @@ class EventBus:
             plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
-                dispatch_event(self.registry, event, plan.handles, args, kwargs, None)
+                handles = plan.handles
+                if plan.declared is not None:  # check the arguments, record history
+                    handles = checked_handles(self.registry, event, args, kwargs)
+                dispatch_event(self.registry, event, handles, args, kwargs, None)
             return
         hook = None
         try:
@@ -127,7 +142,7 @@ class EventBus:
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
         except Exception as error:
-            self.registry.note_fast_error(error, event, hook)
+            self.registry.note_fast_error(error, event, hook, args, kwargs)
             raise
 
     # --- events, the rest ----------------------------------------------------------
@@ -145,7 +160,12 @@ class EventBus:
         """
         results: List[Any] = []
         registry = self.registry
-        dispatch_event(registry, event, registry.event_handles(event), args, kwargs, results)
+        handles = (
+            checked_handles(registry, event, args, kwargs)
+            if registry.checking  # a declared name's arguments are checked first
+            else registry.event_handles(event)
+        )
+        dispatch_event(registry, event, handles, args, kwargs, results)
         return results
 
     async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
@@ -165,9 +185,12 @@ class EventBus:
             notified ada
         """
         registry = self.registry
-        await dispatch_event_async(
-            registry, event, registry.event_handles(event), args, kwargs, None
+        handles = (
+            checked_handles(registry, event, args, kwargs)
+            if registry.checking  # a declared name's arguments are checked first
+            else registry.event_handles(event)
         )
+        await dispatch_event_async(registry, event, handles, args, kwargs, None)
 
     async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit_async`, but return the hooks' (awaited) results in call order.
@@ -183,9 +206,12 @@ class EventBus:
         """
         results: List[Any] = []
         registry = self.registry
-        await dispatch_event_async(
-            registry, event, registry.event_handles(event), args, kwargs, results
+        handles = (
+            checked_handles(registry, event, args, kwargs)
+            if registry.checking  # a declared name's arguments are checked first
+            else registry.event_handles(event)
         )
+        await dispatch_event_async(registry, event, handles, args, kwargs, results)
         return results
 
     # --- registration --------------------------------------------------------------

@@ -10,7 +10,15 @@ Events
       callables (two copies: with and without kwargs). Its slow twin is
       :func:`dispatch_event`; parity: ``tests/test_fast_copies.py``.
     * ``_dispatch.py`` :func:`dispatch_event`: emit's full loop (once, target,
-      weak, with_name, error policies, tracing), and ``collect``'s.
+      weak, with_name, error policies, tracing), and ``collect``'s and ``first``'s.
+      A declared event's fast tuple starts with a check of the arguments (see
+      ``_plan.event_plan``); its full loop gets them checked by
+      ``_declared.checked_handles`` first.
+    * ``_event.py`` ``_emitter.emit_event`` (``Event.emit``): a copy of emit's
+      fast loop without keywords; parity: ``tests/test_fast_copies.py``
+      (``test_event_emit_matches_bus_emit``).
+    * ``_declared.py`` ``replay``: a historic event's past emissions, one hook,
+      through :func:`dispatch_event`.
     * ``_dispatch.py`` :func:`dispatch_event_async`: ``emit_async`` and
       ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
 
@@ -89,8 +97,12 @@ def dispatch_event(
     args: Tuple[Any, ...],
     kwargs: Dict[str, Any],
     results: Optional[List[Any]],
+    first: bool = False,
 ) -> None:
-    """Run the event hooks ``handles`` with the rare features on; append results."""
+    """Run the event hooks ``handles`` with the rare features on; append results.
+
+    ``first`` (``bus.first``): stop after the first result that is not ``None``.
+    """
     policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
@@ -121,6 +133,8 @@ def dispatch_event(
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
         if results is not None and result is not NOT_COLLECTED:
             results.append(result)
+            if first and result is not None:
+                break
     raise_collected(errors, event)
 
 

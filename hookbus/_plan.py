@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, cast
 from typing_extensions import Protocol
 
 if TYPE_CHECKING:
+    from ._declared import Declared
     from ._handle import Handle
 
 __all__ = ["NO_HOOKS", "EventPlan", "Point", "PointPlan", "event_plan", "fast_hooks"]
@@ -47,6 +48,16 @@ class Point(Protocol):
         """Whether calls of the point can await async hooks."""
         ...
 
+    @property
+    def kind(self) -> str:
+        """What the point wraps (``bus.points()``): ``"function"``, ``"method"``, ``"module"``."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """Where what it wraps is defined, as ``file:line`` (``"?"`` if unknown)."""
+        ...
+
     def invalidate(self) -> None:
         """The hooks that may match changed; called with no lock held."""
         ...
@@ -68,12 +79,17 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
 
 
 class EventPlan:
-    """The hooks of one event in order, when the plain fast loop can't run them."""
+    """The hooks of one event in order, when the plain fast loop can't run them.
 
-    __slots__ = ("handles",)
+    ``declared`` is the event's declaration, if it has one: emit then checks the
+    arguments first (and records a historic event's emission) through the registry.
+    """
 
-    def __init__(self, handles: Hooks) -> None:
+    __slots__ = ("declared", "handles")
+
+    def __init__(self, handles: Hooks, declared: Optional[Declared] = None) -> None:
         self.handles = handles
+        self.declared = declared
 
 
 NO_HOOKS = EventPlan(())
@@ -81,15 +97,27 @@ NO_HOOKS = EventPlan(())
 tuple path (a plain tuple plan always has hooks)."""
 
 
-def event_plan(handles: Hooks, plain: bool) -> Any:
+def event_plan(handles: Hooks, plain: bool, declared: Optional[Declared] = None) -> Any:
     """What ``emit`` runs: ``NO_HOOKS``, a tuple of bare callables, or an :class:`EventPlan`.
 
     Typed ``Any``: emit tells them apart by class, the fastest test there is.
+
+    A declared event's tuple starts with something that raises ``TypeError`` before
+    any hook runs when the arguments don't bind to the spec: the first hook itself
+    if its own parameters are the spec's, else the generated binder. A historic
+    event always takes the full loop, which records each emission.
     """
-    if not handles:
-        return NO_HOOKS
-    fast = fast_hooks(handles, plain)
-    return EventPlan(handles) if fast is None else fast
+    if declared is None:
+        if not handles:
+            return NO_HOOKS
+        fast = fast_hooks(handles, plain)
+        return EventPlan(handles) if fast is None else fast
+    fast = None if declared.historic else fast_hooks(handles, plain)
+    if fast is None:
+        return EventPlan(handles, declared)
+    if fast and declared.checks_itself(fast[0]):
+        return fast
+    return (declared.binder, *fast)
 
 
 class PointPlan:

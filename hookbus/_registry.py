@@ -33,6 +33,7 @@ from typing import (
     TypeVar,
 )
 
+from ._declared import Declarations, Declared, check_registration, replay
 from ._errors import ErrorPolicy, add_note, describe
 from ._handle import Handle, Scope, _open_scopes, innermost_scope, plain_handle
 from ._names import Matcher, check_name, is_pattern, matcher_for
@@ -136,6 +137,12 @@ class Registry:
         self._collected: List[Handle] = []
         # Names already checked, with their glob matcher (None for a plain name).
         self._names: Dict[str, Optional[Matcher]] = {}
+        self.declarations = Declarations()
+        """The declared events, their history, and the names emitted so far."""
+        self.checking = False
+        self._declared_count = 0  # bumped by each declaration, read by register()
+        """Whether registration checks names and specs: set for good by ``strict=True``
+        or by the first declaration, so that a bus that uses neither pays one test."""
 
     # --- registration and removal -----------------------------------------------------
 
@@ -190,10 +197,20 @@ class Registry:
             )  # fmt: skip
         else:
             handle = plain_handle(bus, kind, name, hook, is_async, match)
+        declared_count = self._declared_count
+        checking = self.checking
+        if checking:  # specs and strict names: checked before the lock is taken
+            check_registration(self, handle)
         if scope is None and _open_scopes.get():
             scope = innermost_scope(bus)
+        history: Any = ()
         lock = self._lock
         lock.acquire()
+        while self._declared_count != declared_count:  # declared meanwhile: check again
+            lock.release()
+            declared_count, checking = self._declared_count, True
+            check_registration(self, handle)
+            lock.acquire()
         try:
             if self._collected:
                 self._sweep_collected_locked()
@@ -222,6 +239,8 @@ class Registry:
             handle._registered = True
             self._invalidate_locked(kind, name, match)
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
+            if checking and kind == "event":
+                history = self.declarations.history_for(name, match)
         finally:
             lock.release()
         if stale:
@@ -232,6 +251,8 @@ class Registry:
                 raise
         if scope is not None:
             scope.add(handle)
+        if history:
+            replay(self, handle, history)
         return handle
 
     def _check_new_name(self, kind: str, name: str) -> Optional[Matcher]:
@@ -424,10 +445,31 @@ class Registry:
                 ]
         return handles
 
-    def points(self, name: str) -> List[Point]:
-        """The live hook points named ``name``."""
+    def points(self, name: Optional[str] = None) -> List[Point]:
+        """The live hook points named ``name``, or all of them."""
         with self._lock:
-            return self._points.named(name)
+            return self._points.all() if name is None else self._points.named(name)
+
+    # --- declared events ----------------------------------------------------------------
+
+    def commit_declaration(self, declared: Declared, checked: Tuple[Handle, ...]) -> bool:
+        """Declare ``declared`` if its event hooks are still ``checked``, the ones checked
+        against its spec without the lock; False if they changed (check them again)."""
+        with self._lock:
+            if self.declarations.already(declared):
+                return True
+            if self._resolve_locked("event", declared.name, paused_ok=True) != checked:
+                return False
+            self.declarations.add(declared)
+            self._declared_count += 1
+            self.checking = True
+            self._invalidate_locked("event", declared.name, None)
+            return True
+
+    def forget(self, name: str) -> None:
+        """Drop the past emissions of the historic event ``name``."""
+        with self._lock:
+            self.declarations.forget(name)
 
     # --- plans ----------------------------------------------------------------------
 
@@ -464,10 +506,13 @@ class Registry:
     ) -> Tuple[Any, Tuple[Handle, ...]]:
         """Work out and cache the plan (and the handles) of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
+        declarations = self.declarations
         with self._lock:  # not _changing(): the emit cache missed
             self._sweep_collected_locked()
+            declarations.saw_emitted(event)
             handles = self._resolve_locked("event", event)
-            plan = event_plan(handles, self.errors == "raise" and self.tracer is None)
+            plain = self.errors == "raise" and self.tracer is None
+            plan = event_plan(handles, plain, declarations.specs.get(event))
             if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
                 self.event_plans.clear()
                 self._event_handles.clear()
@@ -486,8 +531,32 @@ class Registry:
             handles = self._replan_event(event)[1]
         return handles
 
-    def note_fast_error(self, error: BaseException, event: str, hook: Any) -> None:
-        """Name the hook in ``error``'s notes, for an error raised in emit's fast loop."""
+    def record_emission(
+        self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Tuple[Handle, ...]:
+        """Record an emission of the historic event ``event``; return the hooks to run.
+
+        One locked step: a hook registered meanwhile gets the emission either live
+        or replayed, never both and never neither.
+        """
+        with self._lock:
+            self._sweep_collected_locked()
+            self.declarations.saw_emitted(event)
+            self.declarations.record(event, args, kwargs)
+            return self._resolve_locked("event", event)
+
+    def note_fast_error(
+        self,
+        error: BaseException,
+        event: str,
+        hook: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+    ) -> None:
+        """Name the hook in ``error``'s notes, for an error raised in emit's fast loop;
+        or raise the error naming a declared event's spec, if no hook ran."""
+        if self.checking:
+            self.declarations.refuse_arguments(error, event, args, kwargs)
         for handle in self.event_handles(event):
             if handle.hook is hook:
                 add_note(error, describe(handle, event))

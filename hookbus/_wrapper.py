@@ -5,19 +5,21 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union, cast, overload
 
 from typing_extensions import ParamSpec
 
 from ._context import CallContext, new_context
 from ._dispatch import call_with_hooks, call_with_hooks_async
+from ._handle import _where
 from ._names import check_name
 from ._plan import PointPlan
 
 if TYPE_CHECKING:
     from ._bus import EventBus
 
-__all__ = ["Decorator", "HookPoint", "make_hookable"]
+__all__ = ["Decorator", "HookPoint", "SharedNameWarning", "make_hookable"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,17 +71,35 @@ class HookPoint:
         "_stamp",
         "bus",
         "is_async",
+        "kind",
+        "module_name",
         "name",
         "plan",
+        "where",
     )
 
     kinds: Tuple[str, ...] = ("pre", "post", "exception")
     """The hook kinds that apply to this point."""
 
-    def __init__(self, bus: EventBus, name: str, *, is_async: bool = False) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        name: str,
+        *,
+        is_async: bool = False,
+        kind: str = "function",
+        where: str = "?",
+        module_name: str = "",
+    ) -> None:
         self.bus = bus
         self.name = name
         self.is_async = is_async
+        self.kind = kind
+        """What the point wraps: ``"function"`` or ``"method"``."""
+        self.where = where
+        """Where the wrapped callable is defined, as ``file:line`` (``"?"`` if unknown)."""
+        self.module_name = module_name
+        """The module that defined the wrapped callable (its ``__module__``), or ``""``."""
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
         # Bumped by each invalidation: a plan worked out before a change must not
@@ -131,13 +151,69 @@ def _is_method(fn: Callable[..., Any]) -> bool:
     return code is not None and code.co_argcount > 0 and code.co_varnames[0] in _SELF_NAMES
 
 
+class SharedNameWarning(UserWarning):
+    """Two functions from different modules got the same default hook point name.
+
+    A bare ``@hookable`` names its point by the function's ``__qualname__``, so two
+    unrelated ``forward`` functions would share each other's hooks. Give either an
+    explicit name; ``@hookable("forward")`` says that sharing is meant.
+
+    Example:
+        >>> import hookbus, warnings
+        >>> bus = hookbus.EventBus()
+        >>> def forward(x):
+        ...     return x
+        >>> forward.__module__ = "first"
+        >>> first = bus.hookable(forward)
+        >>> forward.__module__ = "second"
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     second = bus.hookable(forward)
+        >>> caught[0].category.__name__
+        'SharedNameWarning'
+    """
+
+
+def _warn_if_shared(bus: EventBus, point: HookPoint, stacklevel: int) -> None:
+    """Warn when ``point`` takes a default name that a point of another module has."""
+    others = [
+        other
+        for other in bus.registry.points(point.name)
+        if getattr(other, "module_name", point.module_name) != point.module_name
+    ]
+    if not others:
+        return
+    other = others[0]
+    own = f"{point.module_name}.{point.name}" if point.module_name else f"{point.name}.2"
+    warnings.warn(
+        f"the hook point name {point.name!r} (the default: the function's __qualname__) is "
+        f"already used by {getattr(other, 'module_name', '') or '?'} ({other.where}); "
+        f"{point.module_name or '?'} ({point.where}) now shares its hooks. If that is "
+        f"meant, say so with @hookable({point.name!r}); if not, give it its own name, "
+        f"such as @hookable({own!r})",
+        SharedNameWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def _origin(fn: Any, self_from_args: bool) -> Tuple[str, str, str]:
+    """(kind, file:line, module) of the callable a point wraps, for ``bus.points()``."""
+    is_method = self_from_args or inspect.ismethod(fn)
+    return ("method" if is_method else "function", _where(fn), str(getattr(fn, "__module__", "")))
+
+
 def _default_name(fn: Any) -> str:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     return str(name) if name else type(fn).__name__
 
 
 def make_hookable(
-    bus: EventBus, fn: Any, name: Optional[str], *, self_from_args: Optional[bool] = None
+    bus: EventBus,
+    fn: Any,
+    name: Optional[str],
+    *,
+    self_from_args: Optional[bool] = None,
+    stacklevel: int = 3,
 ) -> Any:
     """Wrap ``fn`` as the hook point ``name`` of ``bus``; see :meth:`EventBus.hookable`."""
     if isinstance(fn, (classmethod, staticmethod)):
@@ -145,7 +221,9 @@ def make_hookable(
         # so that Python's own binding passes cls (or nothing) as usual.
         is_class = isinstance(fn, classmethod)
         descriptor: Any = cast(Any, fn)  # typeshed leaves the function inside partly unknown
-        wrapped = make_hookable(bus, descriptor.__func__, name, self_from_args=is_class)
+        wrapped = make_hookable(
+            bus, descriptor.__func__, name, self_from_args=is_class, stacklevel=stacklevel + 1
+        )
         return classmethod(wrapped) if is_class else staticmethod(wrapped)
     if not callable(fn):
         raise TypeError(
@@ -159,11 +237,18 @@ def make_hookable(
     )
     registry = bus.registry
     is_async = inspect.iscoroutinefunction(fn)
-    point = HookPoint(bus, point_name, is_async=is_async)
     # Where the target comes from: self/cls for a function defined in a class body
     # (it becomes a method), the bound object for a bound method, else fn itself.
     if self_from_args is None:
         self_from_args = inspect.isfunction(fn) and _is_method(fn)
+    kind, where, module_name = _origin(fn, self_from_args)
+    point = HookPoint(
+        bus, point_name, is_async=is_async, kind=kind, where=where, module_name=module_name
+    )
+    if name is None:
+        # Before the point is added, and with no lock held: a warning turned into
+        # an error leaves nothing behind.
+        _warn_if_shared(bus, point, stacklevel + 1)
     fixed_target: Union[object, None] = getattr(fn, "__self__", fn)
 
     if is_async:

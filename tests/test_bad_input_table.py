@@ -46,6 +46,10 @@ class Env:
     def record(self, *args: Any) -> None:
         self.log.append("event")
 
+    def declare(self) -> None:
+        self.bus.event("d")(lambda x, /: None)
+        self.bus.event("h", historic=True)(lambda x, /: None)
+
     def attach_model(self) -> None:
         torch = pytest.importorskip("torch")
         import hookbus.torch
@@ -114,6 +118,50 @@ CASES = {
     ),
     "wrap: a non-callable": Case(
         lambda env: env.bus.wrap(42, "q"), TypeError, "int 42", "accepted: functions"
+    ),
+    # --- declared events
+    "event: a stub that is not a function": Case(
+        lambda env: env.bus.event(42), TypeError, "int 42", "accepted: a plain 'def' function"
+    ),
+    "event: an async stub": Case(
+        lambda env: env.bus.event(async_hook), TypeError, "'async def'", "accepted: a plain"
+    ),
+    "event: historic= not a bool": Case(
+        lambda env: env.bus.event("x", historic="yes"), TypeError, "str 'yes'", "True or False"
+    ),
+    "event: declared again with another spec": Case(
+        lambda env: env.bus.event("d")(lambda y, z: None),
+        TypeError,
+        "d(y, z)",
+        "A second declaration must be the same",
+        setup=Env.declare,
+    ),
+    "event: earlier hooks that don't fit the spec": Case(
+        lambda env: env.bus.event("e")(lambda x: None),
+        TypeError,
+        "hook",
+        "Remove or change it",
+    ),
+    "on: a hook that doesn't accept the spec": Case(
+        lambda env: env.bus.on("d", lambda: None),
+        TypeError,
+        "hook <lambda>",
+        "A hook must accept every parameter of the spec",
+        setup=Env.declare,
+    ),
+    "emit: wrong arguments for a declared event": Case(
+        lambda env: env.bus.emit("d", 1, 2),
+        TypeError,
+        "got (1, 2)",
+        "d(x, /)",
+        setup=Env.declare,
+    ),
+    "forget: not a historic event": Case(
+        lambda env: env.bus.forget("d"),
+        ValueError,
+        "'d'",
+        "historic events of this bus: 'h'",
+        setup=Env.declare,
     ),
     # --- bad names and patterns
     "event name: an int": Case(

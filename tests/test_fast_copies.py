@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, List, Tuple
 
 import pytest
@@ -78,4 +79,55 @@ def _run(plan: List[str], slow: bool, with_kwargs: bool) -> Tuple[List[Any], Any
 def test_emit_fast_loop_matches_the_full_loop(plan: List[str], with_kwargs: bool) -> None:
     assert _run(plan, slow=False, with_kwargs=with_kwargs) == _run(
         plan, slow=True, with_kwargs=with_kwargs
+    )
+
+
+# --- Event.emit's copy of the fast loop against bus.emit ---------------------------------
+
+
+def _run_declared(
+    plan: List[str], how: str, args: Tuple[Any, ...], same_shape: bool
+) -> Tuple[List[Any], Any]:
+    bus = EventBus()
+    # With the hooks' own shape, the first hook's call checks the arguments; else the binder.
+    event = bus.event("e")((lambda *args: None) if same_shape else (lambda x, /, *rest: None))
+    calls: List[Any] = []
+
+    def make(index: int, behaviour: str) -> Callable[..., Any]:
+        def hook(*args: Any) -> Any:
+            calls.append((index, args))
+            if behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            if behaviour == "coroutine":
+                return asyncio.sleep(0)
+            return index if behaviour == "value" else None
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    for index, behaviour in enumerate(plan):
+        event.on(make(index, behaviour))
+    assert bus.registry.plan_event("e").__class__ is tuple  # cached: the copy runs
+    outcome = None
+    try:
+        if how == "event":
+            event.emit(*args)
+        else:
+            bus.emit("e", *args)
+    except (ValueError, TypeError) as raised:
+        outcome = (type(raised).__name__, str(raised), getattr(raised, "__notes__", []))
+    return calls, outcome
+
+
+@given(
+    st.lists(st.sampled_from(["none", "value", "raise", "coroutine"]), max_size=5),
+    st.lists(st.integers(), max_size=3).map(tuple),
+    st.booleans(),
+)
+def test_event_emit_matches_bus_emit(
+    plan: List[str], args: Tuple[Any, ...], same_shape: bool
+) -> None:
+    """Same hooks called, same errors and notes, the same refusal of bad arguments."""
+    assert _run_declared(plan, "event", args, same_shape) == _run_declared(
+        plan, "bus", args, same_shape
     )

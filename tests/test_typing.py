@@ -1,4 +1,8 @@
-"""Decorators keep the wrapped signature for type checkers (ParamSpec), mypy and pyright alike."""
+"""Type checkers see what hookbus promises, mypy and pyright alike: decorators keep the wrapped
+signature (ParamSpec), and declared events check emit's arguments and their hooks.
+
+Each file in tests/typing/ marks the lines that must be reported with ``# error``.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +17,15 @@ from typing import List
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SNIPPET = Path(__file__).resolve().parent / "typing" / "decorated.py"
+SNIPPETS = sorted(
+    path
+    for path in (Path(__file__).resolve().parent / "typing").glob("*.py")
+    if path.name != "conftest.py"
+)
 
 
-def expected_error_lines() -> List[int]:
-    lines = SNIPPET.read_text().splitlines()
+def expected_error_lines(snippet: Path) -> List[int]:
+    lines = snippet.read_text().splitlines()
     return [number for number, line in enumerate(lines, 1) if "# error" in line]
 
 
@@ -27,17 +35,21 @@ def run(command: List[str]) -> str:
     return done.stdout + done.stderr
 
 
-def test_mypy_sees_the_original_signatures() -> None:
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda path: path.name)
+def test_mypy_reports_exactly_the_marked_lines(snippet: Path) -> None:
     pytest.importorskip("mypy", reason="mypy comes with the dev extra")
-    output = run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(SNIPPET)])
-    reported = sorted({int(n) for n in re.findall(r"decorated\.py:(\d+): error", output)})
-    assert reported == expected_error_lines(), output
+    output = run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(snippet)])
+    pattern = rf"{re.escape(snippet.name)}:(\d+): error"
+    reported = sorted({int(n) for n in re.findall(pattern, output)})
+    assert reported == expected_error_lines(snippet), output
 
 
-def test_pyright_sees_the_original_signatures() -> None:
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda path: path.name)
+def test_pyright_reports_exactly_the_marked_lines(snippet: Path) -> None:
     pyright = shutil.which("pyright", path=str(Path(sys.executable).parent))
     if pyright is None:
         pytest.skip("pyright comes with the dev extra")
-    output = run([pyright, "--pythonpath", sys.executable, str(SNIPPET)])
-    reported = sorted({int(n) for n in re.findall(r"decorated\.py:(\d+):\d+ - error", output)})
-    assert reported == expected_error_lines(), output
+    output = run([pyright, "--pythonpath", sys.executable, str(snippet)])
+    pattern = rf"{re.escape(snippet.name)}:(\d+):\d+ - error"
+    reported = sorted({int(n) for n in re.findall(pattern, output)})
+    assert reported == expected_error_lines(snippet), output

@@ -24,6 +24,7 @@ from torch.utils.hooks import RemovableHandle
 from .._context import CallContext, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
+from .._handle import _where
 from ._copies import inert_point
 from ._tree import Path, iter_tensors
 
@@ -84,15 +85,20 @@ class ModulePoint:
         "on_graph_cut",
         "on_install",
         "registry",
+        "where",
     )
 
     kinds = KINDS
     is_async = False  # torch calls hooks synchronously
+    kind = "module"
+    """What the point wraps, for ``bus.points()``."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
         self.registry = bus.registry
         self.name = name
+        self.where = _where(getattr(type(module), "forward", None))
+        """Where the module's ``forward`` is defined, as ``file:line``."""
         self._calls = itertools.count()
         # Orders updates from threads that change hooks at once: the last to take
         # it reads the newest plan. Reentrant: a warning it issues may run code

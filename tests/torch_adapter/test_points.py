@@ -443,3 +443,22 @@ def test_attaching_twice_to_one_bus_is_an_error() -> None:
     hookbus.torch.attach(model, bus).detach()
     with pytest.raises(TypeError, match=r"needs a torch\.nn\.Module"):
         hookbus.torch.attach("model", bus)  # type: ignore[arg-type]
+
+
+def test_bus_points_lists_modules_and_check_pending_knows_them() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    attachment = hookbus.torch.attach(model, bus)
+    listed = {point.name: point for point in bus.points()}
+    assert listed["layers.0.attn"].kind == "module"
+    code = Block.forward.__code__
+    assert listed["layers.0"].where == f"{code.co_filename}:{code.co_firstlineno}"
+    bus.post("layers.*.attn", lambda ctx: None)
+    attachment.backward("norm", lambda ctx: None)
+    assert bus.check_pending() is None
+    bus.post("layers.0.atn", lambda ctx: None)
+    with pytest.raises(hookbus.UnknownNameError, match=r"did you mean 'layers\.0\.attn'"):
+        bus.check_pending()
+    bus.clear()
+    attachment.detach()
+    assert [p.name for p in bus.points() if p.kind == "module"] == []

@@ -1,0 +1,437 @@
+"""What a bus knows about names: declared events, their history, and names seen emitted.
+
+The registry asks this component whether a new hook fits every declared event it
+would run for, and its name is known on a strict bus (:func:`check_registration`),
+what an emission of a declared name must check first (:attr:`Declared.binder`),
+and which hooks match nothing known (:func:`unmatched`, for ``check_pending()``).
+It holds no lock of its own: the registry changes it under the bus lock, and runs
+the slow checks (``inspect.signature``, which may run user code) without it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from inspect import Signature
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, cast
+
+from ._dispatch import dispatch_event
+from ._errors import HookError, raise_collected
+from ._handle import _hook_name, _where
+from ._names import Matcher
+from ._spec import (
+    bad_arguments,
+    code_shape,
+    format_spec,
+    hook_mismatch,
+    make_binder,
+)
+
+if TYPE_CHECKING:
+    from ._handle import Handle
+    from ._registry import Registry
+
+__all__ = [
+    "Declarations",
+    "Declared",
+    "UnknownNameError",
+    "check_registration",
+    "checked_handles",
+    "close_names",
+    "declare",
+    "replay",
+    "unmatched",
+]
+
+# Names emitted so far, kept for check_pending(); a program emitting ever-new names
+# (f"user.{id}") must not grow this forever.
+_EMITTED_LIMIT = 65_536
+
+# One past emission of a historic event: (order across events, args, kwargs).
+Emission = Tuple[int, Tuple[Any, ...], Dict[str, Any]]
+
+
+class UnknownNameError(LookupError):
+    """Hooks registered for names that nothing declares, defines or emits.
+
+    Raised by :meth:`EventBus.check_pending` (listing every such hook), and at
+    registration on a bus made with ``strict=True``. Each entry names the hook,
+    where it was defined, and the known names closest to its own. ``handles``
+    holds the hooks' handles.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus(strict=True)
+        >>> @bus.event
+        ... def motor_spin(rpm: int) -> None: ...
+        >>> try:
+        ...     bus.on("motor_spn", print)
+        ... except hookbus.UnknownNameError as error:
+        ...     print(str(error).splitlines()[1].split(": ", 1)[1])
+        no declared event is named 'motor_spn'; did you mean 'motor_spin'?
+    """
+
+    def __init__(self, message: str, handles: Iterable[Handle] = ()) -> None:
+        super().__init__(message)
+        self.handles: List[Handle] = list(handles)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Declared:
+    """One declared event: its spec, and the function that checks emit's arguments."""
+
+    __slots__ = ("binder", "binder_shape", "historic", "name", "signature", "text")
+
+    def __init__(self, name: str, signature: Signature, historic: bool) -> None:
+        self.name = name
+        self.signature = signature
+        self.historic = historic
+        self.text = format_spec(name, signature)
+        #: Called with emit's arguments before any hook: raises TypeError if they
+        #: don't bind to the spec, at the cost of one call of an empty function.
+        self.binder: Callable[..., None] = make_binder(signature, name)
+        self.binder_shape = code_shape(cast(FunctionType, self.binder))
+
+    def checks_itself(self, hook: Any) -> bool:
+        """Whether calling ``hook`` fails exactly when the arguments don't bind to the spec.
+
+        True for a plain function with the spec's parameters: called first, its own
+        argument binding is the check, and the binder can be left out of the plan.
+        """
+        return hook.__class__ is FunctionType and code_shape(hook) == self.binder_shape
+
+    def same_as(self, other: Declared) -> bool:
+        """Whether re-declaring ``other`` over this one is harmless (a module re-import)."""
+        return self.text == other.text and self.historic == other.historic
+
+    def described(self) -> str:
+        return self.text + (" (historic)" if self.historic else "")
+
+
+def close_names(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'a' or 'b'?"``, or ``""`` when no known name is close.
+
+    Example:
+        >>> close_names("Motr.spin", ["Motor.spin", "eval"])
+        "; did you mean 'Motor.spin'?"
+        >>> close_names("Motr.spin", ["Motor.spin", "Motor.stop", "eval"])
+        "; did you mean 'Motor.spin' or 'Motor.stop'?"
+    """
+    close = difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(map(repr, close))}?"
+
+
+class Declarations:
+    """The declared events of one bus, historic emissions, and the names emitted so far.
+
+    Changed only with the bus lock held; read without it where noted.
+    """
+
+    __slots__ = (
+        "_emissions",
+        "emitted",
+        "emitted_overflow",
+        "history",
+        "specs",
+        "strict",
+    )
+
+    def __init__(self) -> None:
+        self.specs: Dict[str, Declared] = {}
+        #: The past emissions of each historic event, oldest first.
+        self.history: Dict[str, List[Emission]] = {}
+        self._emissions = itertools.count()
+        self.emitted: Set[str] = set()
+        self.emitted_overflow = False
+        #: ``EventBus(strict=True)``: a hook for an unknown name is refused at once.
+        self.strict = False
+
+    # --- declaring (lock held) ----------------------------------------------------------
+
+    def already(self, declared: Declared) -> bool:
+        """True if the same spec is declared already; raise if a different one is."""
+        existing = self.specs.get(declared.name)
+        if existing is None:
+            return False
+        if existing.same_as(declared):
+            return True  # a module imported again, or reloaded
+        raise TypeError(
+            f"event {declared.name!r} is already declared as {existing.described()}; it "
+            f"can't be declared again as {declared.described()}. A second declaration must "
+            f"be the same (as when a module is imported again): use another name for "
+            f"another event"
+        )
+
+    def add(self, declared: Declared) -> None:
+        self.specs[declared.name] = declared
+        if declared.historic:
+            self.history[declared.name] = []
+
+    def forget(self, name: str) -> None:
+        history = self.history.get(name)
+        if history is None:
+            historic = ", ".join(map(repr, sorted(self.history))) or "none"
+            raise ValueError(
+                f"{name!r} is not a historic event, so there is nothing to forget; "
+                f"historic events of this bus: {historic}"
+            )
+        history.clear()
+
+    def refuse_mismatches(self, declared: Declared, handles: Iterable[Handle]) -> None:
+        """Raise listing every hook among ``handles`` that doesn't fit ``declared`` (no lock)."""
+        lines = self.mismatches(declared, handles)
+        if not lines:
+            return
+        many = len(lines) != 1
+        raise TypeError(
+            f"cannot declare event {declared.name!r} as {declared.text}: {len(lines)} "
+            f"hook{'s' if many else ''} registered before the declaration "
+            f"{'do' if many else 'does'} not accept what it passes:\n"
+            + "\n".join(lines)
+            + f"\nRemove or change {'them' if many else 'it'}, or give the event another name"
+        )
+
+    # --- checking hooks -------------------------------------------------------------------
+
+    def specs_for(self, name: str, match: Optional[Matcher]) -> List[Declared]:
+        """The declared events that a hook registered for ``name`` would run for."""
+        if match is None:
+            declared = self.specs.get(name)
+            return [] if declared is None else [declared]
+        return [declared for event, declared in list(self.specs.items()) if match(event)]
+
+    @staticmethod
+    def mismatch(hook: Callable[..., Any], declared: Declared, with_name: bool) -> Optional[str]:
+        """Why ``hook`` can't take what ``declared`` passes, or None."""
+        return hook_mismatch(hook, declared.name, declared.signature, with_name=with_name)
+
+    def mismatches(self, declared: Declared, handles: Iterable[Handle]) -> List[str]:
+        """One line per hook among ``handles`` that can't take what ``declared`` passes."""
+        lines: List[str] = []
+        for handle in handles:
+            hook = handle.hook
+            if hook is None:
+                continue  # a weak hook whose object died: it will never run
+            reason = self.mismatch(hook, declared, handle.with_name)
+            if reason is None and handle.is_async and declared.historic:
+                reason = (
+                    "an async hook, which the synchronous replay of past emissions can't await"
+                )
+            if reason is not None:
+                lines.append(f"  - {handle!r} ({handle.where}): {reason}")
+        return lines
+
+    def refuse_arguments(
+        self, error: BaseException, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> None:
+        """If ``error`` says the arguments of a declared event don't bind, raise that.
+
+        ``error`` must come from the call itself (no hook frame in its traceback):
+        the binder's, or the first hook's when its parameters are the spec's. The
+        error raised instead names the event, its spec and what was passed.
+        """
+        declared = self.specs.get(event)
+        traceback = error.__traceback__
+        if declared is None or not isinstance(error, TypeError) or traceback is None:
+            return
+        if traceback.tb_next is not None:
+            return  # a hook ran, and raised this itself
+        wrong = bad_arguments(event, declared.signature, args, kwargs)
+        if wrong is not None:
+            try:
+                raise wrong from None
+            finally:
+                # Its traceback holds this frame: without this, the cycle would keep
+                # the emitted arguments alive until a collection.
+                del wrong
+
+    # --- historic events --------------------------------------------------------------------
+
+    def record(self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        """Keep an emission of a historic event (lock held)."""
+        self.history[event].append((next(self._emissions), args, dict(kwargs)))
+
+    def history_for(
+        self, name: str, match: Optional[Matcher]
+    ) -> List[Tuple[str, Tuple[Any, ...], Dict[str, Any]]]:
+        """The past emissions a new hook for ``name`` must get, oldest first (lock held)."""
+        found = [
+            (order, event, args, kwargs)
+            for event, emissions in self.history.items()
+            if event == name or (match is not None and match(event))
+            for order, args, kwargs in emissions
+        ]
+        found.sort(key=lambda entry: entry[0])
+        return [(event, args, kwargs) for _, event, args, kwargs in found]
+
+    # --- names ----------------------------------------------------------------------------
+
+    def saw_emitted(self, event: str) -> None:
+        """Remember that ``event`` was emitted (called when its plan is worked out)."""
+        if event in self.emitted:
+            return
+        if len(self.emitted) >= _EMITTED_LIMIT:
+            self.emitted_overflow = True
+            return
+        self.emitted.add(event)
+
+    def known_events(self) -> Set[str]:
+        """Declared and emitted event names."""
+        return set(self.specs) | self.emitted
+
+
+def mismatch_message(what: str, declared: Declared, reason: str, with_name: bool) -> str:
+    """The registration error: which hook, which event and spec, and why."""
+    first = " after the event's name (with_name=True)" if with_name else ""
+    return (
+        f"{what} does not accept what event {declared.name!r} passes, {declared.text}"
+        f"{first}: {reason}. A hook must accept every parameter of the spec (by name, "
+        f"or through *args / **kwargs), and need no argument the spec doesn't give"
+    )
+
+
+# --- what the registry calls ------------------------------------------------------------------
+
+
+def check_registration(registry: Registry, handle: Handle) -> None:
+    """Refuse a hook that a declared event's spec, or a strict bus, rules out.
+
+    Called before the registry takes its lock: ``inspect.signature`` may run user
+    code (a ``__signature__`` property), and so may a hook's ``repr``.
+    """
+    declarations = registry.declarations
+    kind, name, match, hook = handle.kind, handle.name, handle.match, handle.hook
+    what = f"{'async ' if handle.is_async else ''}hook {_hook_name(hook)} ({_where(hook)})"
+    if declarations.strict and match is None:
+        _refuse_unknown_name(registry, kind, name, what)
+    if kind != "event" or hook is None:
+        return
+    for declared in declarations.specs_for(name, match):
+        reason = declarations.mismatch(hook, declared, handle.with_name)
+        if reason is not None:
+            raise TypeError(mismatch_message(what, declared, reason, handle.with_name))
+        if handle.is_async and declared.historic:
+            raise TypeError(
+                f"{what} would be replayed at once by the historic event "
+                f"{declared.name!r}, and the replay is synchronous; use a plain 'def' "
+                f"hook there"
+            )
+
+
+def _refuse_unknown_name(registry: Registry, kind: str, name: str, what: str) -> None:
+    """``strict=True``: a hook's name must be a declared event, or a point of its kind."""
+    events = set(registry.declarations.specs)
+    points = {point.name: point.kinds for point in registry.points()}
+    known = events if kind == "event" else {n for n, kinds in points.items() if kind in kinds}
+    if name in known:
+        return
+    noun = "declared event" if kind == "event" else "hook point"
+    raise UnknownNameError(
+        f"strict bus {registry.bus.name!r} refuses a hook for an unknown name:\n"
+        f"  - {kind} {what}: no {noun} is named {name!r}{close_names(name, known)}"
+        f"{_other_namespace(kind, name, events, set(points))}\n"
+        f"Declare events with @bus.event and define hook points with @bus.hookable before "
+        f"hooking them (or make the bus with strict=False)"
+    )
+
+
+def _other_namespace(kind: str, name: str, events: Set[str], points: Set[str]) -> str:
+    if kind == "event" and name in points:
+        return f"; {name!r} is a hook point: use pre, post or exception"
+    if kind != "event" and name in events:
+        return f"; {name!r} is an event: use on"
+    return ""
+
+
+def declare(registry: Registry, declared: Declared) -> None:
+    """Declare an event, after checking the hooks registered for it so far.
+
+    All or nothing: if a hook doesn't accept the spec, the error lists every one,
+    and the name stays undeclared. The hooks are checked without the lock
+    (``inspect.signature`` may run user code); the registry commits only if they
+    are still the ones checked, else they are checked again.
+    """
+    while True:
+        if registry.declarations.already(declared):
+            return
+        checked = tuple(h for h in registry.hooks(declared.name) if h.kind == "event")
+        registry.declarations.refuse_mismatches(declared, checked)
+        if registry.commit_declaration(declared, checked):
+            return
+
+
+def checked_handles(
+    registry: Registry, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> Tuple[Handle, ...]:
+    """The hooks of an emission, once a declared event's arguments are checked.
+
+    Called by the slow paths (``collect``, ``first``, the async twins, emit's full
+    loop) on a bus that declares events; a historic emission is recorded.
+    """
+    declared = registry.declarations.specs.get(event)
+    if declared is None:
+        return registry.event_handles(event)
+    try:
+        declared.binder(*args, **kwargs)
+    except TypeError as error:
+        registry.declarations.refuse_arguments(error, event, args, kwargs)
+        raise
+    if declared.historic:
+        return registry.record_emission(event, args, kwargs)
+    return registry.event_handles(event)
+
+
+def replay(registry: Registry, handle: Handle, history: List[Tuple[str, Any, Any]]) -> None:
+    """Call a new hook of a historic event with each past emission, in order (no lock).
+
+    Under the ``"collect"`` policy every emission is replayed, then one group holds
+    the errors of all; ``"raise"`` stops at the first error, ``"log"`` never does.
+    """
+    errors: List[Exception] = []
+    for event, args, kwargs in history:
+        try:
+            dispatch_event(registry, event, (handle,), args, kwargs, None)
+        except HookError as group:
+            errors.extend(group.exceptions)
+    raise_collected(errors, handle.name)
+
+
+def unmatched(registry: Registry) -> Tuple[List[Handle], List[str]]:
+    """The hooks whose names match nothing known, each with a line saying why."""
+    handles = sorted(registry.hooks(), key=lambda handle: handle.seq)
+    point_kinds: Dict[str, Set[str]] = {}
+    for point in registry.points():
+        point_kinds.setdefault(point.name, set()).update(point.kinds)
+    events = registry.declarations.known_events()  # a copy, made without a thread switch
+    found: List[Handle] = []
+    lines: List[str] = []
+    for handle in handles:
+        if handle.name == "*":
+            continue  # watches everything, names nothing
+        if handle.kind == "event":
+            known, noun = events, "declared or emitted event"
+        else:
+            known = {name for name, kinds in point_kinds.items() if handle.kind in kinds}
+            noun = "hook point"
+        match = handle.match
+        if (handle.name in known) if match is None else any(match(n) for n in known):
+            continue
+        if match is None:
+            reason = f"no {noun} is named {handle.name!r}"
+        else:
+            reason = f"the pattern {handle.name!r} matches no {noun}"
+        hint = close_names(handle.name, known)
+        hint += _other_namespace(handle.kind, handle.name, events, set(point_kinds))
+        found.append(handle)
+        lines.append(f"  - {handle!r} ({handle.where}): {reason}{hint}")
+    if lines and registry.declarations.emitted_overflow:
+        lines.append(
+            "  (this bus saw too many distinct event names to remember them all: an event "
+            "emitted only lately may be missing here)"
+        )
+    return found, lines

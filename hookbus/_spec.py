@@ -1,0 +1,319 @@
+"""Event specs: does a hook accept what an event passes, and do emit's arguments bind?
+
+An event's *spec* is the signature of the stub function that declared it. Two
+questions are asked of it:
+
+* at registration, whether a hook can be called with every argument list that
+  binds to the spec (:func:`hook_mismatch`);
+* at emission, whether the arguments bind to the spec, before any hook runs.
+  That check must be as cheap as one call of an empty function, so it *is* one:
+  :func:`make_binder` builds a function with the spec's parameters and an empty
+  body, and Python's own argument binding does the work.
+
+Both only look at parameter names, kinds and whether a default exists: type
+annotations are the static type checkers' job.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from inspect import CO_VARARGS, CO_VARKEYWORDS, Parameter, Signature
+from types import FunctionType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+__all__ = [
+    "bad_arguments",
+    "bind",
+    "code_shape",
+    "describe_call",
+    "format_spec",
+    "hook_mismatch",
+    "make_binder",
+    "spec_of",
+]
+
+_POSITIONAL = (Parameter.POSITIONAL_ONLY, Parameter.POSITIONAL_OR_KEYWORD)
+_VARIADIC = (Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD)
+
+
+def spec_of(stub: object, what: str) -> Signature:
+    """The signature of an event stub, or a ``TypeError`` saying what a stub must be."""
+    accepted = (
+        "accepted: a plain 'def' function whose parameters are what the event passes, "
+        "such as 'def user_created(user: str, *, admin: bool = False) -> None: ...'"
+    )
+    if not inspect.isfunction(stub):
+        raise TypeError(
+            f"{what} needs a function as its stub, got {type(stub).__name__} {stub!r}; {accepted}"
+        )
+    if inspect.iscoroutinefunction(stub) or inspect.isasyncgenfunction(stub):
+        raise TypeError(
+            f"{what}: the stub {stub.__qualname__} is 'async def'; a stub only declares "
+            f"parameters, so make it a plain 'def' (hooks may still be async: use "
+            f"emit_async); {accepted}"
+        )
+    return inspect.signature(stub)
+
+
+def code_shape(fn: FunctionType) -> Tuple[Any, ...]:
+    """What binding a call to the plain function ``fn`` depends on, read from its code.
+
+    Two functions with equal shapes accept exactly the same calls. Unlike
+    ``inspect.signature``, this ignores ``__wrapped__`` and ``__signature__``: it
+    describes the function that Python really calls.
+
+    Example:
+        >>> def a(x, /, y, z=1, *rest, k, **more): ...
+        >>> def b(p, /, y, z=2, *others, k, **extra): ...
+        >>> code_shape(a) == code_shape(b), code_shape(a) == code_shape(lambda x, y: None)
+        (True, False)
+    """
+    code = fn.__code__
+    positional = code.co_argcount
+    keyword_only = code.co_varnames[positional : positional + code.co_kwonlyargcount]
+    optional = set(fn.__kwdefaults__ or ())
+    return (
+        code.co_posonlyargcount,
+        code.co_varnames[code.co_posonlyargcount : positional],  # passable by name
+        len(fn.__defaults__ or ()),
+        bool(code.co_flags & CO_VARARGS),
+        frozenset(name for name in keyword_only if name not in optional),
+        frozenset(name for name in keyword_only if name in optional),
+        bool(code.co_flags & CO_VARKEYWORDS),
+    )
+
+
+class _Text(str):
+    """An annotation given as a string, shown without quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def format_spec(name: str, spec: Signature) -> str:
+    """``name(params)`` as the stub wrote them, without the return annotation.
+
+    Example:
+        >>> def created(user: str, *, admin: bool = False) -> None: ...
+        >>> format_spec("user.created", inspect.signature(created))
+        'user.created(user: str, *, admin: bool = False)'
+    """
+    params = [
+        param.replace(annotation=_Text(param.annotation))
+        if isinstance(param.annotation, str)
+        else param
+        for param in spec.parameters.values()
+    ]
+    return f"{name}{spec.replace(parameters=params, return_annotation=Signature.empty)}"
+
+
+def make_binder(spec: Signature, name: str) -> Callable[..., None]:
+    """A function with the parameters of ``spec`` and an empty body.
+
+    Calling it raises ``TypeError`` exactly when the arguments don't bind to the
+    spec, and costs one call of an empty function: the emit check.
+
+    Example:
+        >>> def created(user: str, *, admin: bool = False) -> None: ...
+        >>> check = make_binder(inspect.signature(created), "user.created")
+        >>> check("ada", admin=True)
+        >>> check("ada", True)
+        Traceback (most recent call last):
+        TypeError: user.created() takes 1 positional argument but 2 were given
+    """
+    parts: List[str] = []
+    star_written = False
+    for param in spec.parameters.values():
+        if not param.name.isidentifier() or keyword.iskeyword(param.name):
+            raise TypeError(f"the spec of {name!r} has a parameter named {param.name!r}")
+        kind = param.kind
+        if kind is Parameter.VAR_POSITIONAL:
+            parts.append(f"*{param.name}")
+            star_written = True
+            continue
+        if kind is Parameter.VAR_KEYWORD:
+            parts.append(f"**{param.name}")
+            continue
+        if kind is Parameter.KEYWORD_ONLY and not star_written:
+            parts.append("*")
+            star_written = True
+        parts.append(param.name if param.default is Parameter.empty else f"{param.name}=_d")
+        if kind is Parameter.POSITIONAL_ONLY:
+            parts.append("/")
+    # Keep only the last "/": every positional-only parameter comes before it.
+    if "/" in parts:
+        last = len(parts) - 1 - parts[::-1].index("/")
+        parts = [part for i, part in enumerate(parts) if part != "/" or i == last]
+    # Generated source, as dataclasses does for __init__: only identifiers checked
+    # above and fixed text go into it, and the body is empty.
+    namespace: Dict[str, Any] = {"_d": None}
+    exec(f"def binder({', '.join(parts)}):\n    pass\n", namespace)
+    binder: Callable[..., None] = namespace["binder"]
+    binder.__name__ = binder.__qualname__ = name
+    binder.__code__ = binder.__code__.replace(co_name=name)  # what Python < 3.11 reports
+    binder.__module__ = __name__
+    return binder
+
+
+def bad_arguments(
+    name: str, spec: Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> Optional[TypeError]:
+    """The error for an emission whose arguments don't bind to the spec, or None."""
+    try:
+        bind(spec, args, kwargs)
+    except TypeError as error:
+        shown = ", ".join(
+            [*map(_short_repr, args), *(f"{k}={_short_repr(v)}" for k, v in kwargs.items())]
+        )
+        return TypeError(
+            f"event {name!r} was emitted with arguments that don't match its spec "
+            f"{format_spec(name, spec)}: got ({shown}), {error}; no hook was called"
+        )
+    return None
+
+
+def bind(signature: Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+    """``signature.bind(*args, **kwargs)`` as Python binds a real call.
+
+    A keyword named like a positional-only parameter goes into ``**kwargs`` if
+    there is one, and is an error if not. ``Signature.bind`` gets that wrong before
+    Python 3.13 (it refuses the first) and in 3.13.0 (it accepts the second when the
+    parameter has a default), so it is decided here.
+    """
+    params = signature.parameters.values()
+    if kwargs:
+        positional_only = {p.name for p in params if p.kind is Parameter.POSITIONAL_ONLY}
+        clash = positional_only & kwargs.keys()
+        if clash:
+            if not any(p.kind is Parameter.VAR_KEYWORD for p in params):
+                raise TypeError(
+                    f"{sorted(clash)[0]!r} parameter is positional only, but was passed as a "
+                    f"keyword"
+                )
+            kwargs = {(f"**{k}" if k in clash else k): v for k, v in kwargs.items()}
+    signature.bind(*args, **kwargs)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+# --- does a hook accept the spec ----------------------------------------------------------
+
+
+def _spec_calls(
+    spec: Signature, hook_positional: int
+) -> Iterator[Tuple[List[str], List[str], List[str]]]:
+    """Representative calls binding to ``spec``: (positionals, fewest keywords, most keywords).
+
+    A call fails to bind to a hook either because something is *missing* (fewer
+    arguments only make that worse) or because something is in *excess* (too many
+    positionals, an unexpected keyword, a value given twice; more arguments only
+    make that worse). For a given number of positionals, the call with the fewest
+    keywords is the worst case of the first, the call with the most the worst case
+    of the second, so trying both for every number of positionals decides whether
+    every call that binds to the spec binds to the hook.
+    """
+    params = list(spec.parameters.values())
+    positional = [p for p in params if p.kind in _POSITIONAL]
+    keyword_only = [p for p in params if p.kind is Parameter.KEYWORD_ONLY]
+    var_positional = any(p.kind is Parameter.VAR_POSITIONAL for p in params)
+    required_positional_only = [
+        i
+        for i, p in enumerate(positional)
+        if p.kind is Parameter.POSITIONAL_ONLY and p.default is Parameter.empty
+    ]
+    fewest = required_positional_only[-1] + 1 if required_positional_only else 0
+    most = len(positional)
+    if var_positional:  # beyond what the hook can take by position, one more
+        most = max(most, hook_positional) + 1
+    for count in range(most, fewest - 1, -1):  # the most natural call first
+        names = [p.name for p in positional[:count]]
+        names += [f"*{i}" for i in range(len(names), count)]  # extras, into *args
+        keywords = [p for p in positional[count:] if p.kind is Parameter.POSITIONAL_OR_KEYWORD]
+        keywords += keyword_only
+        fewest_keywords = [p.name for p in keywords if p.default is Parameter.empty]
+        yield names, fewest_keywords, [p.name for p in keywords]
+
+
+def _extra_keywords(spec: Signature, hook: Signature) -> List[str]:
+    """The keywords that a spec with ``**kwargs`` passes on, worst case for ``hook``.
+
+    Any name at all may go into the spec's ``**kwargs`` except its own named
+    parameters: the hook's own parameter names (which may clash with a value it
+    already got), the spec's positional-only names, and one name the hook cannot
+    expect, standing for all the others.
+    """
+    if not any(p.kind is Parameter.VAR_KEYWORD for p in spec.parameters.values()):
+        return []
+    taken = {p.name for p in spec.parameters.values() if p.kind is not Parameter.POSITIONAL_ONLY}
+    extra = {p.name for p in spec.parameters.values() if p.kind is Parameter.POSITIONAL_ONLY}
+    extra |= {p.name for p in hook.parameters.values() if p.kind not in _VARIADIC}
+    other = "other"
+    while other in extra or other in taken:
+        other += "_"
+    return [*sorted(extra - taken), f"**{other}"]
+
+
+def hook_mismatch(
+    hook: Callable[..., Any], name: str, spec: Signature, *, with_name: bool = False
+) -> Optional[str]:
+    """Why ``hook`` cannot take every call the spec allows, or None if it can.
+
+    ``with_name`` hooks get the event's name first. A hook whose signature Python
+    cannot tell (some builtins) is accepted.
+
+    Example:
+        >>> def created(user, *, admin=False): ...
+        >>> spec = inspect.signature(created)
+        >>> hook_mismatch(lambda user, **kwargs: None, "created", spec) is None
+        True
+        >>> print(hook_mismatch(lambda user: None, "created", spec))
+        called as hook(user, admin=...) it fails: got an unexpected keyword argument 'admin'
+    """
+    try:
+        signature = inspect.signature(hook)
+    except (TypeError, ValueError):
+        return None
+    hook_positional = sum(p.kind in _POSITIONAL for p in signature.parameters.values())
+    extra_keywords = _extra_keywords(spec, signature)
+    for positionals, fewest, most in _spec_calls(spec, hook_positional):
+        names = (["event"] if with_name else []) + positionals
+        for keywords in (fewest, most + extra_keywords):
+            try:
+                bind(signature, tuple(names), dict.fromkeys(k.lstrip("*") for k in keywords))
+            except TypeError as error:
+                call = describe_call("hook", names, keywords)
+                return f"called as {call} it fails: {error}{_positional_hint(spec, keywords)}"
+    return None
+
+
+def _positional_hint(spec: Signature, keywords: List[str]) -> str:
+    """When the failing call names a parameter that callers may mean as positional only."""
+    named = [
+        p.name
+        for p in spec.parameters.values()
+        if p.kind is Parameter.POSITIONAL_OR_KEYWORD and p.name in keywords
+    ]
+    if not named:
+        return ""
+    last = named[-1]
+    return (
+        f" (the spec lets callers pass {', '.join(map(repr, named))} by name; if they never "
+        f"do, make {'it' if len(named) == 1 else 'them'} positional-only in the stub: "
+        f"'{last}, /')"
+    )
+
+
+def describe_call(callee: str, positionals: List[str], keywords: List[str]) -> str:
+    """``callee(a, b, c=...)``, naming what a call passes.
+
+    Example:
+        >>> describe_call("hook", ["user", "*2"], ["admin", "**other"])
+        'hook(user, <extra>, admin=..., **other)'
+    """
+    shown = [("<extra>" if p.startswith("*") else p) for p in positionals]
+    shown += [(k if k.startswith("**") else f"{k}=...") for k in keywords]
+    return f"{callee}({', '.join(shown)})"
