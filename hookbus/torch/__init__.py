@@ -36,6 +36,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 from ._attach import ROOT, Attachment, CompiledModelWarning, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
+from ._stats import Stat, Stats, stats
 from ._wrappers import bare_names
 
 __all__ = [
@@ -47,8 +48,11 @@ __all__ = [
     "GradHandle",
     "Record",
     "Selector",
+    "Stat",
+    "Stats",
     "attach",
     "bare_names",
     "capture",
     "on_grad",
+    "stats",
 ]
