@@ -325,8 +325,8 @@ class _Feed:
 
 def _flatten(tensor: torch.Tensor, dim: Optional[int], what: str) -> torch.Tensor:
     """``tensor`` as (values, *features): the feature dim last, the rest flattened."""
-    if dim is None:
-        return tensor.reshape(-1)
+    if dim is None:  # float64 now: a 0-dim shift would not promote the subtraction
+        return tensor.reshape(-1).to(_F64)
     ndim = tensor.dim()
     kept = dim + ndim if dim < 0 else dim
     if not 0 <= kept < ndim:
