@@ -137,5 +137,3 @@ def lines() -> List[Line]:
         Line(ROW, "Python allocations, growth from 10 to 1,000 forwards (bounded: a few KiB "
              "of interpreter free lists, flat after ~20,000)", "stats/python growth", None),
     ]  # fmt: skip
-
-

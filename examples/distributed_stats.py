@@ -89,7 +89,8 @@ def main() -> None:
             assert stat.count == want.count
             torch.testing.assert_close(stat.mean, want.mean, rtol=1e-10, atol=1e-12)
             torch.testing.assert_close(stat.var, want.var, rtol=1e-10, atol=0.0)
-            assert torch.equal(stat.min, want.min) and torch.equal(stat.max, want.max)
+            assert torch.equal(stat.min, want.min)
+            assert torch.equal(stat.max, want.max)
             dead = int((stat.max <= 0).sum())  # features never positive: dead after a ReLU
             print(
                 f"{name:8} {local_rows.get(name, 0):9d} {stat.count:8d} "

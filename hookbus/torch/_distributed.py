@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import pickle
 import zlib
+from functools import partial
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.distributed as dist
+import torch.distributed
 
 from ._stats import Stat
 from ._tree import Path, iter_tensors, map_tensors
+
+# torch.distributed is only partly typed; its calls are checked by the tests here.
+dist: Any = torch.distributed
 
 __all__ = ["gather_calls", "group_rank", "reduce_stats"]
 
@@ -75,7 +79,8 @@ def reduce_stats(
     negated = [-len(names), -signature] + [-size if size >= 0 else _ABSENT for size in sizes]
     packed = torch.tensor(header + negated, dtype=torch.int64, device=device)
     dist.all_reduce(packed, op=dist.ReduceOp.MAX, group=group)
-    high, low = packed[: len(header)].tolist(), (-packed[len(header) :]).tolist()
+    high: List[int] = packed[: len(header)].tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    low: List[int] = (-packed[len(header) :]).tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     if high[:2] != low[:2]:
         raise ValueError(
             f"Stats.reduce(): the ranks disagree on what they reduce (here of={kind[0]!r}, "
@@ -279,10 +284,8 @@ def _check_same(
             f"{rank}); they must return the same tensors to be concatenated"
         )
     for (path, shape, dtype), (_, other_shape, other_dtype) in zip(first, other):
-        if dtype != other_dtype or shape[1:] != other_shape[1:] or len(shape) != len(
-            other_shape
-        ):
-            where = _PARTS[path[0]] + "".join(f"[{key!r}]" for key in path[1:])
+        if dtype != other_dtype or shape[1:] != other_shape[1:] or len(shape) != len(other_shape):
+            where = _PARTS[path[0]] + "".join(f"[{key!r}]" for key in path[1:])  # pyright: ignore[reportUnknownVariableType]
             raise ValueError(
                 f"Cache.gather(): module {name!r} has {where} of shape {shape} {dtype} in one "
                 f"call and {other_shape} {other_dtype} in another (rank {rank}); only the "
@@ -314,10 +317,14 @@ def _unpack(
     out: Dict[str, CallParts] = {}
     for name, skeleton in skeletons.items():
         joined = {path: _join(pieces[(name, path)]) for path in plans[name]}
-        output, args, kwargs, _ = map_tensors(skeleton, lambda path, _: joined.get(path))
+        output, args, kwargs, _ = map_tensors(skeleton, partial(_take, joined))
         grads = {path[1]: joined[path] for path in plans[name] if path[0] == 3}
         out[name] = (output, args, kwargs, grads)
     return out
+
+
+def _take(joined: Dict[Path, torch.Tensor], path: Path, _: torch.Tensor) -> Optional[torch.Tensor]:
+    return joined.get(path)
 
 
 def _join(parts: List[torch.Tensor]) -> torch.Tensor:

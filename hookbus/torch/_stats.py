@@ -20,6 +20,7 @@ import threading
 from types import TracebackType
 from typing import (
     Any,
+    Callable,
     Dict,
     Iterator,
     List,
@@ -52,8 +53,10 @@ _F64 = torch.float64
 _ROW_BUDGET = 4096
 _MAX_ROWS = 64
 
-# count, sum, M2 around the row's own mean, min, max (min and max in the input dtype)
-_Row = Tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# count, shift, sum of (x - shift), sum of (x - shift)^2, min, max (these two in the input dtype)
+_Row = Tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+_vecdot: Callable[..., torch.Tensor] = torch.linalg.vecdot  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
 
 class Stat:
@@ -72,8 +75,10 @@ class Stat:
         >>> a = Stat.of(torch.tensor([[1.0], [2.0]]))
         >>> b = Stat.of(torch.tensor([[3.0], [4.0], [5.0]]))
         >>> both = a.merge(b)
-        >>> both.count, both.mean, both.var, both.max
-        (5, tensor([3.], dtype=torch.float64), tensor([2.], dtype=torch.float64), tensor([5.], dtype=torch.float64))
+        >>> both.count, both.mean, both.var
+        (5, tensor([3.], dtype=torch.float64), tensor([2.], dtype=torch.float64))
+        >>> both.min, both.max
+        (tensor([1.], dtype=torch.float64), tensor([5.], dtype=torch.float64))
     """
 
     __slots__ = ("count", "m2", "max", "mean", "min")
@@ -83,8 +88,8 @@ class Stat:
         count: int,
         mean: torch.Tensor,
         m2: torch.Tensor,
-        min: torch.Tensor,  # noqa: A002 - the field's name
-        max: torch.Tensor,  # noqa: A002
+        min: torch.Tensor,
+        max: torch.Tensor,
     ) -> None:
         #: How many values each feature reduced.
         self.count = count
@@ -109,8 +114,10 @@ class Stat:
         """
         flat = _flatten(tensor.detach(), dim, "tensor")
         if flat.shape[0] == 0:
-            raise ValueError(f"Stat.of() needs values, got a tensor of shape {tuple(tensor.shape)}")
-        return _merge_rows(None, [_row(flat, torch.mean(flat, 0, dtype=_F64))])
+            raise ValueError(
+                f"Stat.of() needs values, got a tensor of shape {tuple(tensor.shape)}"
+            )
+        return _merge_rows(None, [_row(flat, torch.mean(flat, 0, dtype=_F64))])[0]
 
     @property
     def var(self) -> torch.Tensor:
@@ -202,8 +209,8 @@ class _Feed:
     """One module's running statistics and the hooks that feed them."""
 
     __slots__ = (
-        "empty", "features", "grad_path", "limit", "name", "owner", "plain", "rows", "seen",
-        "shift", "stat", "what",
+        "empty", "error", "features", "grad_path", "limit", "name", "owner", "plain", "rows",
+        "seen", "shift", "stat", "what",
     )  # fmt: skip
 
     def __init__(self, owner: Stats, name: str) -> None:
@@ -213,6 +220,7 @@ class _Feed:
         self.rows: List[_Row] = []
         self.stat: Optional[Stat] = None
         self.shift: Optional[torch.Tensor] = None  # what this window's rows are centred on
+        self.error: Optional[torch.Tensor] = None  # the true mean - stat.mean (rounding)
         self.features: Optional[Tuple[int, ...]] = None  # the feature shape, once seen
         self.grad_path: Optional[Path] = None  # of="grad": the output tensor watched
         self.limit = 1  # rows kept before merging, set from the feature count
@@ -247,9 +255,10 @@ class _Feed:
         if owner._paused:
             return
         if type(value) is not torch.Tensor or value.requires_grad or not value.is_floating_point():
-            value = self._usable(value)
-            if value is None:
+            usable = self._usable(value)
+            if usable is None:
                 return
+            value = usable
         if value.shape != self.seen:
             self._see(value)
         if self.empty:
@@ -263,7 +272,7 @@ class _Feed:
             flat.shape[0],
             shift,
             deviation.sum(0),
-            torch.linalg.vecdot(deviation, deviation, dim=0),
+            _vecdot(deviation, deviation, dim=0),
             torch.amin(flat, 0),
             torch.amax(flat, 0),
         )
@@ -289,7 +298,8 @@ class _Feed:
         if not value.is_floating_point():
             self.owner._skip(self.name, f"{str(value.dtype)[6:]} {self.what}")
             return None
-        return value.detach()
+        detached: torch.Tensor = value.detach()
+        return detached
 
     def _see(self, value: torch.Tensor) -> None:
         """Check a new shape: ``dim`` in range, the feature size as before."""
@@ -318,8 +328,8 @@ class _Feed:
         with self.owner._lock:
             rows, self.rows = self.rows, []
             if rows:
-                self.stat = stat = _merge_rows(self.stat, rows)
-                self.shift = stat.mean  # the next window is centred on all data so far
+                self.stat, self.error = _merge_rows(self.stat, rows, self.error)
+                self.shift = self.stat.mean  # the next window is centred on all data so far
             return self.stat
 
 
@@ -352,19 +362,24 @@ def _row(flat: torch.Tensor, shift: torch.Tensor) -> _Row:
         flat.shape[0],
         shift,
         deviation.sum(0),
-        torch.linalg.vecdot(deviation, deviation, dim=0),
+        _vecdot(deviation, deviation, dim=0),
         torch.amin(flat, 0),
         torch.amax(flat, 0),
     )
 
 
-def _merge_rows(stat: Optional[Stat], rows: List[_Row]) -> Stat:
-    """``stat`` (may be None) with ``rows`` merged in: exact, whatever the split.
+def _merge_rows(
+    stat: Optional[Stat], rows: List[_Row], error: Optional[torch.Tensor] = None
+) -> Tuple[Stat, torch.Tensor]:
+    """``stat`` (may be None) with ``rows`` merged in, and the new mean's rounding error.
 
     Rows made around one shift (all of them, but for a race with a merge) form a
     window. In the window, ``M2 = S2 - S1^2 / n`` cancels nothing much, as the
     shift is the mean of everything before (or, at first, of the first call).
-    Windows then join the statistics by Chan's formula, also in shifted terms.
+    Windows then join the statistics by Chan's formula, in shifted terms. The
+    stored mean is rounded; ``error`` (true mean - stored mean, kept by an exact
+    two-sum) keeps that rounding out of the next window's distance to it, which
+    matters for values far from zero with a tiny spread.
     """
     while rows:
         shift = rows[0][1]
@@ -381,19 +396,33 @@ def _merge_rows(stat: Optional[Stat], rows: List[_Row]) -> Stat:
         offset = s1 / count  # the window's mean minus the shift
         m2 = s2 - s1 * offset
         if stat is None:
-            stat = Stat(count, shift + offset, m2, low, high)
+            mean, error = _two_sum(shift, offset)
+            stat = Stat(count, mean, m2, low, high)
             continue
         total = stat.count + count
         delta = offset if shift is stat.mean else offset + (shift - stat.mean)
+        if error is not None:
+            delta = delta - error
+        mean, error = _two_sum(
+            stat.mean, delta * (count / total) + (error if error is not None else 0.0)
+        )
         stat = Stat(
             total,
-            stat.mean + delta * (count / total),
+            mean,
             stat.m2 + m2 + delta * delta * (stat.count * count / total),
             torch.minimum(stat.min, low),
             torch.maximum(stat.max, high),
         )
     assert stat is not None
-    return stat
+    assert error is not None
+    return stat, error
+
+
+def _two_sum(a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``a + b`` rounded, and exactly what the rounding lost (Knuth's two-sum)."""
+    total = a + b
+    b_part = total - a
+    return total, (a - (total - b_part)) + (b - b_part)
 
 
 class Stats(Mapping[str, Stat]):
@@ -438,10 +467,9 @@ class Stats(Mapping[str, Stat]):
     ) -> None:
         if of not in OF:
             raise ValueError(
-                f"stats(of={of!r}) is not one of the accepted values: "
-                f"{', '.join(map(repr, OF))}"
+                f"stats(of={of!r}) is not one of the accepted values: {', '.join(map(repr, OF))}"
             )
-        if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool)):
+        if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool)):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
                 f"stats(dim=) takes an int (the feature dimension, e.g. -1) or None "
                 f"(reduce to one scalar), got {type(dim).__name__} {dim!r}"
@@ -615,7 +643,7 @@ class Stats(Mapping[str, Stat]):
         """Forget every statistic and note (the hooks stay)."""
         with self._lock:
             for feed in self._feeds.values():
-                feed.rows, feed.stat, feed.shift = [], None, None
+                feed.rows, feed.stat, feed.shift, feed.error = [], None, None, None
             self._skipped.clear()
             self._reduced = False
 
@@ -736,7 +764,7 @@ class Stats(Mapping[str, Stat]):
             for name, stat in merged.items():
                 feed = self._feeds[name]
                 feed.stat, feed.rows = stat, []
-                feed.shift = stat.mean if stat is not None else None
+                feed.shift, feed.error = (stat.mean if stat is not None else None), None
                 if stat is not None:
                     feed.features = stat.shape if self.dim is not None else ()
             self._reduced = True
@@ -745,7 +773,7 @@ class Stats(Mapping[str, Stat]):
         feed = self._feeds[name]
         current = feed.flush() if add else None
         feed.stat = stat if current is None else current.merge(stat)
-        feed.shift = feed.stat.mean
+        feed.shift, feed.error = feed.stat.mean, None
         feed.features = stat.shape
 
     def _check_kind(self, of: Any, dim: Any, what: str) -> None:
@@ -772,9 +800,7 @@ class Stats(Mapping[str, Stat]):
 
     def __repr__(self) -> str:
         ran = len(self)
-        text = (
-            f"<Stats of={self.of!r} dim={self.dim!r}, {ran} of {len(self._selected)} modules"
-        )
+        text = f"<Stats of={self.of!r} dim={self.dim!r}, {ran} of {len(self._selected)} modules"
         skipped = self.skipped
         if skipped:
             text += "; skipped: " + ", ".join(f"{n!r} ({why})" for n, why in skipped.items())
@@ -801,4 +827,3 @@ class _Resume:
         owner, self._stats = self._stats, None
         if owner is not None:
             owner.resume()
-

@@ -13,6 +13,7 @@ import socket
 import time
 from typing import Dict, Optional
 
+import distributed_checks
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,8 +21,6 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import hookbus.torch as ht
-
-import distributed_checks
 
 DEADLINE = 240.0  # seconds for the whole group: start-up, every check, shut-down
 
