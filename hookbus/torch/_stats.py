@@ -4,11 +4,12 @@ No activation is kept. Each call's tensor is reduced on the spot to one *row*:
 its count, the float64 sums of ``x - shift`` and of its square, its min and max,
 where ``shift`` is the mean of everything the module saw before (of the first
 call, at first). Centred that way, ``M2 = S2 - S1^2 / n`` does not cancel as the
-naive ``E[x^2] - E[x]^2`` does. A module's rows wait in a short list (a few KiB,
-see ``_ROW_BUDGET``) and are then merged into its :class:`Stat` as one window,
-by Chan's formula, and the shift moves to the new mean. Deferring the merge is
-what keeps a hook at five torch ops per call; anything that reads the statistics
-merges first.
+naive ``E[x^2] - E[x]^2`` does. The hook writes the row in place into a buffer
+allocated at the module's first call (``_ROW_BUDGET``); when the buffer is full
+the rows are merged into the module's :class:`Stat` as one window, by Chan's
+formula, and the shift moves to the new mean. Writing in place and merging
+seldom is what keeps a hook at five torch ops and no allocation but one per
+call; anything that reads the statistics merges first.
 
 ``Stats.reduce`` lives in ``_distributed.py``, with the other collectives.
 """
@@ -47,14 +48,11 @@ the gradient of its output."""
 
 _F64 = torch.float64
 
-# A module's pending rows are merged once they hold this many numbers per tensor
-# (and after 64 rows at most): small features wait longer, where a merge per call
-# would cost more than the call's own reductions.
+# A module's buffer holds this many numbers per statistic (2 x 8 bytes plus twice
+# the input's item size each: 96 KiB for float32) and 64 rows at most: small
+# features wait longer, where a merge per call would cost more than the call.
 _ROW_BUDGET = 4096
 _MAX_ROWS = 64
-
-# count, shift, sum of (x - shift), sum of (x - shift)^2, min, max (these two in the input dtype)
-_Row = Tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 _vecdot: Callable[..., torch.Tensor] = torch.linalg.vecdot  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
@@ -117,7 +115,11 @@ class Stat:
             raise ValueError(
                 f"Stat.of() needs values, got a tensor of shape {tuple(tensor.shape)}"
             )
-        return _merge_rows(None, [_row(flat, torch.mean(flat, 0, dtype=_F64))])[0]
+        shift = torch.mean(flat, 0, dtype=_F64)
+        deviation = torch.sub(flat, shift)
+        s1, s2 = deviation.sum(0), _vecdot(deviation, deviation, dim=0)
+        low, high = torch.amin(flat, 0).to(_F64), torch.amax(flat, 0).to(_F64)
+        return _merge_window(None, None, flat.shape[0], shift, s1, s2, low, high)[0]
 
     @property
     def var(self) -> torch.Tensor:
@@ -206,27 +208,44 @@ def stats(
 
 
 class _Feed:
-    """One module's running statistics and the hooks that feed them."""
+    """One module's running statistics, its buffer of pending rows, and its hooks.
+
+    A row (one call) is written in place into preallocated buffers, so the hook
+    allocates nothing but the deviation and a merge is a few ops on contiguous
+    memory. The lock covers writing a row and merging, so a row is never half
+    written when merged, and every buffered row has the current shift.
+    """
 
     __slots__ = (
-        "empty", "error", "features", "grad_path", "limit", "name", "owner", "plain", "rows",
-        "seen", "shift", "stat", "what",
+        "count", "dtype", "empty", "error", "extremes", "features", "filled", "grad_path",
+        "highs", "limit", "lows", "name", "owner", "plain", "s1s", "s2s", "seen", "shift",
+        "stat", "sums", "what",
     )  # fmt: skip
 
     def __init__(self, owner: Stats, name: str) -> None:
         self.owner = owner
         self.name = name
         self.what = "gradient" if owner.of == "grad" else owner.of
-        self.rows: List[_Row] = []
         self.stat: Optional[Stat] = None
-        self.shift: Optional[torch.Tensor] = None  # what this window's rows are centred on
+        self.shift: Optional[torch.Tensor] = None  # what the buffered rows are centred on
         self.error: Optional[torch.Tensor] = None  # the true mean - stat.mean (rounding)
         self.features: Optional[Tuple[int, ...]] = None  # the feature shape, once seen
         self.grad_path: Optional[Path] = None  # of="grad": the output tensor watched
-        self.limit = 1  # rows kept before merging, set from the feature count
         self.seen: Optional[torch.Size] = None  # the last shape checked
+        self.dtype: Optional[torch.dtype] = None  # and dtype
         self.plain = False  # that shape is (values, features) already
         self.empty = False  # that shape holds no value
+        # The buffer: rows of sums of (x - shift) and of its square (float64), and of
+        # min and max (the input dtype); ``filled`` rows hold ``count`` values.
+        self.limit = 0
+        self.filled = 0
+        self.count = 0
+        self.sums: Optional[torch.Tensor] = None
+        self.extremes: Optional[torch.Tensor] = None
+        self.s1s: List[torch.Tensor] = []
+        self.s2s: List[torch.Tensor] = []
+        self.lows: List[torch.Tensor] = []
+        self.highs: List[torch.Tensor] = []
 
     # --- hooks: each runs on every call of its module ----------------------------------
 
@@ -259,29 +278,25 @@ class _Feed:
             if usable is None:
                 return
             value = usable
-        if value.shape != self.seen:
+        if value.shape != self.seen or value.dtype is not self.dtype:
             self._see(value)
         if self.empty:
             return
         flat = value if self.plain else _flatten(value, owner.dim, "")
-        shift = self.shift
-        if shift is None:  # the first call: shift by its own mean
-            shift = self.shift = torch.mean(flat, 0, dtype=_F64)
-        deviation = torch.sub(flat, shift)  # float64, as shift is
-        row = (
-            flat.shape[0],
-            shift,
-            deviation.sum(0),
-            _vecdot(deviation, deviation, dim=0),
-            torch.amin(flat, 0),
-            torch.amax(flat, 0),
-        )
         with owner._lock:
-            rows = self.rows
-            rows.append(row)
-            if len(rows) < self.limit:
-                return
-        self.flush()
+            shift = self.shift
+            if shift is None:  # the first call: shift by its own mean
+                shift = self.shift = torch.mean(flat, 0, dtype=_F64)
+            deviation = torch.sub(flat, shift)  # float64, as shift is
+            at = self.filled
+            torch.sum(deviation, 0, out=self.s1s[at])
+            _vecdot(deviation, deviation, dim=0, out=self.s2s[at])
+            torch.amin(flat, 0, out=self.lows[at])
+            torch.amax(flat, 0, out=self.highs[at])
+            self.count += flat.shape[0]
+            self.filled = at + 1
+            if at + 1 == self.limit:
+                self.merge_locked()
 
     # --- the rare paths ----------------------------------------------------------------
 
@@ -302,35 +317,66 @@ class _Feed:
         return detached
 
     def _see(self, value: torch.Tensor) -> None:
-        """Check a new shape: ``dim`` in range, the feature size as before."""
+        """Check a new shape or dtype: ``dim`` in range, the feature size as before."""
         dim = self.owner.dim
         flat = _flatten(value, dim, f"the {self.what} of module {self.name!r}")
         features = tuple(flat.shape[1:])
-        if self.features is None:
-            self.features = features
-            numel = 1
-            for size in features:
-                numel *= size
-            self.limit = min(_MAX_ROWS, max(1, _ROW_BUDGET // max(numel, 1)))
-        elif features != self.features:
+        if self.features is not None and features != self.features:
             raise ValueError(
                 f"stats(dim={dim}): the {self.what} of module {self.name!r} has shape "
                 f"{tuple(value.shape)}, so {features} features, but earlier calls had "
                 f"{self.features}: the feature dimension must keep its size (pick another dim=, "
                 f"or dim=None)"
             )
+        with self.owner._lock:
+            if self.features is None or flat.dtype != self.extremes_dtype():
+                self.merge_locked()
+                self._allocate(features, flat)
         self.seen = value.shape
+        self.dtype = value.dtype
         self.plain = flat is value
         self.empty = value.numel() == 0
+
+    def extremes_dtype(self) -> Optional[torch.dtype]:
+        return self.extremes.dtype if self.extremes is not None else None
+
+    def _allocate(self, features: Tuple[int, ...], flat: torch.Tensor) -> None:
+        numel = 1
+        for size in features:
+            numel *= size
+        self.features = features
+        self.limit = limit = min(_MAX_ROWS, max(1, _ROW_BUDGET // max(numel, 1)))
+        self.sums = torch.zeros((2, limit, *features), dtype=_F64, device=flat.device)
+        self.extremes = torch.zeros((2, limit, *features), dtype=flat.dtype, device=flat.device)
+        self.s1s, self.s2s = list(self.sums[0].unbind(0)), list(self.sums[1].unbind(0))
+        self.lows, self.highs = list(self.extremes[0].unbind(0)), list(self.extremes[1].unbind(0))
+
+    def merge_locked(self) -> None:
+        """Merge the buffered rows into the statistics (the owner's lock held)."""
+        filled = self.filled
+        if not filled:
+            return
+        assert self.sums is not None
+        assert self.extremes is not None
+        assert self.shift is not None
+        s1, s2 = self.sums[:, :filled].sum(1)
+        low = self.extremes[0, :filled].amin(0).to(_F64)
+        high = self.extremes[1, :filled].amax(0).to(_F64)
+        self.stat, self.error = _merge_window(
+            self.stat, self.error, self.count, self.shift, s1, s2, low, high
+        )
+        self.shift = self.stat.mean  # the next rows are centred on all data so far
+        self.filled = self.count = 0
 
     def flush(self) -> Optional[Stat]:
         """Merge the pending rows into the statistics; return them."""
         with self.owner._lock:
-            rows, self.rows = self.rows, []
-            if rows:
-                self.stat, self.error = _merge_rows(self.stat, rows, self.error)
-                self.shift = self.stat.mean  # the next window is centred on all data so far
+            self.merge_locked()
             return self.stat
+
+    def forget_locked(self) -> None:
+        self.filled = self.count = 0
+        self.stat = self.shift = self.error = None
 
 
 def _flatten(tensor: torch.Tensor, dim: Optional[int], what: str) -> torch.Tensor:
@@ -355,67 +401,47 @@ def _flatten(tensor: torch.Tensor, dim: Optional[int], what: str) -> torch.Tenso
     return tensor.reshape(-1, tensor.shape[-1])
 
 
-def _row(flat: torch.Tensor, shift: torch.Tensor) -> _Row:
-    """One call's count, sums of (x - shift) and of its square, min and max: five torch ops."""
-    deviation = torch.sub(flat, shift)  # float64: shift is
-    return (
-        flat.shape[0],
-        shift,
-        deviation.sum(0),
-        _vecdot(deviation, deviation, dim=0),
-        torch.amin(flat, 0),
-        torch.amax(flat, 0),
-    )
-
-
-def _merge_rows(
-    stat: Optional[Stat], rows: List[_Row], error: Optional[torch.Tensor] = None
+def _merge_window(
+    stat: Optional[Stat],
+    error: Optional[torch.Tensor],
+    count: int,
+    shift: torch.Tensor,
+    s1: torch.Tensor,
+    s2: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
 ) -> Tuple[Stat, torch.Tensor]:
-    """``stat`` (may be None) with ``rows`` merged in, and the new mean's rounding error.
+    """``stat`` (may be None) with a window of ``count`` values merged in, and the new
+    mean's rounding error.
 
-    Rows made around one shift (all of them, but for a race with a merge) form a
-    window. In the window, ``M2 = S2 - S1^2 / n`` cancels nothing much, as the
-    shift is the mean of everything before (or, at first, of the first call).
-    Windows then join the statistics by Chan's formula, in shifted terms. The
-    stored mean is rounded; ``error`` (true mean - stored mean, kept by an exact
-    two-sum) keeps that rounding out of the next window's distance to it, which
-    matters for values far from zero with a tiny spread.
+    The window holds the sums of ``x - shift`` (``s1``) and of its square (``s2``).
+    ``M2 = s2 - s1^2 / count`` cancels nothing much, as the shift is the mean of
+    everything before (or, at first, of the first call). The window then joins the
+    statistics by Chan's formula, in shifted terms. The stored mean is rounded;
+    ``error`` (true mean - stored mean, kept by an exact two-sum) keeps that
+    rounding out of the next window's distance to it, which matters for values far
+    from zero with a tiny spread.
     """
-    while rows:
-        shift = rows[0][1]
-        if all(row[1] is shift for row in rows):
-            window, rows = rows, []
-        else:
-            window = [row for row in rows if row[1] is shift]
-            rows = [row for row in rows if row[1] is not shift]
-        counts, _, s1s, s2s, lows, highs = zip(*window)
-        count = sum(counts)
-        s1, s2 = torch.stack(s1s + s2s).reshape(2, len(window), *shift.shape).sum(1)
-        low = torch.stack(lows).amin(0).to(_F64)
-        high = torch.stack(highs).amax(0).to(_F64)
-        offset = s1 / count  # the window's mean minus the shift
-        m2 = s2 - s1 * offset
-        if stat is None:
-            mean, error = _two_sum(shift, offset)
-            stat = Stat(count, mean, m2, low, high)
-            continue
-        total = stat.count + count
-        delta = offset if shift is stat.mean else offset + (shift - stat.mean)
-        if error is not None:
-            delta = delta - error
-        mean, error = _two_sum(
-            stat.mean, delta * (count / total) + (error if error is not None else 0.0)
-        )
-        stat = Stat(
-            total,
-            mean,
-            stat.m2 + m2 + delta * delta * (stat.count * count / total),
-            torch.minimum(stat.min, low),
-            torch.maximum(stat.max, high),
-        )
-    assert stat is not None
-    assert error is not None
-    return stat, error
+    offset = s1 / count  # the window's mean minus the shift
+    m2 = s2 - s1 * offset
+    if stat is None:
+        mean, error = _two_sum(shift, offset)
+        return Stat(count, mean, m2, low, high), error
+    total = stat.count + count
+    delta = offset if shift is stat.mean else offset + (shift - stat.mean)
+    if error is not None:
+        delta = delta - error
+    mean, error = _two_sum(
+        stat.mean, delta * (count / total) + (error if error is not None else 0.0)
+    )
+    merged = Stat(
+        total,
+        mean,
+        stat.m2 + m2 + delta * delta * (stat.count * count / total),
+        torch.minimum(stat.min, low),
+        torch.maximum(stat.max, high),
+    )
+    return merged, error
 
 
 def _two_sum(a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -626,7 +652,7 @@ class Stats(Mapping[str, Stat]):
 
     def _has(self, name: str) -> bool:
         feed = self._feeds[name]
-        return feed.stat is not None or bool(feed.rows)
+        return feed.stat is not None or feed.filled > 0
 
     def _flush(self) -> None:
         for feed in self._feeds.values():
@@ -643,7 +669,7 @@ class Stats(Mapping[str, Stat]):
         """Forget every statistic and note (the hooks stay)."""
         with self._lock:
             for feed in self._feeds.values():
-                feed.rows, feed.stat, feed.shift, feed.error = [], None, None, None
+                feed.forget_locked()
             self._skipped.clear()
             self._reduced = False
 
@@ -763,8 +789,9 @@ class Stats(Mapping[str, Stat]):
         with self._lock:
             for name, stat in merged.items():
                 feed = self._feeds[name]
-                feed.stat, feed.rows = stat, []
-                feed.shift, feed.error = (stat.mean if stat is not None else None), None
+                feed.forget_locked()
+                feed.stat = stat
+                feed.shift = stat.mean if stat is not None else None
                 if stat is not None:
                     feed.features = stat.shape if self.dim is not None else ()
             self._reduced = True
