@@ -36,7 +36,8 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 from ._attach import ROOT, Attachment, CompiledModelWarning, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
-from ._stats import Stat, Stats, stats
+from ._stat import Stat
+from ._stats import Stats, stats
 from ._wrappers import bare_names
 
 __all__ = [

@@ -1,17 +1,9 @@
 """``stats``: streaming per-feature statistics of what modules see, exact across ranks.
 
-No activation is kept. Each call's tensor is reduced on the spot to one *row*:
-its count, the float64 sums of ``x - shift`` and of its square, its min and max,
-where ``shift`` is the mean of everything the module saw before (of the first
-call, at first). Centred that way, ``M2 = S2 - S1^2 / n`` does not cancel as the
-naive ``E[x^2] - E[x]^2`` does. The hook writes the row in place into a buffer
-allocated at the module's first call (``_ROW_BUDGET``); when the buffer is full
-the rows are merged into the module's :class:`Stat` as one window, by Chan's
-formula, and the shift moves to the new mean. Writing in place and merging
-seldom is what keeps a hook at five torch ops and no allocation but one per
-call; anything that reads the statistics merges first.
-
-``Stats.reduce`` lives in ``_distributed.py``, with the other collectives.
+:func:`stats` makes a :class:`Stats`, a read-only mapping from module name to
+:class:`Stat` that adds and removes its hooks through :func:`attach`; each
+selected module's statistics are kept by a ``Feed`` (``_feed.py``).
+``Stats.reduce`` runs its collectives in ``_distributed.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +13,6 @@ import threading
 from types import TracebackType
 from typing import (
     Any,
-    Callable,
     Dict,
     Iterator,
     List,
@@ -35,132 +26,16 @@ import torch
 from torch import nn
 
 from .._bus import EventBus
-from .._context import CallContext
 from .._handle import Handle
 from ._attach import Attachment, Selector, attach, find_attachment
-from ._tree import Path, iter_tensors
+from ._feed import Feed
+from ._stat import F64, Stat
 
-__all__ = ["OF", "Stat", "Stats", "stats"]
+__all__ = ["OF", "Stats", "stats"]
 
 OF = ("output", "input", "grad")
 """What :func:`stats` can watch: a module's output, its first tensor argument, or
 the gradient of its output."""
-
-_F64 = torch.float64
-
-# A module's buffer holds this many numbers per statistic (2 x 8 bytes plus twice
-# the input's item size each: 96 KiB for float32) and 64 rows at most: small
-# features wait longer, where a merge per call would cost more than the call.
-_ROW_BUDGET = 4096
-_MAX_ROWS = 64
-
-_vecdot: Callable[..., torch.Tensor] = torch.linalg.vecdot  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-
-
-class Stat:
-    """Statistics of one module, per feature, in float64: ``count``, ``mean``, ``var``...
-
-    ``count`` is the number of values reduced into each feature (the same for all
-    features); ``mean``, ``var`` (population variance), ``std``, ``min`` and
-    ``max`` are float64 tensors of the feature shape (``(features,)``, or ``()``
-    with ``dim=None``). ``m2`` is the sum of squared deviations from the mean,
-    what exact merging needs. A ``Stat`` never changes: the running statistics
-    replace it with a new one.
-
-    Example:
-        >>> import torch
-        >>> from hookbus.torch import Stat
-        >>> a = Stat.of(torch.tensor([[1.0], [2.0]]))
-        >>> b = Stat.of(torch.tensor([[3.0], [4.0], [5.0]]))
-        >>> both = a.merge(b)
-        >>> both.count, both.mean, both.var
-        (5, tensor([3.], dtype=torch.float64), tensor([2.], dtype=torch.float64))
-        >>> both.min, both.max
-        (tensor([1.], dtype=torch.float64), tensor([5.], dtype=torch.float64))
-    """
-
-    __slots__ = ("count", "m2", "max", "mean", "min")
-
-    def __init__(
-        self,
-        count: int,
-        mean: torch.Tensor,
-        m2: torch.Tensor,
-        min: torch.Tensor,
-        max: torch.Tensor,
-    ) -> None:
-        #: How many values each feature reduced.
-        self.count = count
-        #: Per-feature mean.
-        self.mean = mean
-        #: Per-feature sum of squared deviations from the mean.
-        self.m2 = m2
-        #: Per-feature minimum.
-        self.min = min
-        #: Per-feature maximum.
-        self.max = max
-
-    @classmethod
-    def of(cls, tensor: torch.Tensor, dim: Optional[int] = -1) -> Stat:
-        """The statistics of ``tensor``, keeping ``dim`` (``None``: one scalar).
-
-        Example:
-            >>> import torch
-            >>> from hookbus.torch import Stat
-            >>> Stat.of(torch.tensor([[1.0, 10.0], [3.0, 30.0]])).mean
-            tensor([ 2., 20.], dtype=torch.float64)
-        """
-        flat = _flatten(tensor.detach(), dim, "tensor")
-        if flat.shape[0] == 0:
-            raise ValueError(
-                f"Stat.of() needs values, got a tensor of shape {tuple(tensor.shape)}"
-            )
-        shift = torch.mean(flat, 0, dtype=_F64)
-        deviation = torch.sub(flat, shift)
-        s1, s2 = deviation.sum(0), _vecdot(deviation, deviation, dim=0)
-        low, high = torch.amin(flat, 0).to(_F64), torch.amax(flat, 0).to(_F64)
-        return _merge_window(None, None, flat.shape[0], shift, s1, s2, low, high)[0]
-
-    @property
-    def var(self) -> torch.Tensor:
-        """Per-feature population variance (``m2 / count``)."""
-        return self.m2 / self.count
-
-    @property
-    def std(self) -> torch.Tensor:
-        """Per-feature population standard deviation."""
-        return self.var.sqrt()
-
-    @property
-    def shape(self) -> Tuple[int, ...]:
-        """The feature shape: ``(features,)``, or ``()`` for a scalar statistic."""
-        return tuple(self.mean.shape)
-
-    def merge(self, other: Stat) -> Stat:
-        """The statistics of both sets of values together (Chan's formula), exactly.
-
-        Example:
-            >>> import torch
-            >>> from hookbus.torch import Stat
-            >>> Stat.of(torch.zeros(2, 1)).merge(Stat.of(torch.ones(2, 1))).std
-            tensor([0.5000], dtype=torch.float64)
-        """
-        if other.shape != self.shape:
-            raise ValueError(
-                f"cannot merge statistics of feature shape {self.shape} with {other.shape}"
-            )
-        count = self.count + other.count
-        delta = other.mean - self.mean
-        return Stat(
-            count,
-            self.mean + delta * (other.count / count),
-            self.m2 + other.m2 + delta * delta * (self.count * other.count / count),
-            torch.minimum(self.min, other.min),
-            torch.maximum(self.max, other.max),
-        )
-
-    def __repr__(self) -> str:
-        return f"<Stat count={self.count} shape={self.shape}>"
 
 
 def stats(
@@ -205,250 +80,6 @@ def stats(
         (40, torch.Size([3]), torch.float64)
     """
     return Stats(model, selector, of=of, dim=dim, bus=bus)
-
-
-class _Feed:
-    """One module's running statistics, its buffer of pending rows, and its hooks.
-
-    A row (one call) is written in place into preallocated buffers, so the hook
-    allocates nothing but the deviation and a merge is a few ops on contiguous
-    memory. The lock covers writing a row and merging, so a row is never half
-    written when merged, and every buffered row has the current shift.
-    """
-
-    __slots__ = (
-        "count", "dtype", "empty", "error", "extremes", "features", "filled", "grad_path",
-        "highs", "limit", "lows", "name", "owner", "plain", "s1s", "s2s", "seen", "shift",
-        "stat", "sums", "what",
-    )  # fmt: skip
-
-    def __init__(self, owner: Stats, name: str) -> None:
-        self.owner = owner
-        self.name = name
-        self.what = "gradient" if owner.of == "grad" else owner.of
-        self.stat: Optional[Stat] = None
-        self.shift: Optional[torch.Tensor] = None  # what the buffered rows are centred on
-        self.error: Optional[torch.Tensor] = None  # the true mean - stat.mean (rounding)
-        self.features: Optional[Tuple[int, ...]] = None  # the feature shape, once seen
-        self.grad_path: Optional[Path] = None  # of="grad": the output tensor watched
-        self.seen: Optional[torch.Size] = None  # the last shape checked
-        self.dtype: Optional[torch.dtype] = None  # and dtype
-        self.plain = False  # that shape is (values, features) already
-        self.empty = False  # that shape holds no value
-        # The buffer: rows of sums of (x - shift) and of its square (float64), and of
-        # min and max (the input dtype); ``filled`` rows hold ``count`` values.
-        self.limit = 0
-        self.filled = 0
-        self.count = 0
-        self.sums: Optional[torch.Tensor] = None
-        self.extremes: Optional[torch.Tensor] = None
-        self.s1s: List[torch.Tensor] = []
-        self.s2s: List[torch.Tensor] = []
-        self.lows: List[torch.Tensor] = []
-        self.highs: List[torch.Tensor] = []
-
-    # --- hooks: each runs on every call of its module ----------------------------------
-
-    def on_output(self, ctx: CallContext) -> None:
-        self.add(ctx.result)
-
-    def on_input(self, ctx: CallContext) -> None:
-        for arg in ctx.args:
-            if isinstance(arg, torch.Tensor):
-                self.add(arg)
-                return
-        self.owner._skip(self.name, "no positional tensor argument")
-
-    def on_grad_output(self, ctx: CallContext) -> None:
-        # Which tensor of the output is watched: its gradient comes with this path.
-        self.grad_path = next(
-            (path for path, t in iter_tensors(ctx.result) if t.is_floating_point()), None
-        )
-
-    def on_grad(self, ctx: CallContext) -> None:
-        if ctx.data["path"] == self.grad_path:
-            self.add(ctx.result)
-
-    def add(self, value: Any) -> None:
-        owner = self.owner
-        if owner._paused:
-            return
-        if type(value) is not torch.Tensor or value.requires_grad or not value.is_floating_point():
-            usable = self._usable(value)
-            if usable is None:
-                return
-            value = usable
-        if value.shape != self.seen or value.dtype is not self.dtype:
-            self._see(value)
-        if self.empty:
-            return
-        flat = value if self.plain else _flatten(value, owner.dim, "")
-        with owner._lock:
-            shift = self.shift
-            if shift is None:  # the first call: shift by its own mean
-                shift = self.shift = torch.mean(flat, 0, dtype=_F64)
-            deviation = torch.sub(flat, shift)  # float64, as shift is
-            at = self.filled
-            torch.sum(deviation, 0, out=self.s1s[at])
-            _vecdot(deviation, deviation, dim=0, out=self.s2s[at])
-            torch.amin(flat, 0, out=self.lows[at])
-            torch.amax(flat, 0, out=self.highs[at])
-            self.count += flat.shape[0]
-            self.filled = at + 1
-            if at + 1 == self.limit:
-                self.merge_locked()
-
-    # --- the rare paths ----------------------------------------------------------------
-
-    def _usable(self, value: Any) -> Optional[torch.Tensor]:
-        """The tensor to reduce (detached), or None after noting why there is none."""
-        if not isinstance(value, torch.Tensor):
-            tensors = [t for _, t in iter_tensors(value)]
-            value = next((t for t in tensors if t.is_floating_point()), None)
-            if value is None:
-                kinds = sorted({str(t.dtype)[6:] for t in tensors})
-                what = f"{'/'.join(kinds)} tensors" if kinds else "tensor"
-                self.owner._skip(self.name, f"no floating-point {what} in its {self.what}")
-                return None
-        if not value.is_floating_point():
-            self.owner._skip(self.name, f"{str(value.dtype)[6:]} {self.what}")
-            return None
-        detached: torch.Tensor = value.detach()
-        return detached
-
-    def _see(self, value: torch.Tensor) -> None:
-        """Check a new shape or dtype: ``dim`` in range, the feature size as before."""
-        dim = self.owner.dim
-        flat = _flatten(value, dim, f"the {self.what} of module {self.name!r}")
-        features = tuple(flat.shape[1:])
-        if self.features is not None and features != self.features:
-            raise ValueError(
-                f"stats(dim={dim}): the {self.what} of module {self.name!r} has shape "
-                f"{tuple(value.shape)}, so {features} features, but earlier calls had "
-                f"{self.features}: the feature dimension must keep its size (pick another dim=, "
-                f"or dim=None)"
-            )
-        with self.owner._lock:
-            if self.features is None or flat.dtype != self.extremes_dtype():
-                self.merge_locked()
-                self._allocate(features, flat)
-        self.seen = value.shape
-        self.dtype = value.dtype
-        self.plain = flat is value
-        self.empty = value.numel() == 0
-
-    def extremes_dtype(self) -> Optional[torch.dtype]:
-        return self.extremes.dtype if self.extremes is not None else None
-
-    def _allocate(self, features: Tuple[int, ...], flat: torch.Tensor) -> None:
-        numel = 1
-        for size in features:
-            numel *= size
-        self.features = features
-        self.limit = limit = min(_MAX_ROWS, max(1, _ROW_BUDGET // max(numel, 1)))
-        self.sums = torch.zeros((2, limit, *features), dtype=_F64, device=flat.device)
-        self.extremes = torch.zeros((2, limit, *features), dtype=flat.dtype, device=flat.device)
-        self.s1s, self.s2s = list(self.sums[0].unbind(0)), list(self.sums[1].unbind(0))
-        self.lows, self.highs = list(self.extremes[0].unbind(0)), list(self.extremes[1].unbind(0))
-
-    def merge_locked(self) -> None:
-        """Merge the buffered rows into the statistics (the owner's lock held)."""
-        filled = self.filled
-        if not filled:
-            return
-        assert self.sums is not None
-        assert self.extremes is not None
-        assert self.shift is not None
-        s1, s2 = self.sums[:, :filled].sum(1)
-        low = self.extremes[0, :filled].amin(0).to(_F64)
-        high = self.extremes[1, :filled].amax(0).to(_F64)
-        self.stat, self.error = _merge_window(
-            self.stat, self.error, self.count, self.shift, s1, s2, low, high
-        )
-        self.shift = self.stat.mean  # the next rows are centred on all data so far
-        self.filled = self.count = 0
-
-    def flush(self) -> Optional[Stat]:
-        """Merge the pending rows into the statistics; return them."""
-        with self.owner._lock:
-            self.merge_locked()
-            return self.stat
-
-    def forget_locked(self) -> None:
-        self.filled = self.count = 0
-        self.stat = self.shift = self.error = None
-
-
-def _flatten(tensor: torch.Tensor, dim: Optional[int], what: str) -> torch.Tensor:
-    """``tensor`` as (values, *features): the feature dim last, the rest flattened."""
-    if dim is None:  # float64 now: a 0-dim shift would not promote the subtraction
-        return tensor.reshape(-1).to(_F64)
-    ndim = tensor.dim()
-    kept = dim + ndim if dim < 0 else dim
-    if not 0 <= kept < ndim:
-        raise ValueError(
-            f"stats(dim={dim}) is out of range for {what}: its shape is "
-            f"{tuple(tensor.shape)} ({ndim} dims, so dim is accepted from {-ndim} to "
-            f"{ndim - 1}); pass another dim=, or dim=None for one scalar"
-            if ndim
-            else f"stats(dim={dim}) is out of range for {what}: it is a scalar (shape ()); "
-            f"pass dim=None"
-        )
-    if kept == 1 and ndim == 2:
-        return tensor
-    if kept != ndim - 1:
-        tensor = tensor.movedim(kept, -1)
-    return tensor.reshape(-1, tensor.shape[-1])
-
-
-def _merge_window(
-    stat: Optional[Stat],
-    error: Optional[torch.Tensor],
-    count: int,
-    shift: torch.Tensor,
-    s1: torch.Tensor,
-    s2: torch.Tensor,
-    low: torch.Tensor,
-    high: torch.Tensor,
-) -> Tuple[Stat, torch.Tensor]:
-    """``stat`` (may be None) with a window of ``count`` values merged in, and the new
-    mean's rounding error.
-
-    The window holds the sums of ``x - shift`` (``s1``) and of its square (``s2``).
-    ``M2 = s2 - s1^2 / count`` cancels nothing much, as the shift is the mean of
-    everything before (or, at first, of the first call). The window then joins the
-    statistics by Chan's formula, in shifted terms. The stored mean is rounded;
-    ``error`` (true mean - stored mean, kept by an exact two-sum) keeps that
-    rounding out of the next window's distance to it, which matters for values far
-    from zero with a tiny spread.
-    """
-    offset = s1 / count  # the window's mean minus the shift
-    m2 = s2 - s1 * offset
-    if stat is None:
-        mean, error = _two_sum(shift, offset)
-        return Stat(count, mean, m2, low, high), error
-    total = stat.count + count
-    delta = offset if shift is stat.mean else offset + (shift - stat.mean)
-    if error is not None:
-        delta = delta - error
-    mean, error = _two_sum(
-        stat.mean, delta * (count / total) + (error if error is not None else 0.0)
-    )
-    merged = Stat(
-        total,
-        mean,
-        stat.m2 + m2 + delta * delta * (stat.count * count / total),
-        torch.minimum(stat.min, low),
-        torch.maximum(stat.max, high),
-    )
-    return merged, error
-
-
-def _two_sum(a: torch.Tensor, b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``a + b`` rounded, and exactly what the rounding lost (Knuth's two-sum)."""
-    total = a + b
-    b_part = total - a
-    return total, (a - (total - b_part)) + (b - b_part)
 
 
 class Stats(Mapping[str, Stat]):
@@ -520,7 +151,7 @@ class Stats(Mapping[str, Stat]):
             if owned:
                 attachment.detach()
         self._selected = names
-        self._feeds = {name: _Feed(self, name) for name in names}
+        self._feeds = {name: Feed(self, name) for name in names}
 
     # --- starting and stopping ---------------------------------------------------------
 
@@ -741,7 +372,7 @@ class Stats(Mapping[str, Stat]):
         for name, fields in state["stats"].items():
             loaded[name] = Stat(
                 int(fields["count"]),
-                *(torch.as_tensor(fields[key], dtype=_F64).clone() for key in _TENSORS),
+                *(torch.as_tensor(fields[key], dtype=F64).clone() for key in _TENSORS),
             )
         self._check_names(loaded, "load_state_dict")
         with self._lock:
@@ -755,7 +386,8 @@ class Stats(Mapping[str, Stat]):
         """Combine the statistics of every rank of ``group`` in place; all ranks end equal.
 
         The result is exactly that of one process over all ranks' data (float64,
-        to rounding), whatever the batch sizes. Every rank of the group must call
+        to rounding, with the limit of :meth:`Stat.merge` on ``|mean| / std``),
+        whatever the batch sizes. Every rank of the group must call
         it, at the same point: it runs the same four collectives on every rank,
         over the selected names sorted, with empty statistics for modules that did
         not run there, so a module that ran on some ranks only cannot make it hang.
