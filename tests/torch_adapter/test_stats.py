@@ -388,3 +388,21 @@ def test_dim_out_of_range_raises_at_the_first_forward_naming_module_and_shape() 
         with pytest.raises(ValueError, match=r"shape \(5, 4\), so \(4,\) features, but earlier"):
             model(torch.ones(5, 3))
     assert stats["0"].count == 20
+
+
+def test_a_start_that_fails_halfway_leaves_no_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    stats = ht.stats(model, nn.Linear, of="grad")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no gradient hooks today")
+
+    monkeypatch.setattr(ht.Attachment, "grad", refuse)
+    with pytest.raises(RuntimeError, match="no gradient hooks today"):
+        stats.start()
+    assert not stats.active
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    monkeypatch.undo()
+    with stats:
+        model(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert stats["0"].count == 1
