@@ -194,7 +194,8 @@ def check_fsdp2(rank: int) -> None:
 
 def check_gather(rank: int) -> None:
     model = make_net()
-    with ht.capture(model, ["inp", "out", "side", "never"], grads=True) as cache:
+    names = ["inp", "out", "side", "never"]
+    with ht.capture(model, names, grads=True, inputs=True) as cache:
         run_rank(model, rank, grads=True)
     everything = cache.gather()
     assert everything is not None
@@ -208,6 +209,8 @@ def check_gather(rank: int) -> None:
         assert len(gathered) == 1
         assert torch.equal(gathered.output, torch.cat(full[name].outputs))
         assert torch.equal(gathered.grad, torch.cat(full[name].grads))
+    assert torch.equal(everything["inp"].args[0], torch.cat([*batches(0), *batches(1)]))
+    assert everything["inp"].kwargs == {}
     assert everything["out"].output.shape[0] == sum(sum(b) for b in BATCHES.values())
     assert everything["side"].output.shape[0] == sum(BATCHES[0])
     at_one = cache.gather(dst=1)
