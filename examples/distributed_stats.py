@@ -54,11 +54,6 @@ def batches(rank: int) -> List[torch.Tensor]:
     return [torch.randn(n, 16, generator=generator) for n in ROWS[rank]]
 
 
-def bare(name: str) -> str:
-    # The DDP wrapper's own level, if the adapter's names still include it.
-    return name[len("module.") :] if name.startswith("module.") else name
-
-
 def main() -> None:
     if "RANK" not in os.environ:
         print("run me with: torchrun --nproc_per_node=2 examples/distributed_stats.py")
@@ -70,9 +65,10 @@ def main() -> None:
     with torch.no_grad(), hookbus.torch.stats(model, nn.Linear) as stats:
         for x in batches(rank):
             model(x, probe=rank == 0)
-    local_rows = {bare(name): stat.count for name, stat in stats.items()}
+    # Names are those of the bare model ("body.0"), without DDP's "module." level.
+    local_rows = {name: stat.count for name, stat in stats.items()}
     stats.reduce()  # every rank takes part; afterwards every rank holds the global result
-    reduced = {bare(name): stat for name, stat in stats.items()}
+    reduced = dict(stats)
 
     if rank == 0:
         # The reference: one process, every rank's batches, no DDP.
