@@ -49,6 +49,9 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--no-plot", action="store_true", help="don't write the plot")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch rows")
     parser.add_argument(
+        "--only", metavar="ROW", help="run only the rows whose name starts with ROW (e.g. 6.)"
+    )
+    parser.add_argument(
         "--clock",
         choices=sorted(_harness.CLOCKS),
         default="cpu",
@@ -110,8 +113,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cases += _torch_cases.cases()
             lines += _torch_cases.lines()
             notes.append(_torch_cases.describe())
+            import _stats_cases
+
+            values.update(_stats_cases.measure(quick=args.quick))
+            cases += _stats_cases.cases()
+            lines += _stats_cases.lines()
         else:
             notes.append(f"torch rows skipped: {reason}")
+
+    if args.only:
+        lines = [line for line in lines if line.row.startswith(args.only)]
+        keys = {key for line in lines for key in (line.key, line.floor) if key}
+        groups = {key.split("/", 1)[0] for key in keys}
+        cases = [case for case in cases if case.key.split("/", 1)[0] in groups]
 
     def progress(done: int) -> None:
         if sys.stderr.isatty():

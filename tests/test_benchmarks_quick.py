@@ -42,6 +42,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     assert "**hookbus** `bus.emit`" in out
     # The torch rows run where torch and the adapter are installed, else say why not.
     assert "| 5. torch MLP forward" in out or "torch rows skipped:" in out
+    assert "| 6. torch stats()" in out or "torch rows skipped:" in out
     assert "Targets: " in out
     # The plot is written when matplotlib is there, and the output says which.
     if "Plot written to" in out:

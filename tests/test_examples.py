@@ -25,6 +25,8 @@ needs_torch = [
 
 CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py"]
 TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture.py"]
+# Run by torchrun on 2 CPU processes (gloo), as their docstrings say.
+DISTRIBUTED_EXAMPLES = ["distributed_stats.py"]
 
 
 def all_examples() -> List[str]:
@@ -42,7 +44,7 @@ def run(name: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_example_is_run_by_a_test() -> None:
-    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES)
+    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES + DISTRIBUTED_EXAMPLES)
 
 
 @pytest.mark.parametrize("name", all_examples())
@@ -65,3 +67,29 @@ def test_torch_example_runs(name: str) -> None:
     result = run(name)
     assert result.returncode == 0, result.stderr
     assert "example: ok" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=needs_torch) for n in DISTRIBUTED_EXAMPLES]
+)
+def test_distributed_example_runs_under_torchrun(name: str) -> None:
+    # torchrun is `python -m torch.distributed.run`; --standalone picks a free port.
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=EXAMPLES.parent,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "example: ok" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=needs_torch) for n in DISTRIBUTED_EXAMPLES]
+)
+def test_distributed_example_without_torchrun_says_how_to_run_it(name: str) -> None:
+    result = run(name)
+    assert result.returncode == 0, result.stderr
+    assert f"torchrun --nproc_per_node=2 examples/{name}" in result.stdout

@@ -36,6 +36,8 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 from ._attach import ROOT, Attachment, CompiledModelWarning, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
+from ._stat import Stat
+from ._stats import Stats, stats
 from ._wrappers import bare_names
 
 __all__ = [
@@ -47,8 +49,11 @@ __all__ = [
     "GradHandle",
     "Record",
     "Selector",
+    "Stat",
+    "Stats",
     "attach",
     "bare_names",
     "capture",
     "on_grad",
+    "stats",
 ]

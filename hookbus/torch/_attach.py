@@ -643,3 +643,11 @@ def _is_strict_ddp(module: nn.Module) -> bool:
 def _short(module: nn.Module) -> str:
     text = repr(module).splitlines()[0]
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def find_attachment(model: nn.Module, bus: EventBus) -> Optional[Attachment]:
+    """The active attachment of ``model`` to ``bus``, or ``None``."""
+    for existing in _attachments.get(unwrap(model), ()):
+        if existing.bus is bus and existing.active:
+            return existing
+    return None

@@ -185,6 +185,43 @@ class Cache(Mapping[str, Record]):
         """
         return {name: self._records[name].output for name in self}
 
+    def gather(self, dst: Optional[int] = None, group: Any = None) -> Optional[Cache]:
+        """Every rank's records, concatenated along the batch dimension, in rank order.
+
+        Call it on every rank of ``group`` (default: the whole world) at the same
+        point. Each name's calls, on every rank, become one :class:`Call` whose
+        output (and ``args``, ``kwargs`` and ``grad``, when captured) holds every
+        tensor concatenated along dim 0: rank 0's calls first, in call order, then
+        rank 1's... Batch sizes may differ; other dimensions, dtypes and the
+        output's structure must not (a ``ValueError`` on every rank says where). A
+        0-dim tensor (a loss) is stacked, one entry per call. A gradient is kept
+        where every call has one. Captured activation gradients are per rank: DDP
+        averages parameter gradients only.
+
+        With ``dst`` (a global rank, as in ``torch.distributed.gather``) only that
+        rank receives the result and the others get ``None``. The tensors arrive
+        on the CPU (on the current GPU with NCCL). It takes two collectives: an
+        ``all_gather_object`` of shapes and dtypes, then one ``all_gather`` (or
+        ``gather``) of all the data in one buffer. Raises ``RuntimeError`` without
+        an initialized process group or on a rank not in ``group``.
+        """
+        from ._distributed import gather_calls
+
+        with self._lock:
+            calls = {
+                name: [(c.output, c.args, c.kwargs, dict(c._grads)) for c in record.calls]
+                for name, record in self._records.items()
+            }
+        joined = gather_calls(self._selected, calls, dst, group)
+        if joined is None:
+            return None
+        gathered = Cache(list(self._selected))
+        for name in self._selected:
+            if name in joined:
+                output, args, kwargs, grads = joined[name]
+                gathered._add(name, output, args, kwargs)._grads.update(grads)
+        return gathered
+
     def _add(self, name: str, output: Any, args: Any, kwargs: Any) -> Call:
         with self._lock:
             record = self._records.get(name)
