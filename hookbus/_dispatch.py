@@ -67,6 +67,7 @@ __all__ = [
     "check_event_result",
     "dispatch_event",
     "dispatch_event_async",
+    "recover_or_raise",
 ]
 
 
@@ -241,13 +242,66 @@ async def run_phase_async(
     raise_collected(errors, ctx.name)
 
 
+def recover_or_raise(
+    registry: Registry, plan: PointPlan, ctx: CallContext, error: Exception
+) -> Any:
+    """The call raised ``error``: exception hooks, then if one recovered, post hooks.
+
+    Returns what the call then returns, or raises. Whatever happens, the context
+    lets go of the error before this returns or raises: the error's traceback
+    holds the frame that holds the context, so keeping it would make a reference
+    cycle that keeps the call's arguments alive until the garbage collector runs.
+    """
+    ctx.phase = "exception"
+    ctx._exception = error
+    try:
+        run_phase(registry, plan.exception, ctx)
+        if ctx._recovered and plan.post:
+            ctx.phase = "post"
+            run_phase(registry, plan.post, ctx)
+    finally:
+        ctx._exception = None
+    if not ctx._recovered:
+        try:
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: no cycle through it
+    return ctx._result
+
+
+async def recover_or_raise_async(
+    registry: Registry, plan: PointPlan, ctx: CallContext, error: Exception
+) -> Any:
+    """:func:`recover_or_raise`, awaiting async hooks."""
+    ctx.phase = "exception"
+    ctx._exception = error
+    try:
+        await run_phase_async(registry, plan.exception, ctx)
+        if ctx._recovered and plan.post:
+            ctx.phase = "post"
+            await run_phase_async(registry, plan.post, ctx)
+    finally:
+        ctx._exception = None
+    if not ctx._recovered:
+        try:
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: no cycle through it
+    return ctx._result
+
+
 def call_with_hooks(
     registry: Registry,
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Any],
+    bound: bool = False,
 ) -> Any:
-    """Pre hooks, the call, then exception hooks (if it raised) and post hooks."""
+    """Pre hooks, the call, then exception hooks (if it raised) and post hooks.
+
+    The general loop, for plans the wrapper's fast loop can't run (``_wrapper.py``,
+    ``make_hookable``). ``bound``: ``fn`` takes ``ctx.target`` (self or cls) first.
+    """
     if plan.has_async:
         hooks = [h for h in plan.pre + plan.post + plan.exception if h.is_async]
         raise TypeError(
@@ -256,22 +310,23 @@ def call_with_hooks(
         )
     if plan.pre:
         run_phase(registry, plan.pre, ctx)
-    try:
-        result = fn(*ctx.args, **ctx.kwargs)
-    except Exception as error:
-        if not plan.exception:
-            raise
-        ctx.phase = "exception"
-        ctx._exception = error
-        run_phase(registry, plan.exception, ctx)
-        if not ctx._recovered:
-            raise
-        result = ctx.result
+    if ctx._skipped:
+        result = ctx._result
+    else:
+        try:
+            if bound:
+                result = fn(ctx.target, *ctx._args, **ctx._kwargs)
+            else:
+                result = fn(*ctx._args, **ctx._kwargs)
+        except Exception as error:
+            if not plan.exception:
+                raise
+            return recover_or_raise(registry, plan, ctx, error)
     if plan.post:
         ctx.phase = "post"
-        ctx.result = result
+        ctx._result = result
         run_phase(registry, plan.post, ctx)
-        return ctx.result
+        return ctx._result
     return result
 
 
@@ -280,24 +335,26 @@ async def call_with_hooks_async(
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Awaitable[Any]],
+    bound: bool = False,
 ) -> Any:
     """:func:`call_with_hooks` for ``async def`` callables; hooks may be sync or async."""
     if plan.pre:
         await run_phase_async(registry, plan.pre, ctx)
-    try:
-        result = await fn(*ctx.args, **ctx.kwargs)
-    except Exception as error:
-        if not plan.exception:
-            raise
-        ctx.phase = "exception"
-        ctx._exception = error
-        await run_phase_async(registry, plan.exception, ctx)
-        if not ctx._recovered:
-            raise
-        result = ctx.result
+    if ctx._skipped:
+        result = ctx._result
+    else:
+        try:
+            if bound:
+                result = await fn(ctx.target, *ctx._args, **ctx._kwargs)
+            else:
+                result = await fn(*ctx._args, **ctx._kwargs)
+        except Exception as error:
+            if not plan.exception:
+                raise
+            return await recover_or_raise_async(registry, plan, ctx, error)
     if plan.post:
         ctx.phase = "post"
-        ctx.result = result
+        ctx._result = result
         await run_phase_async(registry, plan.post, ctx)
-        return ctx.result
+        return ctx._result
     return result
