@@ -305,7 +305,8 @@ def make_hookable(
     # body (it becomes a method); a bound method's object, or the callable, otherwise.
     bound = self_from_args
     if bound is None:
-        bound = inspect.isfunction(fn) and _is_method(fn)
+        inner = existing._bound if isinstance(existing, HookPoint) else None
+        bound = inspect.isfunction(fn) and _is_method(fn) if inner is None else inner
     fixed_target = _fixed_target(fn)
     kind, where, module_name = _origin(fn, bound)
     point = HookPoint(

@@ -57,6 +57,22 @@ def test_hookable_twice_under_two_names_runs_each_names_hooks() -> None:
     assert log == ["outer", "inner"]
 
 
+def test_a_method_hooked_under_two_names_keeps_self_out_of_args_in_both() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    class Motor:
+        @bus.hookable("outer")
+        @bus.hookable("inner")
+        def spin(self, rpm: int) -> int:
+            return rpm
+
+    bus.pre("*", lambda ctx: seen.append((ctx.name, ctx.target, ctx.args)))
+    motor = Motor()
+    assert motor.spin(5) == 5
+    assert seen == [("outer", motor, (5,)), ("inner", motor, (5,))]
+
+
 def test_hook_points_of_two_buses_both_run() -> None:
     first, second = EventBus(), EventBus()
     log: List[str] = []
