@@ -353,7 +353,7 @@ class ModulePoint:
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
             ctx = new_context(self.name, module, args, kwargs, next(self._calls), "post", self)
-            ctx.result = output
+            ctx._result = output
             for hook in fast:
                 try:
                     returned = hook(ctx)
@@ -362,7 +362,7 @@ class ModulePoint:
                 except Exception as error:
                     add_note(error, describe(self._post[fast.index(hook)], self.name))
                     raise
-            result = ctx.result
+            result = ctx._result
             return None if result is output else self._replaced(output, result)
         return self._on_post_full(module, args, kwargs, output)
 
