@@ -23,10 +23,17 @@ Events
       ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
 
 Hooks around a call
-    * ``_wrapper.py`` ``make_hookable.call_point`` / ``call_point_async``: the
-      pass-through when no hook applies; else :func:`call_with_hooks`.
+    * ``_wrapper.py`` ``make_hookable.call_point``: the pass-through when no hook
+      applies; else, when the plan is ``direct`` (plain sync hooks, see
+      ``_plan.PointPlan``), its own inline loop over the bare pre and post hooks;
+      else ``call_general``, which calls :func:`call_with_hooks`. Its slow twin is
+      :func:`call_with_hooks`; parity: ``tests/test_hook_point_fast_loop.py``.
+    * ``_wrapper.py`` ``make_hookable.call_point_async``: the pass-through, else
+      :func:`call_with_hooks_async`.
     * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
-      pre hooks, the call, exception hooks, post hooks.
+      pre hooks, the call (or the value of ``ctx.skip``), exception hooks, post
+      hooks. :func:`recover_or_raise` (and its async twin) runs the exception
+      hooks and, after a recovery, the post hooks; the direct loop shares it.
     * ``_dispatch.py`` :func:`run_phase` / :func:`run_phase_async`: the hooks of
       one phase on one ``CallContext``; every slow path below ends here.
 
