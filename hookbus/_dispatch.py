@@ -24,10 +24,10 @@ Events
 
 Hooks around a call
     * ``_wrapper.py`` ``make_hookable.call_point``: the pass-through when no hook
-      applies; else, when the plan is ``direct`` (plain sync hooks, see
-      ``_plan.PointPlan``), its own inline loop over the bare pre and post hooks;
-      else ``call_general``, which calls :func:`call_with_hooks`. Its slow twin is
-      :func:`call_with_hooks`; parity: ``tests/test_hook_point_fast_loop.py``.
+      applies; else ``call_hooked``: when the plan is ``direct`` (plain sync
+      hooks, see ``_plan.PointPlan``), its own inline loop over the bare pre and
+      post hooks; else ``call_general``, which calls :func:`call_with_hooks`, the
+      slow twin of ``call_hooked``; parity: ``tests/test_hook_point_fast_loop.py``.
     * ``_wrapper.py`` ``make_hookable.call_point_async``: the pass-through, else
       :func:`call_with_hooks_async`.
     * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
