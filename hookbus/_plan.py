@@ -74,6 +74,8 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
     hook with a rare option (once, weak, target, async, with_name) needs the full
     loop of ``_dispatch``, which asks the handle what to run.
     """
+    if not handles:
+        return () if plain else None
     if not plain or any(
         h.once or h.weak or h.is_async or h.with_name or h.target is not None for h in handles
     ):

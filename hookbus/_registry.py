@@ -483,10 +483,13 @@ class Registry:
         """
         if not paused_ok and self._pauses and self._is_paused_locked(name):
             return ()
-        handles = list(self._exact.get(kind, _NO_NAMES).get(name, ()))
+        bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
+        patterns = self._patterns.get(kind)
         if not literal and is_pattern(name):
-            return tuple(handles)  # introspection of a pattern: its own hooks only
-        handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]
+            return tuple(bucket)  # introspection of a pattern: its own hooks only
+        if not patterns:  # the common case, kept cheap: a model attached has many names
+            return tuple(bucket) if len(bucket) < 2 else tuple(sorted(bucket, key=_order))
+        handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
         handles.sort(key=_order)
         return tuple(handles)
 
@@ -564,8 +567,24 @@ class Registry:
 
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
+        self.add_points((point,))
+
+    def add_points(self, points: Sequence[Point]) -> None:
+        """:meth:`add_point` for many points (a model's modules), under one lock.
+
+        All or nothing: if an async hook matches one sync point, none is added.
+        """
         with self._lock:
-            conflict = self._points.add(point, self._all_locked())
+            async_hooks = [h for h in self._all_locked() if h.is_async]
+            added: List[Point] = []
+            conflict: Optional[Handle] = None
+            for point in points:
+                conflict = self._points.add(point, async_hooks)
+                if conflict is not None:  # all or nothing: forget those added
+                    for kept in added:
+                        self._points.discard(kept)
+                    break
+                added.append(point)
         if conflict is not None:  # raised here: the message reads the hook's attributes
             raise TypeError(
                 f"the sync hook point {point.name!r} matches the async hook {conflict!r}; "
@@ -574,8 +593,23 @@ class Registry:
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
+        self.remove_points((point,))
+
+    def remove_points(self, points: Sequence[Point]) -> None:
+        """:meth:`remove_point` for many points, under one lock."""
         with self._lock:
-            self._points.discard(point)
+            for point in points:
+                self._points.discard(point)
+
+    def has_hooks(self, kinds: Sequence[str]) -> bool:
+        """Whether any hook of these kinds is registered (under any name or pattern).
+
+        Lets an adapter that adds many points at once skip asking each for its
+        plan when no hook could apply. Read without the lock: a hook registered
+        after the points were added reaches them through :meth:`Point.invalidate`.
+        """
+        exact, patterns = self._exact, self._patterns
+        return any(exact.get(kind) or patterns.get(kind) for kind in kinds)
 
     def plan(self, point: Point) -> Optional[PointPlan]:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
