@@ -42,7 +42,9 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module)
       :func:`run_phase`; parity: ``tests/torch_adapter/test_seam.py``
       (``test_module_fast_loops_match_run_phase``).
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
-      common case); its slow twin is ``_on_post_full``; same parity test.
+      common case), with ``new_context`` inline too; its slow twin is
+      ``_on_post_full``; same parity test, and ``tests/torch_adapter/test_fast_context.py``
+      for the inline context.
     * ``ModulePoint._on_pre``, ``_on_post_full``, ``_on_exception``,
       ``_on_backward_pre``, ``_on_backward`` and ``_GradDispatch.__call__``:
       build the context, then ``_run`` or :func:`run_phase`.

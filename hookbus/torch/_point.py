@@ -48,6 +48,8 @@ _NO_PLAN: Dict[str, _Hooks] = {kind: () for kind in KINDS}
 # calls it without kwargs. The dispatchers take that call too, instead of failing.
 _WITHOUT_KWARGS: Any = object()
 
+_new_object = object.__new__
+
 
 class ModulePoint:
     """The hook point of one ``nn.Module``, named by its qualified name.
@@ -352,8 +354,20 @@ class ModulePoint:
         fast = self._post_alone
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
-            ctx = new_context(self.name, module, args, kwargs, next(self._calls), "post", self)
+            # new_context(), inline: this runs per module call (parity: test_seam.py).
+            ctx = _new_object(CallContext)
+            ctx.name = self.name
+            ctx.target = module
+            ctx._args = args
+            ctx._kwargs = kwargs
+            ctx.call_index = next(self._calls)
+            ctx.phase = "post"
             ctx._result = output
+            ctx._exception = None
+            ctx._recovered = False
+            ctx._skipped = False
+            ctx._data = None
+            ctx._point = self
             for hook in fast:
                 try:
                     returned = hook(ctx)
