@@ -16,7 +16,6 @@ from typing import (
     Optional,
     Tuple,
     TypeVar,
-    Union,
     cast,
     overload,
 )
