@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ._arguments import Arguments, NoSignatureError
 
@@ -271,7 +271,22 @@ class CallContext:
         )
 
 
-_new_object = object.__new__
+class _Blank(CallContext):
+    """A :class:`CallContext` whose allocation runs no ``__init__`` (``new_context`` fills it).
+
+    Calling a class whose ``__init__`` is ``object.__init__`` allocates in C
+    alone: about 20 ns less than ``object.__new__(CallContext)`` (benchmarks),
+    per hooked call. It adds nothing, and is named as the class it fills in for.
+    """
+
+    __slots__ = ()
+    __init__ = object.__init__  # pyright: ignore[reportAssignmentType]
+
+
+_Blank.__name__ = _Blank.__qualname__ = "CallContext"
+
+blank_context = cast("Callable[[], CallContext]", _Blank)
+"""``blank_context()``: a context with no field set yet, for dispatchers that fill it."""
 
 
 def new_context(
@@ -290,7 +305,7 @@ def new_context(
     context, 100 ns per torch hook call (benchmarks). Keep in step with
     ``CallContext.__init__``.
     """
-    ctx: CallContext = _new_object(CallContext)
+    ctx = blank_context()
     ctx.name = name
     ctx.target = target
     ctx._args = args

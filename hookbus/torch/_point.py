@@ -22,7 +22,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from .._arguments import Layout, layout_of
-from .._context import CallContext, new_context, reject_returned
+from .._context import CallContext, blank_context, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
 from .._handle import _where
@@ -47,8 +47,6 @@ _NO_PLAN: Dict[str, _Hooks] = {kind: () for kind in KINDS}
 # marks it with_kwargs just after: a forward running in another thread in between
 # calls it without kwargs. The dispatchers take that call too, instead of failing.
 _WITHOUT_KWARGS: Any = object()
-
-_new_object = object.__new__
 
 
 class ModulePoint:
@@ -355,7 +353,7 @@ class ModulePoint:
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
             # new_context(), inline: this runs per module call (parity: test_seam.py).
-            ctx = _new_object(CallContext)
+            ctx = blank_context()
             ctx.name = self.name
             ctx.target = module
             ctx._args = args
