@@ -485,10 +485,12 @@ class Registry:
             return ()
         bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
         patterns = self._patterns.get(kind)
+        if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
+            return tuple(bucket)  # points that ask for all their kinds at each change
         if not literal and is_pattern(name):
             return tuple(bucket)  # introspection of a pattern: its own hooks only
-        if not patterns:  # the common case, kept cheap: a model attached has many names
-            return tuple(bucket) if len(bucket) < 2 else tuple(sorted(bucket, key=_order))
+        if not patterns:
+            return tuple(sorted(bucket, key=_order))
         handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
         handles.sort(key=_order)
         return tuple(handles)
@@ -613,13 +615,20 @@ class Registry:
 
     def plan(self, point: Point) -> Optional[PointPlan]:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
-        with self._changing():
-            self._sweep_collected_locked()
+        name = point.name
+        lock = self._lock
+        lock.acquire()  # not _changing(): this runs for each point whose hooks changed
+        try:
+            if self._collected:
+                self._sweep_collected_locked()
             # A point's name is a name, whatever it holds (a torch module "a[0]").
-            hooks = {
-                kind: self._resolve_locked(kind, point.name, literal=True) for kind in point.kinds
-            }
+            hooks = {kind: self._resolve_locked(kind, name, literal=True) for kind in point.kinds}
             plain = self.errors == "raise" and self.tracer is None
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
+        finally:
+            lock.release()
+        if stale:
+            _notify(stale)
         if not any(hooks.values()):
             return None
         return PointPlan(hooks, plain)
