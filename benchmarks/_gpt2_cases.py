@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from _harness import Case
 from _suite import Line
+from _torch_cases import _Forward
 
 
 def unavailable() -> Optional[str]:
@@ -80,19 +81,6 @@ class _Once:
         with self.no_grad(), self.capture(self.model) as cache:
             self.model(self.x)
         return cache
-
-
-class _Forward:
-    def __init__(self, model: Any, x: Any) -> None:
-        import torch
-
-        self.model = model
-        self.x = x
-        self.no_grad = torch.no_grad
-
-    def __call__(self) -> Any:
-        with self.no_grad():
-            return self.model(self.x)
 
 
 class _Open:
