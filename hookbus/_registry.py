@@ -579,17 +579,19 @@ class Registry:
         with self._lock:
             async_hooks = [h for h in self._all_locked() if h.is_async]
             added: List[Point] = []
-            conflict: Optional[Handle] = None
+            conflict: Optional[Tuple[Point, Handle]] = None
             for point in points:
-                conflict = self._points.add(point, async_hooks)
-                if conflict is not None:  # all or nothing: forget those added
+                handle = self._points.add(point, async_hooks)
+                if handle is not None:  # all or nothing: forget those added
+                    conflict = (point, handle)
                     for kept in added:
                         self._points.discard(kept)
                     break
                 added.append(point)
         if conflict is not None:  # raised here: the message reads the hook's attributes
+            refused, handle = conflict
             raise TypeError(
-                f"the sync hook point {point.name!r} matches the async hook {conflict!r}; "
+                f"the sync hook point {refused.name!r} matches the async hook {handle!r}; "
                 f"async hooks need an async hook point (an 'async def' function)"
             )
 

@@ -352,7 +352,7 @@ class ModulePoint:
         fast = self._post_alone
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
-            # new_context(), inline: this runs per module call (parity: test_seam.py).
+            # new_context(), inline: it runs per module call (parity: test_fast_context.py).
             ctx = blank_context()
             ctx.name = self.name
             ctx.target = module
