@@ -1,6 +1,6 @@
 """Where the time of one ``capture()`` around one GPT-2 forward goes, step by step.
 
-The model of row 6 (a tiny random GPT-2, 60 modules). Setting a capture up and
+The model of row 7 (a tiny random GPT-2, 60 modules). Setting a capture up and
 tearing it down is timed apart from the forward, as a cost per module, next to
 what a hand-written capture pays to add and remove its native hooks; then the
 whole use (set up, one forward, tear down) against the hand-written one.
