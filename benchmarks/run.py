@@ -105,6 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     torch_rows = None
     if not args.no_torch:
+        import _gpt2_cases
         import _torch_cases
 
         reason = _torch_cases.unavailable()
@@ -120,6 +121,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             lines += _stats_cases.lines()
         else:
             notes.append(f"torch rows skipped: {reason}")
+        gpt2_reason = reason or _gpt2_cases.unavailable()
+        if gpt2_reason is None:
+            cases += _gpt2_cases.cases()
+            lines += _gpt2_cases.lines()
+            notes.append(_gpt2_cases.describe())
+        else:
+            notes.append(f"GPT-2 rows skipped: {gpt2_reason}")
 
     if args.only:
         lines = [line for line in lines if line.row.startswith(args.only)]

@@ -18,6 +18,7 @@ importing :mod:`hookbus` never imports torch.
 
 from __future__ import annotations
 
+from ._arguments import Arguments
 from ._bus import EventBus
 from ._context import CallContext
 from ._declared import UnknownNameError
@@ -32,6 +33,7 @@ from ._trace import Trace, TraceRecord
 from ._wrapper import HookPoint, SharedNameWarning
 
 __all__ = [
+    "Arguments",
     "CallContext",
     "ErrorPolicy",
     "Event",

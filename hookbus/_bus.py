@@ -401,9 +401,20 @@ class EventBus(DeclaredEvents):
 
         Works on functions, methods, classmethods and staticmethods (in a class
         body, either above or below ``@classmethod``), builtins, callable objects
-        and ``async def`` functions (the result is then a coroutine function whose
-        hooks may be sync or async). The result keeps ``__name__``, ``__doc__``,
-        ``__wrapped__`` and ``inspect.signature``, and its type is the original's.
+        and ``async def`` functions or ``async def __call__`` objects (the result
+        is then a coroutine function whose hooks may be sync or async). The result
+        keeps ``__name__``, ``__doc__``, ``__wrapped__`` and ``inspect.signature``.
+        On a method, ``ctx.target`` is the instance (or class) and ``ctx.args`` the
+        arguments after it. Making a hook point of a hook point of the same bus and
+        name returns it unchanged, so its hooks run once per call.
+
+        A class is refused (it would stop being a class): to hook construction,
+        decorate its ``__init__``. A generator function's call only creates the
+        generator: post hooks get the generator object, and an error raised during
+        iteration happens after the call, so no exception hook sees it. To hook the
+        work itself, make the function that consumes the generator (or the one
+        that computes each item) the hook point, or emit events from inside the
+        generator.
 
         Example:
             >>> import hookbus

@@ -23,10 +23,17 @@ Events
       ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
 
 Hooks around a call
-    * ``_wrapper.py`` ``make_hookable.call_point`` / ``call_point_async``: the
-      pass-through when no hook applies; else :func:`call_with_hooks`.
+    * ``_wrapper.py`` ``make_hookable.call_point``: the pass-through when no hook
+      applies; else ``call_hooked``: when the plan is ``direct`` (plain sync
+      hooks, see ``_plan.PointPlan``), its own inline loop over the bare pre and
+      post hooks; else ``call_general``, which calls :func:`call_with_hooks`, the
+      slow twin of ``call_hooked``; parity: ``tests/test_hook_point_fast_loop.py``.
+    * ``_wrapper.py`` ``make_hookable.call_point_async``: the pass-through, else
+      :func:`call_with_hooks_async`.
     * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
-      pre hooks, the call, exception hooks, post hooks.
+      pre hooks, the call (or the value of ``ctx.skip``), exception hooks, post
+      hooks. :func:`recover_or_raise` (and its async twin) runs the exception
+      hooks and, after a recovery, the post hooks; the direct loop shares it.
     * ``_dispatch.py`` :func:`run_phase` / :func:`run_phase_async`: the hooks of
       one phase on one ``CallContext``; every slow path below ends here.
 
@@ -35,7 +42,9 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module)
       :func:`run_phase`; parity: ``tests/torch_adapter/test_seam.py``
       (``test_module_fast_loops_match_run_phase``).
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
-      common case); its slow twin is ``_on_post_full``; same parity test.
+      common case), with ``new_context`` inline too; its slow twin is
+      ``_on_post_full``; same parity test, and ``tests/torch_adapter/test_fast_context.py``
+      for the inline context.
     * ``ModulePoint._on_pre``, ``_on_post_full``, ``_on_exception``,
       ``_on_backward_pre``, ``_on_backward`` and ``_GradDispatch.__call__``:
       build the context, then ``_run`` or :func:`run_phase`.
@@ -67,6 +76,7 @@ __all__ = [
     "check_event_result",
     "dispatch_event",
     "dispatch_event_async",
+    "recover_or_raise",
 ]
 
 
@@ -241,13 +251,66 @@ async def run_phase_async(
     raise_collected(errors, ctx.name)
 
 
+def recover_or_raise(
+    registry: Registry, plan: PointPlan, ctx: CallContext, error: Exception
+) -> Any:
+    """The call raised ``error``: exception hooks, then if one recovered, post hooks.
+
+    Returns what the call then returns, or raises. Whatever happens, the context
+    lets go of the error before this returns or raises: the error's traceback
+    holds the frame that holds the context, so keeping it would make a reference
+    cycle that keeps the call's arguments alive until the garbage collector runs.
+    """
+    ctx.phase = "exception"
+    ctx._exception = error
+    try:
+        run_phase(registry, plan.exception, ctx)
+        if ctx._recovered and plan.post:
+            ctx.phase = "post"
+            run_phase(registry, plan.post, ctx)
+    finally:
+        ctx._exception = None
+    if not ctx._recovered:
+        try:
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: no cycle through it
+    return ctx._result
+
+
+async def recover_or_raise_async(
+    registry: Registry, plan: PointPlan, ctx: CallContext, error: Exception
+) -> Any:
+    """:func:`recover_or_raise`, awaiting async hooks."""
+    ctx.phase = "exception"
+    ctx._exception = error
+    try:
+        await run_phase_async(registry, plan.exception, ctx)
+        if ctx._recovered and plan.post:
+            ctx.phase = "post"
+            await run_phase_async(registry, plan.post, ctx)
+    finally:
+        ctx._exception = None
+    if not ctx._recovered:
+        try:
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: no cycle through it
+    return ctx._result
+
+
 def call_with_hooks(
     registry: Registry,
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Any],
+    bound: bool = False,
 ) -> Any:
-    """Pre hooks, the call, then exception hooks (if it raised) and post hooks."""
+    """Pre hooks, the call, then exception hooks (if it raised) and post hooks.
+
+    The general loop, for plans the wrapper's fast loop can't run (``_wrapper.py``,
+    ``make_hookable``). ``bound``: ``fn`` takes ``ctx.target`` (self or cls) first.
+    """
     if plan.has_async:
         hooks = [h for h in plan.pre + plan.post + plan.exception if h.is_async]
         raise TypeError(
@@ -256,22 +319,23 @@ def call_with_hooks(
         )
     if plan.pre:
         run_phase(registry, plan.pre, ctx)
-    try:
-        result = fn(*ctx.args, **ctx.kwargs)
-    except Exception as error:
-        if not plan.exception:
-            raise
-        ctx.phase = "exception"
-        ctx._exception = error
-        run_phase(registry, plan.exception, ctx)
-        if not ctx._recovered:
-            raise
-        result = ctx.result
+    if ctx._skipped:
+        result = ctx._result
+    else:
+        try:
+            if bound:
+                result = fn(ctx.target, *ctx._args, **ctx._kwargs)
+            else:
+                result = fn(*ctx._args, **ctx._kwargs)
+        except Exception as error:
+            if not plan.exception:
+                raise
+            return recover_or_raise(registry, plan, ctx, error)
     if plan.post:
         ctx.phase = "post"
-        ctx.result = result
+        ctx._result = result
         run_phase(registry, plan.post, ctx)
-        return ctx.result
+        return ctx._result
     return result
 
 
@@ -280,24 +344,26 @@ async def call_with_hooks_async(
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Awaitable[Any]],
+    bound: bool = False,
 ) -> Any:
     """:func:`call_with_hooks` for ``async def`` callables; hooks may be sync or async."""
     if plan.pre:
         await run_phase_async(registry, plan.pre, ctx)
-    try:
-        result = await fn(*ctx.args, **ctx.kwargs)
-    except Exception as error:
-        if not plan.exception:
-            raise
-        ctx.phase = "exception"
-        ctx._exception = error
-        await run_phase_async(registry, plan.exception, ctx)
-        if not ctx._recovered:
-            raise
-        result = ctx.result
+    if ctx._skipped:
+        result = ctx._result
+    else:
+        try:
+            if bound:
+                result = await fn(ctx.target, *ctx._args, **ctx._kwargs)
+            else:
+                result = await fn(*ctx._args, **ctx._kwargs)
+        except Exception as error:
+            if not plan.exception:
+                raise
+            return await recover_or_raise_async(registry, plan, ctx, error)
     if plan.post:
         ctx.phase = "post"
-        ctx.result = result
+        ctx._result = result
         await run_phase_async(registry, plan.post, ctx)
-        return ctx.result
+        return ctx._result
     return result

@@ -90,6 +90,14 @@ def handle_error(
 
 
 def raise_collected(errors: List[Exception], where: str) -> Any:
-    """Raise the ``"collect"`` policy's group, if any hook raised."""
+    """Raise the ``"collect"`` policy's group, if any hook raised.
+
+    The list is emptied: it is a local of the dispatch loop, whose frame each
+    error's traceback holds, so keeping the errors in it would make reference
+    cycles that keep the dispatch's arguments alive until the garbage collector runs.
+    """
     if errors:
-        raise HookError(f"{len(errors)} hook(s) raised on {where!r}", errors)
+        try:
+            raise HookError(f"{len(errors)} hook(s) raised on {where!r}", errors)
+        finally:
+            errors.clear()

@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, cast
 
 from typing_extensions import Protocol
 
+from ._context import reject_returned
+from ._errors import add_note, describe
+
 if TYPE_CHECKING:
+    from ._context import CallContext
     from ._declared import Declared
     from ._handle import Handle
 
@@ -70,6 +74,8 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
     hook with a rare option (once, weak, target, async, with_name) needs the full
     loop of ``_dispatch``, which asks the handle what to run.
     """
+    if not handles:
+        return () if plain else None
     if not plain or any(
         h.once or h.weak or h.is_async or h.with_name or h.target is not None for h in handles
     ):
@@ -126,9 +132,16 @@ class PointPlan:
     ``hooks`` and ``fast`` map each of the point's kinds to its handles and to
     their bare callables (``None`` when the full loop must run them);
     ``pre``, ``post`` and ``exception`` are the core's three, read per call.
+    ``direct`` says the hook-point wrapper's own short loop (``_wrapper.py``)
+    runs the plan, calling ``pre_hooks`` and ``post_hooks``: no hook is async and
+    the pre and post hooks are all fast (exception hooks, rare by nature, always
+    run in the full loop).
     """
 
-    __slots__ = ("exception", "fast", "has_async", "hooks", "post", "pre")
+    __slots__ = (
+        "direct", "exception", "fast", "has_async", "hooks", "post", "post_hooks", "pre",
+        "pre_hooks",
+    )  # fmt: skip
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
         self.hooks = hooks
@@ -139,3 +152,21 @@ class PointPlan:
         self.post: Hooks = hooks.get("post", ())
         self.exception: Hooks = hooks.get("exception", ())
         self.has_async = any(h.is_async for handles in hooks.values() for h in handles)
+        pre_hooks, post_hooks = self.fast.get("pre", ()), self.fast.get("post", ())
+        self.direct = not self.has_async and pre_hooks is not None and post_hooks is not None
+        self.pre_hooks: Tuple[Callable[..., Any], ...] = pre_hooks or ()
+        self.post_hooks: Tuple[Callable[..., Any], ...] = post_hooks or ()
+
+    def _handle_of(self, hook: Any, ctx: CallContext) -> Handle:
+        hooks, handles = (
+            (self.pre_hooks, self.pre) if ctx.phase == "pre" else (self.post_hooks, self.post)
+        )
+        return handles[hooks.index(hook)]
+
+    def blame(self, error: BaseException, hook: Any, ctx: CallContext) -> None:
+        """Note on ``error`` which hook of the direct loop raised it (rare: it raised)."""
+        add_note(error, describe(self._handle_of(hook, ctx), ctx.name))
+
+    def refuse(self, hook: Any, ctx: CallContext, returned: Any) -> None:
+        """A hook of the direct loop returned something: refuse it, naming the hook."""
+        reject_returned(self._handle_of(hook, ctx), ctx, returned)

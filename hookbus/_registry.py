@@ -483,10 +483,15 @@ class Registry:
         """
         if not paused_ok and self._pauses and self._is_paused_locked(name):
             return ()
-        handles = list(self._exact.get(kind, _NO_NAMES).get(name, ()))
+        bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
+        patterns = self._patterns.get(kind)
+        if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
+            return tuple(bucket)  # points that ask for all their kinds at each change
         if not literal and is_pattern(name):
-            return tuple(handles)  # introspection of a pattern: its own hooks only
-        handles += [handle for handle in self._patterns.get(kind, ()) if handle.match(name)]  # type: ignore[misc]
+            return tuple(bucket)  # introspection of a pattern: its own hooks only
+        if not patterns:
+            return tuple(sorted(bucket, key=_order))
+        handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
         handles.sort(key=_order)
         return tuple(handles)
 
@@ -564,28 +569,68 @@ class Registry:
 
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
+        self.add_points((point,))
+
+    def add_points(self, points: Sequence[Point]) -> None:
+        """:meth:`add_point` for many points (a model's modules), under one lock.
+
+        All or nothing: if an async hook matches one sync point, none is added.
+        """
         with self._lock:
-            conflict = self._points.add(point, self._all_locked())
+            async_hooks = [h for h in self._all_locked() if h.is_async]
+            added: List[Point] = []
+            conflict: Optional[Tuple[Point, Handle]] = None
+            for point in points:
+                handle = self._points.add(point, async_hooks)
+                if handle is not None:  # all or nothing: forget those added
+                    conflict = (point, handle)
+                    for kept in added:
+                        self._points.discard(kept)
+                    break
+                added.append(point)
         if conflict is not None:  # raised here: the message reads the hook's attributes
+            refused, handle = conflict
             raise TypeError(
-                f"the sync hook point {point.name!r} matches the async hook {conflict!r}; "
+                f"the sync hook point {refused.name!r} matches the async hook {handle!r}; "
                 f"async hooks need an async hook point (an 'async def' function)"
             )
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
+        self.remove_points((point,))
+
+    def remove_points(self, points: Sequence[Point]) -> None:
+        """:meth:`remove_point` for many points, under one lock."""
         with self._lock:
-            self._points.discard(point)
+            for point in points:
+                self._points.discard(point)
+
+    def has_hooks(self, kinds: Sequence[str]) -> bool:
+        """Whether any hook of these kinds is registered (under any name or pattern).
+
+        Lets an adapter that adds many points at once skip asking each for its
+        plan when no hook could apply. Read without the lock: a hook registered
+        after the points were added reaches them through :meth:`Point.invalidate`.
+        """
+        exact, patterns = self._exact, self._patterns
+        return any(exact.get(kind) or patterns.get(kind) for kind in kinds)
 
     def plan(self, point: Point) -> Optional[PointPlan]:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
-        with self._changing():
-            self._sweep_collected_locked()
+        name = point.name
+        lock = self._lock
+        lock.acquire()  # not _changing(): this runs for each point whose hooks changed
+        try:
+            if self._collected:
+                self._sweep_collected_locked()
             # A point's name is a name, whatever it holds (a torch module "a[0]").
-            hooks = {
-                kind: self._resolve_locked(kind, point.name, literal=True) for kind in point.kinds
-            }
+            hooks = {kind: self._resolve_locked(kind, name, literal=True) for kind in point.kinds}
             plain = self.errors == "raise" and self.tracer is None
+            stale = self._take_stale_locked() if self._stale else _NO_POINTS
+        finally:
+            lock.release()
+        if stale:
+            _notify(stale)
         if not any(hooks.values()):
             return None
         return PointPlan(hooks, plain)

@@ -5,13 +5,26 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple, TypeVar, Union, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Optional,
+    Tuple,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from typing_extensions import ParamSpec
 
+from ._arguments import Layout, layout_of
 from ._context import CallContext, new_context
-from ._dispatch import call_with_hooks, call_with_hooks_async
+from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import _where
 from ._names import check_name
 from ._plan import PointPlan
@@ -28,6 +41,8 @@ T = TypeVar("T")
 
 class _Unresolved:
     __slots__ = ()
+
+    direct = False  # so that the wrapper's one test sends the call to the general path
 
     def __repr__(self) -> str:
         return "<unresolved>"
@@ -67,7 +82,10 @@ class HookPoint:
 
     __slots__ = (
         "__weakref__",
+        "_bound",
         "_calls",
+        "_fn",
+        "_layout",
         "_stamp",
         "bus",
         "is_async",
@@ -81,6 +99,9 @@ class HookPoint:
     kinds: Tuple[str, ...] = ("pre", "post", "exception")
     """The hook kinds that apply to this point."""
 
+    skip_refusal: ClassVar[Optional[str]] = None
+    """Why ``ctx.skip()`` can't work at this point, or ``None`` when it can."""
+
     def __init__(
         self,
         bus: EventBus,
@@ -90,6 +111,8 @@ class HookPoint:
         kind: str = "function",
         where: str = "?",
         module_name: str = "",
+        fn: Any = None,
+        bound: bool = False,
     ) -> None:
         self.bus = bus
         self.name = name
@@ -102,6 +125,9 @@ class HookPoint:
         """The module that defined the wrapped callable (its ``__module__``), or ``""``."""
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
+        self._fn = fn  # whose signature ctx.arguments binds to
+        self._bound = bound  # fn takes self or cls first, which ctx.args leave out
+        self._layout: Optional[Layout] = None
         # Bumped by each invalidation: a plan worked out before a change must not
         # stay cached after it (see current_plan). No lock: a weakref callback
         # may invalidate the point while this very thread resolves it.
@@ -126,7 +152,14 @@ class HookPoint:
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """A fresh call context for one call of this point."""
-        return new_context(self.name, target, args, kwargs, next(self._calls))
+        return new_context(self.name, target, args, kwargs, next(self._calls), "pre", self)
+
+    def layout(self) -> Layout:
+        """The parameters ``ctx.arguments`` binds to, worked out at its first use."""
+        layout = self._layout
+        if layout is None:
+            layout = self._layout = layout_of(self._fn, self.name, drop_first=self._bound)
+        return layout
 
     def __repr__(self) -> str:
         state = "unresolved" if self.plan is UNRESOLVED else "hooked" if self.plan else "no hooks"
@@ -207,6 +240,33 @@ def _default_name(fn: Any) -> str:
     return str(name) if name else type(fn).__name__
 
 
+def _refuse_class(fn: type) -> None:
+    raise TypeError(
+        f"hookable() got the class {fn.__name__}, and a hook point is a function: the class "
+        f"would stop being a class (isinstance and subclassing would break). To hook "
+        f"construction, decorate its __init__ (or a factory function) with @bus.hookable; "
+        f"to hook calls of its instances, decorate __call__, or bus.wrap(instance, name)"
+    )
+
+
+def _is_async(fn: Any) -> bool:
+    """Whether calling ``fn`` gives a coroutine: async functions and async ``__call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if isinstance(fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return False
+    return inspect.iscoroutinefunction(type(fn).__call__)  # what calling the object runs
+
+
+def _fixed_target(fn: Any) -> Any:
+    """The object of a bound method (builtin ones too), else the callable itself."""
+    bound_to = getattr(fn, "__self__", None)
+    # A builtin function's __self__ is its module (len.__self__ is builtins).
+    if bound_to is None or isinstance(bound_to, types.ModuleType):
+        return fn
+    return bound_to
+
+
 def make_hookable(
     bus: EventBus,
     fn: Any,
@@ -225,31 +285,46 @@ def make_hookable(
             bus, descriptor.__func__, name, self_from_args=is_class, stacklevel=stacklevel + 1
         )
         return classmethod(wrapped) if is_class else staticmethod(wrapped)
+    if isinstance(fn, type):
+        _refuse_class(fn)
     if not callable(fn):
         raise TypeError(
             f"hookable() needs a callable, got {type(fn).__name__} {fn!r}; accepted: "
             f"functions, methods, classmethods, staticmethods, builtins, callable objects "
             f"and 'async def' functions"
         )
-    call: Any = fn  # what the wrapper calls; typed Any so both wrappers may await it
     point_name = check_name(
         _default_name(fn) if name is None else name, "hook point name", allow_pattern=False
     )
-    registry = bus.registry
-    is_async = inspect.iscoroutinefunction(fn)
-    # Where the target comes from: self/cls for a function defined in a class body
-    # (it becomes a method), the bound object for a bound method, else fn itself.
-    if self_from_args is None:
-        self_from_args = inspect.isfunction(fn) and _is_method(fn)
-    kind, where, module_name = _origin(fn, self_from_args)
+    existing = getattr(fn, "__hookbus_point__", None)
+    if isinstance(existing, HookPoint) and existing.bus is bus and existing.name == point_name:
+        return fn  # already this very hook point: wrapping again would run its hooks twice
+    call: Any = fn  # what the wrapper calls; typed Any so both wrappers may await it
+    is_async = _is_async(fn)
+    # self or cls is the target, not an argument, for a function defined in a class
+    # body (it becomes a method); a bound method's object, or the callable, otherwise.
+    bound = self_from_args
+    if bound is None:
+        inner = existing._bound if isinstance(existing, HookPoint) else None
+        bound = inspect.isfunction(fn) and _is_method(fn) if inner is None else inner
+    fixed_target = _fixed_target(fn)
+    kind, where, module_name = _origin(fn, bound)
     point = HookPoint(
-        bus, point_name, is_async=is_async, kind=kind, where=where, module_name=module_name
+        bus,
+        point_name,
+        is_async=is_async,
+        kind=kind,
+        where=where,
+        module_name=module_name,
+        fn=fn,
+        bound=bound,
     )
     if name is None:
         # Before the point is added, and with no lock held: a warning turned into
         # an error leaves nothing behind.
         _warn_if_shared(bus, point, stacklevel + 1)
-    fixed_target: Union[object, None] = getattr(fn, "__self__", fn)
+    counter = point._calls
+    registry = bus.registry
 
     if is_async:
 
@@ -259,10 +334,11 @@ def make_hookable(
             plan = point.current_plan()
             if plan is None:
                 return await call(*args, **kwargs)
-            target = (args[0] if args else None) if self_from_args else fixed_target
-            return await call_with_hooks_async(
-                registry, plan, point.context(target, args, kwargs), call
-            )
+            target, strip = fixed_target, bound and bool(args)
+            if strip:
+                target, args = args[0], args[1:]
+            ctx = new_context(point_name, target, args, kwargs, next(counter), "pre", point)
+            return await call_with_hooks_async(registry, plan, ctx, call, strip)
 
         wrapper: Callable[..., Any] = call_point_async
     else:
@@ -270,11 +346,62 @@ def make_hookable(
         def call_point(*args: Any, **kwargs: Any) -> Any:
             if point.plan is None:
                 return call(*args, **kwargs)
+            # Kept apart, so that this pass-through runs in a small frame (a frame's
+            # cost grows with its locals and closure cells: ~8% of a no-hook call).
+            return call_hooked(args, kwargs)
+
+        def call_hooked(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+            """The direct loop: plain sync pre and post hooks, inline."""
+            plan = point.plan  # None too, if another thread just resolved it to no hooks
+            if plan is None or not plan.direct or (bound and not args):
+                return call_general(args, kwargs)
+            target = args[0] if bound else fixed_target
+            if bound:
+                args = args[1:]
+            ctx = new_context(point_name, target, args, kwargs, next(counter), "pre", point)
+            for hook in plan.pre_hooks:
+                try:
+                    returned = hook(ctx)
+                    if returned is not None:
+                        plan.refuse(hook, ctx, returned)
+                except Exception as error:
+                    plan.blame(error, hook, ctx)
+                    raise
+            if ctx._skipped:
+                result = ctx._result
+            else:
+                try:
+                    if bound:
+                        result = call(target, *ctx._args, **ctx._kwargs)
+                    else:
+                        result = call(*ctx._args, **ctx._kwargs)
+                except Exception as error:
+                    if not plan.exception:
+                        raise
+                    return recover_or_raise(registry, plan, ctx, error)
+            if not plan.post_hooks:
+                return result
+            ctx.phase = "post"
+            ctx._result = result
+            for hook in plan.post_hooks:
+                try:
+                    returned = hook(ctx)
+                    if returned is not None:
+                        plan.refuse(hook, ctx, returned)
+                except Exception as error:
+                    plan.blame(error, hook, ctx)
+                    raise
+            return ctx._result
+
+        def call_general(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
             plan = point.current_plan()
             if plan is None:
                 return call(*args, **kwargs)
-            target = (args[0] if args else None) if self_from_args else fixed_target
-            return call_with_hooks(registry, plan, point.context(target, args, kwargs), call)
+            target, strip = fixed_target, bound and bool(args)
+            if strip:
+                target, args = args[0], args[1:]
+            ctx = new_context(point_name, target, args, kwargs, next(counter), "pre", point)
+            return call_with_hooks(registry, plan, ctx, call, strip)
 
         wrapper = call_point
 

@@ -203,12 +203,14 @@ class Attachment(Removable):
                     point.on_install = self._warn_compiled
                 if self.strict_ddp:
                     point.on_graph_cut = self._warn_graph_cut
-                bus.registry.add_point(point)  # refuses a model that async hooks match
                 self._points[name] = point
                 self._ids[id(module)] = (name, weakref.ref(module))
                 self._raw[name] = raw
-            for point in self._points.values():
-                point.invalidate()  # hooks registered before attaching apply at once
+            registry = bus.registry
+            registry.add_points(list(self._points.values()))  # refused if async hooks match
+            if registry.has_hooks(KINDS):  # a new bus (a capture's) has none: nothing to do
+                for point in self._points.values():
+                    point.invalidate()  # hooks registered before attaching apply at once
         except BaseException:
             self._detach_points()
             raise
@@ -572,10 +574,10 @@ class Attachment(Removable):
         Idempotent. Hooks registered on the bus by name stay on the bus (they may
         apply to other models), but no longer reach this model.
         """
+        self._detach_points()  # first: removing the hooks then reaches no module point
         handles = list(self._handles)
         self._handles = weakref.WeakSet()
         HandleGroup(handles).remove()
-        self._detach_points()
         model = self._model()
         if model is not None:
             mine = _attachments.get(model, [])
@@ -589,9 +591,8 @@ class Attachment(Removable):
         self._ids, self._raw = {}, {}
         if not points:
             return
-        registry = self.bus.registry
+        self.bus.registry.remove_points(list(points.values()))  # first: no change reaches them
         for point in points.values():
-            registry.remove_point(point)  # first: no change of hooks reaches it after
             point.uninstall()
 
     def hooks(self) -> List[Handle]:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext, new_context, reject_returned
+from .._arguments import Layout, layout_of
+from .._context import CallContext, blank_context, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
 from .._handle import _where
@@ -69,6 +70,7 @@ class ModulePoint:
         "_full_backward_flag",
         "_grad",
         "_grad_handles",
+        "_layout",
         "_local",
         "_module",
         "_natives",
@@ -93,6 +95,12 @@ class ModulePoint:
     kind = "module"
     """What the point wraps, for ``bus.points()``."""
 
+    skip_refusal = (
+        "ctx.skip() cannot skip a torch module's forward: torch runs forward whatever its "
+        "hooks do. To skip calls of a whole model, hook a point around it: "
+        "run = bus.wrap(model, 'name'), with a pre hook on 'name' that skips, then call run(x)"
+    )
+
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
         self.registry = bus.registry
@@ -106,6 +114,7 @@ class ModulePoint:
         self._updating = threading.RLock()
         self._module: Callable[[], Optional[torch.nn.Module]] = weakref.ref(module)
         self._natives: Dict[str, RemovableHandle] = {}
+        self._layout: Optional[Layout] = None
         self._local = threading.local()
         self._pre: _Hooks = ()
         self._pre_fast: _Fast = None
@@ -140,6 +149,14 @@ class ModulePoint:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> ModulePoint:
         return inert_point(self.name, self._full_backward_flag)
+
+    def layout(self) -> Layout:
+        """``ctx.arguments`` binds to the module's ``forward`` (without ``self``)."""
+        layout = self._layout
+        if layout is None:
+            module = self._module()
+            layout = self._layout = layout_of(getattr(module, "forward", None), self.name)
+        return layout
 
     # --- bookkeeping: the registry calls invalidate, with no lock of its held ---------
 
@@ -293,7 +310,7 @@ class ModulePoint:
     ) -> Any:
         if kwargs is _WITHOUT_KWARGS:
             return self._on_pre_without_kwargs(module, args)
-        ctx = new_context(self.name, module, args, kwargs, next(self._calls))
+        ctx = new_context(self.name, module, args, kwargs, next(self._calls), "pre", self)
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
@@ -335,8 +352,20 @@ class ModulePoint:
         fast = self._post_alone
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
-            ctx = new_context(self.name, module, args, kwargs, next(self._calls), "post")
-            ctx.result = output
+            # new_context(), inline: it runs per module call (parity: test_fast_context.py).
+            ctx = blank_context()
+            ctx.name = self.name
+            ctx.target = module
+            ctx._args = args
+            ctx._kwargs = kwargs
+            ctx.call_index = next(self._calls)
+            ctx.phase = "post"
+            ctx._result = output
+            ctx._exception = None
+            ctx._recovered = False
+            ctx._skipped = False
+            ctx._data = None
+            ctx._point = self
             for hook in fast:
                 try:
                     returned = hook(ctx)
@@ -345,7 +374,7 @@ class ModulePoint:
                 except Exception as error:
                     add_note(error, describe(self._post[fast.index(hook)], self.name))
                     raise
-            result = ctx.result
+            result = ctx._result
             return None if result is output else self._replaced(output, result)
         return self._on_post_full(module, args, kwargs, output)
 
@@ -358,7 +387,7 @@ class ModulePoint:
             if not self._pre:  # a stored context was pending: back to the fast path if none is
                 self.invalidate()
         if ctx is None:
-            ctx = new_context(self.name, module, args, kwargs, next(self._calls))
+            ctx = new_context(self.name, module, args, kwargs, next(self._calls), "pre", self)
         else:
             ctx._args, ctx._kwargs, ctx.target = args, kwargs, module
         ctx.phase = "post"
@@ -399,7 +428,7 @@ class ModulePoint:
         if not self._exception or isinstance(error, _INTERNAL_STOPS):
             return  # not an error of the call: torch swallows it (checkpointing)
         if ctx is None:
-            ctx = CallContext(self.name, module, args, kwargs, next(self._calls))
+            ctx = CallContext(self.name, module, args, kwargs, next(self._calls), "pre", self)
         else:
             ctx._args, ctx._kwargs, ctx.target = args, kwargs, module
         ctx.phase = "exception"
@@ -427,13 +456,13 @@ class ModulePoint:
             )
 
     def _on_backward_pre(self, module: torch.nn.Module, grad_output: Any) -> Any:
-        ctx = CallContext(self.name, module, grad_output, {}, self._next_backward())
+        ctx = CallContext(self.name, module, grad_output, {}, self._next_backward(), "pre", self)
         ctx.phase = "backward_pre"
         run_phase(self.registry, self._backward_pre, ctx)
         return None if ctx.args is grad_output else ctx.args
 
     def _on_backward(self, module: torch.nn.Module, grad_input: Any, grad_output: Any) -> Any:
-        ctx = CallContext(self.name, module, grad_output, {}, self._next_backward())
+        ctx = CallContext(self.name, module, grad_output, {}, self._next_backward(), "pre", self)
         ctx.phase = "backward"
         ctx.result = grad_input
         run_phase(self.registry, self._backward, ctx)
@@ -540,7 +569,7 @@ class _GradDispatch:
         handles = point._grad
         if not handles:
             return None  # the hooks went since forward
-        ctx = CallContext(point.name, point.module, (), {}, self.call_index, "grad")
+        ctx = CallContext(point.name, point.module, (), {}, self.call_index, "grad", point)
         ctx.result = grad
         ctx.data["path"] = self.path
         run_phase(point.registry, handles, ctx)

@@ -1,0 +1,190 @@
+"""Row 7: ``capture()`` of every module of a Hugging Face GPT-2, against a hand-written capture.
+
+The model is a tiny random ``GPT2LMHeadModel`` (4 layers, width 128: 60 modules),
+run on CPU under ``no_grad`` with one torch thread. The hand-written capture is
+what a user writes without hookbus: a native ``register_forward_hook`` on every
+module that stores the detached output in a dict, and the handles removed after.
+Two uses are compared, each side by side with its hand-written twin:
+
+* one capture around one forward (hooks added, one forward, hooks removed), the
+  common use: it includes setting up and tearing down the capture;
+* forwards inside a capture that stays open (hooks already in place).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from typing import Any, Dict, List, Optional
+
+from _harness import Case
+from _suite import Line
+from _torch_cases import _Forward
+
+
+def unavailable() -> Optional[str]:
+    """Why the GPT-2 rows can't run here, or None."""
+    if importlib.util.find_spec("transformers") is None:
+        return "transformers is not installed"
+    return None
+
+
+def _detached(value: Any) -> Any:
+    """``value.detach()``, through the tuples and dicts that some modules return."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(item) for item in value)  # pyright: ignore
+    if isinstance(value, dict):
+        return {key: _detached(item) for key, item in value.items()}  # pyright: ignore
+    return value
+
+
+class HandCapture:
+    """A capture written by hand: one native forward hook per module, into a dict."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.outputs: Dict[str, Any] = {}
+        self.handles: List[Any] = []
+
+    def __enter__(self) -> Dict[str, Any]:
+        outputs = self.outputs
+        for name, module in self.model.named_modules():
+
+            def store(module: Any, args: Any, output: Any, name: str = name) -> None:
+                outputs[name] = _detached(output)
+
+            self.handles.append(module.register_forward_hook(store))
+        return outputs
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+class _Once:
+    """One capture around one forward: ``with capture(model): model(x)``."""
+
+    def __init__(self, capture: Any, model: Any, x: Any) -> None:
+        import torch
+
+        self.capture = capture
+        self.model = model
+        self.x = x
+        self.no_grad = torch.no_grad
+
+    def __call__(self) -> Any:
+        with self.no_grad(), self.capture(self.model) as cache:
+            self.model(self.x)
+        return cache
+
+
+class _Open:
+    """A capture started afresh before each sample (untimed), so it never grows large."""
+
+    def __init__(self, capture: Any, model: Any) -> None:
+        self.capture = capture
+        self.model = model
+        self.current: Any = None
+
+    def restart(self) -> None:
+        if self.current is not None:
+            self.current.__exit__(None, None, None)
+        self.current = self.capture(self.model)
+        self.current.__enter__()
+
+
+def build() -> Any:
+    """The tiny random GPT-2 and an input of 16 tokens."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=4,
+        n_embd=128,
+        n_head=4,
+        vocab_size=1000,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    return model, torch.randint(0, config.vocab_size, (1, 16))
+
+
+def cases() -> List[Case]:
+    from hookbus.torch import capture
+
+    base, x = build()
+    models = [copy.deepcopy(base) for _ in range(4)]
+    hand_open, hookbus_open = _Open(HandCapture, models[2]), _Open(capture, models[3])
+    return [
+        Case("gpt2 once/hand", "run()", {"run": _Once(HandCapture, models[0], x)}),
+        Case("gpt2 once/hookbus", "run()", {"run": _Once(capture, models[1], x)}),
+        Case(
+            "gpt2 open/hand",
+            "forward()",
+            {"forward": _Forward(models[2], x), "session": hand_open},
+            setup=hand_open.restart,
+        ),
+        Case(
+            "gpt2 open/hookbus",
+            "forward()",
+            {"forward": _Forward(models[3], x), "session": hookbus_open},
+            setup=hookbus_open.restart,
+        ),
+    ]
+
+
+def describe() -> str:
+    import transformers
+
+    base, _ = build()
+    modules = len(list(base.modules()))
+    return (
+        f"transformers {transformers.__version__}: a random GPT2LMHeadModel "
+        f"(4 layers, width 128, {modules} modules), 16 tokens"
+    )
+
+
+def lines() -> List[Line]:
+    row = "7. GPT-2 capture, every module"
+    return [
+        Line(
+            row,
+            "floor: hand-written capture (native forward hooks, `output.detach()` into a "
+            "dict) around one forward",
+            "gpt2 once/hand",
+            "gpt2 once/hand",
+        ),
+        Line(
+            row,
+            "**hookbus** `with capture(model):` around one forward",
+            "gpt2 once/hookbus",
+            "gpt2 once/hand",
+            "<= 1.1x hand-written",
+            lambda r: r.ratio("gpt2 once/hookbus", "gpt2 once/hand").median <= 1.1,
+        ),
+        Line(
+            row,
+            "floor: a forward inside an open hand-written capture",
+            "gpt2 open/hand",
+            "gpt2 open/hand",
+        ),
+        Line(
+            row,
+            "**hookbus** a forward inside an open `capture(model)`",
+            "gpt2 open/hookbus",
+            "gpt2 open/hand",
+            "<= 1.1x hand-written",
+            lambda r: r.ratio("gpt2 open/hookbus", "gpt2 open/hand").median <= 1.1,
+        ),
+    ]
