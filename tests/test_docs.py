@@ -96,6 +96,28 @@ def test_api_reference_documents_every_public_name(site: Path) -> None:
     assert '<span class="gp">&gt;&gt;&gt; </span>' in text, "examples don't render as console code"
 
 
+def test_api_page_lists_every_module_level_function() -> None:
+    """The module-level functions are default_bus's bound methods, listed in one paragraph."""
+    import hookbus
+
+    text = (DOCS / "api.md").read_text(encoding="utf-8")
+    section = text[text.index("## The module-level functions") :]
+    paragraph = section[: section.index("\n\n", section.index("\n\n") + 2)]
+    # The names in backticks, bare or as hookbus.name, leaving out the links' titles.
+    listed = [
+        name
+        for name in re.findall(r"`(?:hookbus\.)?(\w+)`", paragraph)
+        if name not in {"EventBus", "default_bus"}
+    ]
+    bound = [
+        name
+        for name in hookbus.__all__
+        if getattr(getattr(hookbus, name), "__self__", None) is hookbus.default_bus
+    ]
+    assert len(listed) == len(set(listed)), f"listed twice: {listed}"
+    assert set(listed) == set(bound), f"listed {sorted(listed)}, module-level {sorted(bound)}"
+
+
 _LINK_ATTRIBUTES = {("a", "href"), ("link", "href"), ("img", "src"), ("script", "src")}
 
 
