@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from types import CoroutineType
 from typing import (
     TYPE_CHECKING,
@@ -42,6 +43,9 @@ T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
 AnyHook = Callable[..., Any]
 
+# Numbers for buses made without a name (next() on a count is atomic).
+_unnamed_buses = itertools.count(1)
+
 
 class EventBus(DeclaredEvents):
     """Events, hook points, and the hooks registered on them.
@@ -74,6 +78,10 @@ class EventBus(DeclaredEvents):
     (see ``event``). ``strict=True`` refuses hooks for names that are neither
     declared nor hook points; ``check_pending`` lists them on any bus.
 
+    **Names.** ``EventBus("orders")`` names a bus in reprs and messages. Without a
+    name, buses are numbered in the order they are made (``bus-1``, ``bus-2``...), so
+    that two buses never look alike; :data:`hookbus.default_bus` is ``default``.
+
     **Errors.** ``errors="raise"`` (default) propagates a hook's error at once,
     with a note naming the hook and the event; ``"collect"`` runs every hook and
     then raises one :class:`HookError` (an ``ExceptionGroup``); ``"log"`` logs each
@@ -85,13 +93,23 @@ class EventBus(DeclaredEvents):
         >>> _ = bus.on("saved", lambda doc: print("saved", doc))
         >>> bus.emit("saved", "report.txt")
         saved report.txt
+        >>> other = hookbus.EventBus()
+        >>> bus.name != other.name, other.name.startswith("bus-"), hookbus.default_bus.name
+        (True, True, 'default')
     """
 
     def __init__(
-        self, name: str = "bus", *, errors: ErrorPolicy = "raise", strict: bool = False
+        self, name: Optional[str] = None, *, errors: ErrorPolicy = "raise", strict: bool = False
     ) -> None:
         if not isinstance(strict, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"strict= takes True or False, got {type(strict).__name__} {strict!r}")
+        if name is None:
+            name = f"bus-{next(_unnamed_buses)}"
+        elif not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"EventBus(name=) takes a str, got {type(name).__name__} {name!r}; or leave it "
+                f"out to number the bus (bus-1, bus-2, ...)"
+            )
         self.name = name
         """The bus's name, shown in its repr and in error messages."""
         self.registry = Registry(self, check_policy(errors))
