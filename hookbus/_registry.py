@@ -40,7 +40,7 @@ from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import method_name, parse_options
 from ._plan import Point, PointPlan, event_plan
 from ._points import PointTable
-from ._trace import Trace
+from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
     from ._bus import EventBus
@@ -96,9 +96,9 @@ class Registry:
     (:meth:`register`, :meth:`decorator`), removing (:meth:`unregister`,
     :meth:`remove`, :meth:`claim`, :meth:`clear`), plans (:meth:`plan_event`,
     :meth:`event_handles`, :meth:`plan`), points (:meth:`add_point`,
-    :meth:`remove_point`), state (:meth:`set_errors`, :meth:`set_tracer`,
-    :meth:`pause`, :meth:`snapshot`, :meth:`restore`) and introspection
-    (:meth:`hooks`). Nothing else touches its dicts or its lock.
+    :meth:`remove_point`), state (:meth:`set_errors`, :meth:`open_trace`,
+    :meth:`close_trace`, :meth:`pause`, :meth:`snapshot`, :meth:`restore`) and
+    introspection (:meth:`hooks`). Nothing else touches its dicts or its lock.
 
     Methods named ``*_locked`` expect the caller to hold ``_lock``, a plain
     (non-reentrant) lock: nothing that runs with it held may take it again, and
@@ -119,8 +119,9 @@ class Registry:
         self.bus = bus
         self.errors: ErrorPolicy = errors
         """The error policy; change it with :meth:`set_errors`."""
-        self.tracer: Optional[Trace] = None
-        """The open :class:`Trace`, if any; change it with :meth:`set_tracer`."""
+        self.tracer: Optional[Tracer] = None
+        """What dispatch records into: the open traces (none, one :class:`Trace`, or a
+        group of them); :meth:`open_trace` and :meth:`close_trace` change it."""
         self.event_plans: Dict[str, Any] = {}
         """Event name -> plan, read by ``emit`` without a lock (never replaced, only cleared)."""
         self._lock = threading.Lock()
@@ -135,6 +136,7 @@ class Registry:
         self._pauses: Dict[Optional[str], int] = {}
         self._pause_matchers: Dict[str, Matcher] = {}
         self._collected: List[Handle] = []
+        self._traces: Tuple[Trace, ...] = ()  # open, in the order they opened
         # Names already checked, with their glob matcher (None for a plain name).
         self._names: Dict[str, Optional[Matcher]] = {}
         self.declarations = Declarations()
@@ -366,11 +368,27 @@ class Registry:
             self.errors = policy
             self._invalidate_all_locked()
 
-    def set_tracer(self, tracer: Optional[Trace]) -> None:
-        """Record into ``tracer`` from now on (``None``: stop); plans are worked out again."""
+    def open_trace(self, trace: Trace) -> bool:
+        """Record into ``trace`` too, from the next dispatch on; False if it is open already.
+
+        Traces may overlap in any order: each open one records every dispatch.
+        """
         with self._changing():
-            self.tracer = tracer
-            self._invalidate_all_locked()
+            if any(each is trace for each in self._traces):
+                return False
+            self._set_traces_locked((*self._traces, trace))
+            return True
+
+    def close_trace(self, trace: Trace) -> None:
+        """Stop recording into ``trace``, whichever open trace it is; nothing if closed."""
+        with self._changing():
+            if any(each is trace for each in self._traces):
+                self._set_traces_locked(tuple(t for t in self._traces if t is not trace))
+
+    def _set_traces_locked(self, traces: Tuple[Trace, ...]) -> None:
+        self._traces = traces
+        self.tracer = tracer_for(traces)
+        self._invalidate_all_locked()
 
     def pause(self, name: Optional[str], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pauses of ``name`` (a name, a pattern, or None: all)."""
@@ -396,7 +414,7 @@ class Registry:
                 },
                 {kind: list(bucket) for kind, bucket in self._patterns.items()},
                 self.errors,
-                self.tracer,
+                self._traces,
                 dict(self._pauses),
                 dict(self._pause_matchers),
             )
@@ -408,7 +426,7 @@ class Registry:
         Hooks added since are unregistered, hooks removed since come back, except
         weakly held ones whose object died meanwhile.
         """
-        exact, patterns, errors, tracer, pauses, pause_matchers = snapshot
+        exact, patterns, errors, traces, pauses, pause_matchers = snapshot
         with self._changing():
             self._sweep_collected_locked()
             for handle in self._all_locked():
@@ -422,7 +440,7 @@ class Registry:
                 kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()
             }
             self._patterns = {kind: bucket for kind, bucket in patterns.items() if bucket}
-            self.errors, self.tracer = errors, tracer
+            self.errors, self._traces, self.tracer = errors, traces, tracer_for(traces)
             self._pauses, self._pause_matchers = pauses, pause_matchers
             self._invalidate_all_locked()
 
