@@ -316,7 +316,9 @@ def pytest_plugin() -> None:
     for line in _TEST_FILE.strip("\n").splitlines():
         print(f"  | {line}".rstrip())
     if importlib.util.find_spec("pytest") is None:
-        print("pytest is not installed: pip install pytest, then run it with pytest.")
+        print("pytest is not installed (pip install pytest, to run the file); here are the")
+        print("same checks, with the Recorder behind bus_recorder:")
+        _record_without_pytest()
         return
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "test_shop.py")
@@ -341,6 +343,23 @@ def pytest_plugin() -> None:
             _say(line[1:].strip())
         elif " passed" in line:
             print("  " + line)
+
+
+def _record_without_pytest() -> None:
+    from hookbus._recorder import Recorder  # hookbus.pytest_plugin.Recorder, without pytest
+
+    def place_order(order_id: int) -> None:
+        hookbus.emit("order.placed", order_id, total="9.99 EUR")
+
+    with Recorder() as recorder:  # records hookbus.default_bus
+        place_order(7)
+        recorder.assert_emitted_with("order.placed", 7, total="9.99 EUR")
+        print("  assert_emitted_with('order.placed', 7, total='9.99 EUR') passed")
+        place_order(8)
+        try:
+            recorder.assert_emitted("order.shiped")
+        except AssertionError as error:
+            _say(f"AssertionError: {error}")
 
 
 def _package_root() -> str:

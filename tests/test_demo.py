@@ -109,3 +109,26 @@ def test_the_torch_part_runs_when_torch_is_installed(
         return
     assert "captured == forward's own tensors: True" in printed
     assert "native hooks left on the net: 0" in printed
+
+
+def test_without_pytest_the_recorder_still_shows_the_checks() -> None:
+    # A first run with only the torch extra has no pytest: the part runs in-process.
+    code = (
+        "import sys; sys.modules['pytest'] = None; import hookbus.demo as demo; "
+        "[run() for title, docs, run in demo.PARTS if title.startswith('Testing')]"
+    )
+    run = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "default", "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    printed = " ".join(run.stdout.split())
+    assert "pip install pytest" in printed
+    assert "assert_emitted_with('order.placed', 7, total='9.99 EUR') passed" in printed
+    assert "(did you mean `order.placed`?)" in printed
