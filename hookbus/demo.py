@@ -338,11 +338,11 @@ def pytest_plugin() -> None:
             env={**os.environ, "PYTHONPATH": _package_root()},
         )
     print("python -m pytest -q test_shop.py: two pass, and the failure reads")
-    for line in result.stdout.splitlines():
-        if line.startswith("E "):
-            _say(line[1:].strip())
-        elif " passed" in line:
-            print("  " + line)
+    lines = result.stdout.splitlines()
+    # The first line naming the error: "E   AssertionError: ..." or "file:line: ...".
+    failure = next((line for line in lines if "AssertionError: " in line), "")
+    _say(failure[failure.find("AssertionError: ") :])
+    print("  " + next((line for line in lines if " passed" in line), result.stdout[-200:]))
 
 
 def _record_without_pytest() -> None:
