@@ -22,7 +22,7 @@ class Pause:
         >>> with bus.paused("tick") as pause:
         ...     bus.emit("tick", "muted")
         >>> pause  # doctest: +ELLIPSIS
-        <paused 'tick' on <EventBus 'bus' ...>>
+        <paused 'tick' on <EventBus 'bus-...' ...>>
     """
 
     __slots__ = ("_bus", "_name")

@@ -364,7 +364,7 @@ def test_traces_opened_and_closed_in_many_threads_each_record_their_own_window()
     counts = [len(trace.records) for _, _, trace in traces]
     bus.emit("t.final")
     assert [len(trace.records) for _, _, trace in traces] == counts
-    assert bus._event_plans["t.final"].__class__ is tuple  # back on the fast path
+    assert bus.registry.event_plans["t.final"].__class__ is tuple  # back on the fast path
 
 
 @pytest.mark.parametrize("kind", ["event", "pre"])
