@@ -24,11 +24,13 @@ from .._context import CallContext
 from .._handle import Handle, HandleGroup, Removable
 from .._names import check_name, is_pattern
 from .._options import HookOptions
+from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
 from ._point import KINDS, ModulePoint
 from ._select import GroupSelector, Selector, close_names, select
+from ._warnings import stacklevel_outside_hookbus
 from ._wrappers import walk
 
-__all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
+__all__ = ["ROOT", "Attachment", "Selector", "attach"]
 
 ROOT = "<root>"
 """The name of the attached model itself when no prefix is given."""
@@ -38,28 +40,6 @@ Hook = Callable[[CallContext], None]
 # Keeps each model's attachments (and so their points) alive as long as the model,
 # even when the caller drops the Attachment. Attachments hold the model weakly.
 _attachments: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
-
-
-class CompiledModelWarning(UserWarning):
-    """Hooks were installed on a ``torch.compile``'d model: torch may ignore them.
-
-    Example:
-        >>> import warnings, hookbus.torch
-        >>> warnings.simplefilter("ignore", hookbus.torch.CompiledModelWarning)
-    """
-
-
-def is_compiled(model: nn.Module) -> bool:
-    """Whether ``model`` is a ``torch.compile`` wrapper or was ``model.compile()``'d."""
-    return isinstance(getattr(model, "_orig_mod", None), nn.Module) or (
-        getattr(model, "_compiled_call_impl", None) is not None
-    )
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The module that runs: ``torch.compile(model)`` wraps it in ``_orig_mod``."""
-    inner = getattr(model, "_orig_mod", None)
-    return inner if isinstance(inner, nn.Module) else model
 
 
 def attach(
@@ -226,16 +206,7 @@ class Attachment(Removable):
             return
         self._warned = True  # first: a warnings hook registering here must not recurse
         try:
-            warnings.warn(
-                f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} "
-                f"of a torch.compile'd model. If the compiled model already ran while it had no "
-                f"hooks, torch ignores hooks added since "
-                f"(torch._dynamo.config.skip_nnmodule_hook_guards): "
-                f"register hooks before its first call, or call torch._dynamo.reset(). A model "
-                f"that had hooks then recompiles at each change instead.",
-                CompiledModelWarning,
-                stacklevel=_caller_outside_hookbus(),
-            )
+            warn_hook_on_compiled(point.name, phase)
         except BaseException:
             self._warned = False  # raised (-W error): the registration is undone; warn again
             raise
@@ -252,7 +223,7 @@ class Attachment(Removable):
             f"finished reduction') or the other rank hangs. Pass find_unused_parameters=True "
             f"to DDP, or keep the graph: ctx.result = ctx.result * 0",
             RuntimeWarning,
-            stacklevel=_caller_outside_hookbus(),
+            stacklevel=stacklevel_outside_hookbus(),
         )
 
     # --- names and selection -----------------------------------------------------------
@@ -611,16 +582,6 @@ class Attachment(Removable):
         state = f"{len(self._points)} modules" if self._points else "detached"
         prefix = f" prefix={self.prefix!r}" if self.prefix else ""
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
-
-
-def _caller_outside_hookbus() -> int:
-    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here."""
-    frame = sys._getframe(2)  # the caller of the function that warns
-    level = 2
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level
 
 
 def _literal(name: str) -> str:
