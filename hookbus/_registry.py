@@ -36,8 +36,9 @@ from typing import (
 from ._declared import Declarations, Declared, check_registration, replay
 from ._errors import ErrorPolicy, add_note, describe
 from ._handle import Handle, Scope, _open_scopes, innermost_scope, plain_handle
-from ._names import Matcher, check_name, is_pattern, matcher_for
+from ._names import Matcher, check_and_cache, check_name, is_pattern
 from ._options import method_name, parse_options
+from ._pause import NO_PAUSES
 from ._plan import Point, PointPlan, event_plan
 from ._points import PointTable
 from ._trace import Trace, Tracer, tracer_for
@@ -51,9 +52,6 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
-# Checked names are cached only to speed up registering the same names again: a
-# few hundred cover a program's hooks without holding many dynamic names.
-_NAME_CACHE_LIMIT = 1_024
 
 # Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
 _MARKED_COROUTINES = sys.version_info >= (3, 12)
@@ -96,8 +94,8 @@ class Registry:
     (:meth:`register`, :meth:`decorator`), removing (:meth:`unregister`,
     :meth:`remove`, :meth:`claim`, :meth:`clear`), plans (:meth:`plan_event`,
     :meth:`event_handles`, :meth:`plan`), points (:meth:`add_point`,
-    :meth:`remove_point`), state (:meth:`set_errors`, :meth:`open_trace`,
-    :meth:`close_trace`, :meth:`pause`, :meth:`snapshot`, :meth:`restore`) and
+    :meth:`remove_point`), state (:meth:`set_errors`, :meth:`set_trace`,
+    :meth:`pause`, :meth:`snapshot`, :meth:`restore`) and
     introspection (:meth:`hooks`). Nothing else touches its dicts or its lock.
 
     Methods named ``*_locked`` expect the caller to hold ``_lock``, a plain
@@ -121,7 +119,7 @@ class Registry:
         """The error policy; change it with :meth:`set_errors`."""
         self.tracer: Optional[Tracer] = None
         """What dispatch records into: the open traces (none, one :class:`Trace`, or a
-        group of them); :meth:`open_trace` and :meth:`close_trace` change it."""
+        group of them); :meth:`set_trace` changes it."""
         self.event_plans: Dict[str, Any] = {}
         """Event name -> plan, read by ``emit`` without a lock (never replaced, only cleared)."""
         self._lock = threading.Lock()
@@ -133,8 +131,7 @@ class Registry:
         self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
         self._points = PointTable()
         self._stale: List[Point] = []  # points to invalidate once the lock is released
-        self._pauses: Dict[Optional[str], int] = {}
-        self._pause_matchers: Dict[str, Matcher] = {}
+        self._pauses = NO_PAUSES
         self._collected: List[Handle] = []
         self._traces: Tuple[Trace, ...] = ()  # open, in the order they opened
         # Names already checked, with their glob matcher (None for a plain name).
@@ -179,7 +176,7 @@ class Registry:
         try:
             match = self._names[name]
         except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
-            match = self._check_new_name(kind, name)
+            match = check_and_cache(self._names, name, f"{_what(kind)} name")
         if not callable(hook):
             raise TypeError(
                 f"{method_name(kind)}() needs a callable hook, got {type(hook).__name__} "
@@ -256,15 +253,6 @@ class Registry:
         if history:
             replay(self, handle, history)
         return handle
-
-    def _check_new_name(self, kind: str, name: str) -> Optional[Matcher]:
-        """Check a name not seen before; cache it with its matcher (None: not a pattern)."""
-        check_name(name, f"{_what(kind)} name", allow_pattern=True)
-        match = matcher_for(name) if is_pattern(name) else None
-        if len(self._names) >= _NAME_CACHE_LIMIT:
-            self._names.clear()
-        self._names[name] = match
-        return match
 
     def unregister(self, handle: Handle) -> None:
         """``handle.remove()``: unregister one handle known to be this bus's (idempotent)."""
@@ -368,39 +356,21 @@ class Registry:
             self.errors = policy
             self._invalidate_all_locked()
 
-    def open_trace(self, trace: Trace) -> bool:
-        """Record into ``trace`` too, from the next dispatch on; False if it is open already.
-
-        Traces may overlap in any order: each open one records every dispatch.
-        """
+    def set_trace(self, trace: Trace, is_open: bool) -> bool:
+        """Open or close ``trace`` (traces overlap in any order); False if it already was."""
         with self._changing():
-            if any(each is trace for each in self._traces):
+            if any(each is trace for each in self._traces) == is_open:
                 return False
-            self._set_traces_locked((*self._traces, trace))
-            return True
-
-    def close_trace(self, trace: Trace) -> None:
-        """Stop recording into ``trace``, whichever open trace it is; nothing if closed."""
-        with self._changing():
-            if any(each is trace for each in self._traces):
-                self._set_traces_locked(tuple(t for t in self._traces if t is not trace))
-
-    def _set_traces_locked(self, traces: Tuple[Trace, ...]) -> None:
-        self._traces = traces
-        self.tracer = tracer_for(traces)
-        self._invalidate_all_locked()
+            others = tuple(each for each in self._traces if each is not trace)
+            self._traces = (*others, trace) if is_open else others
+            self.tracer = tracer_for(self._traces)
+            self._invalidate_all_locked()
+        return True
 
     def pause(self, name: Optional[str], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pauses of ``name`` (a name, a pattern, or None: all)."""
         with self._changing():
-            count = self._pauses.get(name, 0) + delta
-            if count:
-                self._pauses[name] = count
-                if name is not None and is_pattern(name):
-                    self._pause_matchers[name] = matcher_for(name)
-            else:
-                self._pauses.pop(name, None)
-                self._pause_matchers.pop(name or "", None)
+            self._pauses = self._pauses.changed(name, delta)
             self._invalidate_all_locked()
 
     def snapshot(self) -> Tuple[Any, ...]:
@@ -415,8 +385,7 @@ class Registry:
                 {kind: list(bucket) for kind, bucket in self._patterns.items()},
                 self.errors,
                 self._traces,
-                dict(self._pauses),
-                dict(self._pause_matchers),
+                self._pauses,
             )
         return snapshot
 
@@ -426,7 +395,7 @@ class Registry:
         Hooks added since are unregistered, hooks removed since come back, except
         weakly held ones whose object died meanwhile.
         """
-        exact, patterns, errors, traces, pauses, pause_matchers = snapshot
+        exact, patterns, errors, traces, pauses = snapshot
         with self._changing():
             self._sweep_collected_locked()
             for handle in self._all_locked():
@@ -441,7 +410,7 @@ class Registry:
             }
             self._patterns = {kind: bucket for kind, bucket in patterns.items() if bucket}
             self.errors, self._traces, self.tracer = errors, traces, tracer_for(traces)
-            self._pauses, self._pause_matchers = pauses, pause_matchers
+            self._pauses = pauses
             self._invalidate_all_locked()
 
     # --- introspection ------------------------------------------------------------------
@@ -499,7 +468,7 @@ class Registry:
         ``literal``: ``name`` is a name even if it holds glob characters (a torch
         module may be called ``"a[0]"``), so patterns that match it apply.
         """
-        if not paused_ok and self._pauses and self._is_paused_locked(name):
+        if not paused_ok and self._pauses and self._pauses.covers(name):
             return ()
         bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
         patterns = self._patterns.get(kind)
@@ -512,11 +481,6 @@ class Registry:
         handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
         handles.sort(key=_order)
         return tuple(handles)
-
-    def _is_paused_locked(self, name: str) -> bool:
-        if None in self._pauses or name in self._pauses:
-            return True
-        return any(match(name) for match in self._pause_matchers.values())
 
     def plan_event(self, event: str) -> Any:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""

@@ -87,12 +87,12 @@ class Trace:
         return "\n".join(lines)
 
     def __enter__(self) -> Self:
-        if not self.bus.registry.open_trace(self):
+        if not self.bus.registry.set_trace(self, True):
             raise RuntimeError("this trace is already open; make a new one with bus.trace()")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.bus.registry.close_trace(self)  # closing a closed trace does nothing
+        self.bus.registry.set_trace(self, False)  # closing a closed trace does nothing
 
     def __repr__(self) -> str:
         return f"<Trace {len(self.records)} records on {self.bus!r}>"

@@ -154,9 +154,8 @@ def test_registry_methods_other_modules_use_are_public_and_documented() -> None:
     public = [
         "register", "decorator", "unregister", "remove", "clear", "claim",
         "forget_collected", "plan_event", "event_handles", "note_fast_error", "plan",
-        "add_point", "remove_point", "points", "set_errors", "open_trace", "close_trace",
-        "pause", "snapshot", "restore", "hooks", "record_emission", "commit_declaration",
-        "forget",
+        "add_point", "remove_point", "points", "set_errors", "set_trace", "pause",
+        "snapshot", "restore", "hooks", "record_emission", "commit_declaration", "forget",
     ]  # fmt: skip
     registry = hookbus.EventBus().registry
     for name in public:
