@@ -196,3 +196,15 @@ def test_a_plan_worked_out_while_hooks_change_is_not_kept() -> None:
     assert repr(point) == "<HookPoint 'load' unresolved>"  # not the stale plan
     load()
     assert seen == ["late"]
+
+
+def test_no_module_is_over_about_500_lines() -> None:
+    """One concept a module: a module that grows past this is doing two things."""
+    limit = 520  # about 500: room for a docstring line, not for a second concept
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted((ROOT / "hookbus").rglob("*.py"))
+    }
+    assert len(sizes) > 20
+    too_long = {path: lines for path, lines in sizes.items() if lines > limit}
+    assert not too_long, f"modules over {limit} lines: {too_long}"
