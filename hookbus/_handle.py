@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import weakref
@@ -256,18 +255,11 @@ class HandleGroup(Removable):
         return f"<{type(self).__name__} {len(self._handles)} handles, {active} active>"
 
 
-class _Opening:
-    """One ``with scope:`` in the context that entered it; closed on exit, wherever that is.
-
-    A scope may be exited in another thread or task, whose context can't reset the
-    one it was entered in: the entry stays there, closed, and registration skips it.
-    """
-
-    __slots__ = ("closed", "scope")
-
-    def __init__(self, scope: Scope) -> None:
-        self.scope = scope
-        self.closed = False
+# One ``with scope:`` in the context that entered it: a cell holding the scope,
+# emptied (None) on exit, wherever that is. A scope may be exited in another thread
+# or task, whose context can't reset the one it was entered in: the cell stays
+# there, empty, and registration skips it. (A list: cheaper to make than an object.)
+_Opening = List[Optional["Scope"]]
 
 
 # The scopes open in this thread or task, innermost last. Registration adds its
@@ -330,9 +322,11 @@ class Scope(HandleGroup):
     def __enter__(self) -> Self:
         if self._opening is not None:
             raise RuntimeError("this scope is already open; make a new one with bus.scope()")
-        opening = _Opening(self)
-        still_open = [each for each in _open_scopes.get() if not each.closed]
-        self._token = _open_scopes.set((*still_open, opening))
+        opening: _Opening = [self]
+        current = _open_scopes.get()
+        if current and not all(each[0] for each in current):  # drop those closed elsewhere
+            current = tuple(each for each in current if each[0] is not None)
+        self._token = _open_scopes.set((*current, opening))
         self._opening = opening
         return self
 
@@ -341,28 +335,24 @@ class Scope(HandleGroup):
         token, self._token = self._token, None
         try:
             if opening is not None and token is not None:
-                opening.closed = True  # first: from now on nothing joins it, in any context
-                _leave(opening, token)
+                opening[0] = None  # first: from now on nothing joins it, in any context
+                current = _open_scopes.get()
+                if current and current[-1] is opening:
+                    try:  # noqa: SIM105 - suppress() would cost a context manager per exit
+                        _open_scopes.reset(token)
+                    except ValueError:  # entered in another thread or task: stays there, skipped
+                        pass
+                elif any(each is opening for each in current):  # left before an inner one
+                    _open_scopes.set(tuple(each for each in current if each[0] is not None))
         finally:
             self.remove()
 
 
-def _leave(opening: _Opening, token: contextvars.Token[Tuple[_Opening, ...]]) -> None:
-    """Take a closed opening out of this context's open scopes, where it can."""
-    current = _open_scopes.get()
-    if current and current[-1] is opening:
-        # ValueError: entered in another thread or task, where it stays, closed, skipped.
-        with contextlib.suppress(ValueError):
-            _open_scopes.reset(token)
-    elif opening in current:  # an outer scope left before an inner one: keep the inner open
-        _open_scopes.set(tuple(each for each in current if not each.closed))
-
-
 def innermost_scope(bus: EventBus) -> Optional[Scope]:
     """The innermost scope of ``bus`` open in this context, if any."""
-    for opening in reversed(_open_scopes.get()):
-        if opening.scope.bus is bus and not opening.closed:
-            return opening.scope
+    for (scope,) in reversed(_open_scopes.get()):
+        if scope is not None and scope.bus is bus:
+            return scope
     return None
 
 
