@@ -19,10 +19,10 @@ from typing_extensions import ParamSpec, Unpack
 from ._declared import checked_handles
 from ._declaring import DeclaredEvents
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
-from ._errors import ErrorPolicy, check_policy
+from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
 from ._names import check_name
-from ._options import EventHookOptions, HookOptions
+from ._options import EventHookOptions, HookOptions, decorator
 from ._pause import Pause
 from ._plan import NO_HOOKS
 from ._priority import PriorityLike
@@ -156,7 +156,7 @@ class EventBus(DeclaredEvents, HookPointMethods):
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
         except Exception as error:
-            self.registry.note_fast_error(error, event, hook, args, kwargs)
+            note_fast_error(self.registry, error, event, hook, args, kwargs)
             raise
 
     # --- events, the rest ----------------------------------------------------------
@@ -263,7 +263,7 @@ class EventBus(DeclaredEvents, HookPointMethods):
         """
         if hook is not None:  # the call form, straight to the hot path
             return self.registry.register("event", event, hook, options)
-        return self.registry.decorator("event", event, options)
+        return decorator(self.registry, "event", event, options)
 
     @overload
     def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -290,7 +290,7 @@ class EventBus(DeclaredEvents, HookPointMethods):
         """
         if hook is not None:
             return self.registry.register("pre", name, hook, options)
-        return self.registry.decorator("pre", name, options)
+        return decorator(self.registry, "pre", name, options)
 
     @overload
     def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -317,7 +317,7 @@ class EventBus(DeclaredEvents, HookPointMethods):
         """
         if hook is not None:
             return self.registry.register("post", name, hook, options)
-        return self.registry.decorator("post", name, options)
+        return decorator(self.registry, "post", name, options)
 
     @overload
     def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -347,7 +347,7 @@ class EventBus(DeclaredEvents, HookPointMethods):
         """
         if hook is not None:
             return self.registry.register("exception", name, hook, options)
-        return self.registry.decorator("exception", name, options)
+        return decorator(self.registry, "exception", name, options)
 
     def subscribe(
         self,

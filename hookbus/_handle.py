@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
+import sys
 import weakref
 from types import BuiltinMethodType, MethodWrapperType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
@@ -16,10 +18,36 @@ if TYPE_CHECKING:
     from ._bus import EventBus
     from ._options import EventHookOptions, HookOptions
 
-__all__ = ["NO_SENDER", "Handle", "HandleGroup", "Removable", "Scope"]
+__all__ = [
+    "MARKED_COROUTINES",
+    "NO_SENDER",
+    "Handle",
+    "HandleGroup",
+    "Removable",
+    "Scope",
+    "is_async_callable",
+]
 
 NO_SENDER: Any = object()
 """The sender of an event emitted without arguments: no ``target`` is it."""
+
+
+# Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
+MARKED_COROUTINES = sys.version_info >= (3, 12)
+
+
+def is_async_callable(hook: Any) -> bool:
+    """Whether calling ``hook`` gives a coroutine: ``async def``, or an async ``__call__``.
+
+    Example:
+        >>> async def fetch(): ...
+        >>> is_async_callable(fetch), is_async_callable(print)
+        (True, False)
+    """
+    if inspect.iscoroutinefunction(hook):
+        return True
+    call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 class Removable:

@@ -13,9 +13,7 @@ lock is released (see ``_plan.py``).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
-import sys
 import threading
 from inspect import CO_COROUTINE
 from types import FunctionType
@@ -30,17 +28,24 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    TypeVar,
 )
 
 from ._declared import Declarations, Declared, check_registration, replay
-from ._errors import ErrorPolicy, add_note, describe
-from ._handle import Handle, Scope, _open_scopes, innermost_scope, plain_handle
+from ._errors import ErrorPolicy
+from ._handle import (
+    MARKED_COROUTINES,
+    Handle,
+    Scope,
+    _open_scopes,
+    innermost_scope,
+    is_async_callable,
+    plain_handle,
+)
 from ._names import Matcher, check_and_cache, check_name, is_pattern
 from ._options import method_name, parse_options
 from ._pause import NO_PAUSES
 from ._plan import Point, PointPlan, event_plan
-from ._points import PointTable
+from ._points import PointTable, async_hook_error, notify, sync_point_error
 from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
@@ -48,13 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Registry"]
 
-H = TypeVar("H", bound=Callable[..., Any])
-
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
-
-# Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
-_MARKED_COROUTINES = sys.version_info >= (3, 12)
 
 _NO_POINTS: Tuple[Point, ...] = ()
 _NO_NAMES: Dict[str, List[Handle]] = {}
@@ -72,13 +72,6 @@ class _Released:
 _NO_LOCK: Any = _Released()
 
 
-def _is_async_callable(hook: Any) -> bool:
-    if inspect.iscoroutinefunction(hook):
-        return True
-    call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
 def _order(handle: Handle) -> Tuple[int, int]:
     return (-handle.priority, handle.seq)
 
@@ -91,7 +84,7 @@ class Registry:
     """The hook store and plan cache of one :class:`EventBus` (``bus.registry``).
 
     Its public methods are the interface the rest of hookbus uses: registering
-    (:meth:`register`, :meth:`decorator`), removing (:meth:`unregister`,
+    (:meth:`register`), removing (:meth:`unregister`,
     :meth:`remove`, :meth:`claim`, :meth:`clear`), plans (:meth:`plan_event`,
     :meth:`event_handles`, :meth:`plan`), points (:meth:`add_point`,
     :meth:`remove_point`), state (:meth:`set_errors`, :meth:`set_trace`,
@@ -145,17 +138,6 @@ class Registry:
 
     # --- registration and removal -----------------------------------------------------
 
-    def decorator(self, kind: str, name: str, options: Mapping[str, Any]) -> Callable[[H], H]:
-        """A decorator registering its function; name and options are checked now."""
-        check_name(name, f"{_what(kind)} name", allow_pattern=True)
-        parse_options(kind, options)
-
-        def decorate(fn: H) -> H:
-            self.register(kind, name, fn, options)
-            return fn
-
-        return decorate
-
     def register(
         self,
         kind: str,
@@ -186,8 +168,8 @@ class Registry:
         is_async = (
             hook.__class__ is not FunctionType
             or hook.__code__.co_flags & CO_COROUTINE != 0
-            or (_MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
-        ) and _is_async_callable(hook)
+            or (MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
+        ) and is_async_callable(hook)
         bus = self.bus
         if options:
             priority, once, target, weak, with_name = parse_options(kind, options)
@@ -218,11 +200,7 @@ class Registry:
                 if conflict is not None:
                     lock.release()  # the message reads the hook: never under the lock
                     lock = _NO_LOCK
-                    raise TypeError(
-                        f"async {handle.kind} hook {handle!r} matches the sync hook point "
-                        f"{conflict!r}; async hooks need an async hook point (an "
-                        f"'async def' function). Use a plain 'def' hook there."
-                    )
+                    raise async_hook_error(handle, conflict)
             handle.seq = next(self._seq)
             if match is None:
                 names = self._exact.get(kind)
@@ -244,7 +222,7 @@ class Registry:
             lock.release()
         if stale:
             try:
-                _notify(stale)
+                notify(stale)
             except BaseException:
                 self.unregister(handle)  # all or nothing, even for a point's error
                 raise
@@ -264,7 +242,7 @@ class Registry:
         finally:
             lock.release()
         if stale:
-            _notify(stale)
+            notify(stale)
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""
@@ -276,7 +254,7 @@ class Registry:
         finally:
             lock.release()
         if stale:
-            _notify(stale)
+            notify(stale)
 
     def clear(self, name: Optional[str] = None) -> None:
         """Unregister every hook, or every hook registered under exactly ``name``."""
@@ -291,7 +269,7 @@ class Registry:
                 return False
             self._remove_locked([handle])
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        _notify(stale)
+        notify(stale)
         return True
 
     def forget_collected(self, handle: Handle) -> None:
@@ -308,7 +286,7 @@ class Registry:
                 stale = self._take_stale_locked() if self._stale else _NO_POINTS
             finally:
                 self._lock.release()
-            _notify(stale)
+            notify(stale)
         else:
             self._collected.append(handle)
 
@@ -507,7 +485,7 @@ class Registry:
             if keep_handles:
                 self._event_handles[event] = handles
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        _notify(stale)
+        notify(stale)
         return plan, handles
 
     def event_handles(self, event: str) -> Tuple[Handle, ...]:
@@ -532,23 +510,6 @@ class Registry:
             self.declarations.record(event, args, kwargs)
             return self._resolve_locked("event", event)
 
-    def note_fast_error(
-        self,
-        error: BaseException,
-        event: str,
-        hook: Any,
-        args: Tuple[Any, ...],
-        kwargs: Dict[str, Any],
-    ) -> None:
-        """Name the hook in ``error``'s notes, for an error raised in emit's fast loop;
-        or raise the error naming a declared event's spec, if no hook ran."""
-        if self.checking:
-            self.declarations.refuse_arguments(error, event, args, kwargs)
-        for handle in self.event_handles(event):
-            if handle.hook is hook:
-                add_note(error, describe(handle, event))
-                return
-
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
         self.add_points((point,))
@@ -572,10 +533,7 @@ class Registry:
                 added.append(point)
         if conflict is not None:  # raised here: the message reads the hook's attributes
             refused, handle = conflict
-            raise TypeError(
-                f"the sync hook point {refused.name!r} matches the async hook {handle!r}; "
-                f"async hooks need an async hook point (an 'async def' function)"
-            )
+            raise sync_point_error(refused.name, handle)
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
@@ -612,7 +570,7 @@ class Registry:
         finally:
             lock.release()
         if stale:
-            _notify(stale)
+            notify(stale)
         if not any(hooks.values()):
             return None
         return PointPlan(hooks, plain)
@@ -640,7 +598,7 @@ class Registry:
         with self._lock:
             yield
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        _notify(stale)
+        notify(stale)
 
     def _take_stale_locked(self) -> Sequence[Point]:
         """The points to invalidate (once the lock is released), each once."""
@@ -648,9 +606,3 @@ class Registry:
             return _NO_POINTS
         stale, self._stale = self._stale, []
         return stale if len(stale) == 1 else tuple(dict.fromkeys(stale))
-
-
-def _notify(points: Sequence[Point]) -> None:
-    """Tell ``points`` that their hooks changed (no lock held: they may run any code)."""
-    for point in points:
-        point.invalidate()

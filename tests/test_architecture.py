@@ -152,8 +152,8 @@ def test_a_point_that_fails_to_take_a_hook_undoes_the_registration() -> None:
 
 def test_registry_methods_other_modules_use_are_public_and_documented() -> None:
     public = [
-        "register", "decorator", "unregister", "remove", "clear", "claim",
-        "forget_collected", "plan_event", "event_handles", "note_fast_error", "plan",
+        "register", "unregister", "remove", "clear", "claim",
+        "forget_collected", "plan_event", "event_handles", "plan",
         "add_point", "remove_point", "points", "set_errors", "set_trace", "pause",
         "snapshot", "restore", "hooks", "record_emission", "commit_declaration", "forget",
     ]  # fmt: skip
