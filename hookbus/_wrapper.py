@@ -438,6 +438,8 @@ class HookPointMethods:
     the methods live with the wrapper they make.
     """
 
+    __slots__ = ()
+
     @overload
     def hookable(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 
