@@ -1,7 +1,7 @@
 """A tour of every part of hookbus: ``python -m hookbus.demo``.
 
 Each part has a numbered title naming the docs page that explains it, then prints
-what happened: events; hook points with pre, post and exception hooks; handles,
+what happened: events; declared events; hook points with pre, post and exception hooks; handles,
 scopes, pauses and traces; hook classes; the training-loop events; async; the
 error policies; the pytest plugin; and (when torch is installed) the torch adapter.
 """
@@ -73,6 +73,40 @@ def events() -> None:
     bus.on("plugins.formats", lambda: "csv")
     bus.on("plugins.formats", lambda: "json")
     print("collect plugins.formats ->", bus.collect("plugins.formats"))
+
+
+@part("Declared events: @bus.event, checked at registration and emit", "Declared events")
+def declared_events() -> None:
+    """A stub's signature as an event's spec: hooks and emissions that don't fit fail early."""
+    bus = EventBus("accounts")
+
+    @bus.event
+    def user_created(user: str, *, admin: bool = False) -> None:
+        """Emitted after a user row is committed."""
+
+    def welcome(user: str, admin: bool = False) -> None:
+        print(f"  welcome {user} (admin={admin})")
+
+    def on_created(user: str) -> None:  # takes no admin=: it can't take every emission
+        pass
+
+    print("declared:", user_created)
+    user_created.on(welcome)
+    user_created.emit("ada", admin=True)
+    try:
+        user_created.on(on_created)  # type: ignore[arg-type]  # mypy sees it too
+    except TypeError as error:
+        reason = re.sub(r"\(\S*[/\\]", "(", str(error).split(". A hook")[0])
+        _say(f"registering on_created fails at once: {reason}")
+    try:
+        bus.emit("user_created", "bob", "extra")
+    except TypeError as error:
+        _say("emit with the wrong arguments fails: " + str(error).split(": got ")[1])
+    bus.on("user_craeted", welcome)  # a typo: this hook would never run
+    try:
+        bus.check_pending()
+    except hookbus.UnknownNameError as error:
+        _say("check_pending() finds it: " + str(error).splitlines()[1].split("): ")[1])
 
 
 @part("Hook points: @bus.hookable with pre, post and exception hooks", "Concepts")
