@@ -41,11 +41,12 @@ from ._handle import (
     is_async_callable,
     plain_handle,
 )
-from ._names import Matcher, check_and_cache, check_name, is_pattern
+from ._names import Matcher, check_and_cache, check_name
 from ._options import method_name, parse_options
 from ._pause import NO_PAUSES
 from ._plan import Point, PointPlan, event_plan
 from ._points import PointTable, async_hook_error, notify, sync_point_error
+from ._store import HookStore
 from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ __all__ = ["Registry"]
 _PLAN_CACHE_LIMIT = 65_536
 
 _NO_POINTS: Tuple[Point, ...] = ()
-_NO_NAMES: Dict[str, List[Handle]] = {}
 
 
 class _Released:
@@ -70,10 +70,6 @@ class _Released:
 
 
 _NO_LOCK: Any = _Released()
-
-
-def _order(handle: Handle) -> Tuple[int, int]:
-    return (-handle.priority, handle.seq)
 
 
 def _what(kind: str) -> str:
@@ -117,10 +113,8 @@ class Registry:
         """Event name -> plan, read by ``emit`` without a lock (never replaced, only cleared)."""
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        # kind -> name -> hooks, in registration order (nested rather than keyed by
-        # (kind, name): a tuple key would cost 56 bytes more per name).
-        self._exact: Dict[str, Dict[str, List[Handle]]] = {}
-        self._patterns: Dict[str, List[Handle]] = {}
+        self._store = HookStore()
+        self._exact, self._patterns = self._store.exact, self._store.patterns  # the hot path's
         self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
         self._points = PointTable()
         self._stale: List[Point] = []  # points to invalidate once the lock is released
@@ -259,7 +253,7 @@ class Registry:
     def clear(self, name: Optional[str] = None) -> None:
         """Unregister every hook, or every hook registered under exactly ``name``."""
         with self._changing():
-            handles = [h for h in self._all_locked() if name is None or h.name == name]
+            handles = [h for h in self._store.all() if name is None or h.name == name]
             self._remove_locked(handles)
 
     def claim(self, handle: Handle) -> bool:
@@ -319,13 +313,6 @@ class Registry:
         while self._collected:
             self._remove_locked([self._collected.pop()])
 
-    def _all_locked(self) -> List[Handle]:
-        handles = [
-            h for names in self._exact.values() for bucket in names.values() for h in bucket
-        ]
-        handles += [h for bucket in self._patterns.values() for h in bucket]
-        return handles
-
     # --- state: errors, trace, pauses, snapshots ----------------------------------------
 
     def set_errors(self, policy: ErrorPolicy) -> None:
@@ -356,11 +343,7 @@ class Registry:
         with self._changing():
             self._sweep_collected_locked()
             snapshot = (
-                {
-                    kind: {n: list(b) for n, b in names.items()}
-                    for kind, names in self._exact.items()
-                },
-                {kind: list(bucket) for kind, bucket in self._patterns.items()},
+                self._store.copy(),
                 self.errors,
                 self._traces,
                 self._pauses,
@@ -373,20 +356,10 @@ class Registry:
         Hooks added since are unregistered, hooks removed since come back, except
         weakly held ones whose object died meanwhile.
         """
-        exact, patterns, errors, traces, pauses = snapshot
+        stored, errors, traces, pauses = snapshot
         with self._changing():
             self._sweep_collected_locked()
-            for handle in self._all_locked():
-                handle._registered = False
-            buckets = [b for names in exact.values() for b in names.values()]
-            for bucket in [*buckets, *patterns.values()]:
-                bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
-                for handle in bucket:
-                    handle._registered = True
-            self._exact = {
-                kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()
-            }
-            self._patterns = {kind: bucket for kind, bucket in patterns.items() if bucket}
+            self._store.restore(stored)
             self.errors, self._traces, self.tracer = errors, traces, tracer_for(traces)
             self._pauses = pauses
             self._invalidate_all_locked()
@@ -397,18 +370,7 @@ class Registry:
         """All hooks (by kind, name, order), or those that would run for ``name``, kind by kind."""
         with self._changing():
             self._sweep_collected_locked()
-            if name is None:
-                handles = sorted(
-                    self._all_locked(), key=lambda h: (h.kind, h.name, -h.priority, h.seq)
-                )
-            else:
-                kinds = sorted({h.kind for h in self._all_locked()})
-                handles = [
-                    handle
-                    for each in kinds
-                    for handle in self._resolve_locked(each, name, paused_ok=True)
-                ]
-        return handles
+            return self._store.listing(name)
 
     def points(self, name: Optional[str] = None) -> List[Point]:
         """The live hook points named ``name``, or all of them."""
@@ -448,17 +410,7 @@ class Registry:
         """
         if not paused_ok and self._pauses and self._pauses.covers(name):
             return ()
-        bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
-        patterns = self._patterns.get(kind)
-        if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
-            return tuple(bucket)  # points that ask for all their kinds at each change
-        if not literal and is_pattern(name):
-            return tuple(bucket)  # introspection of a pattern: its own hooks only
-        if not patterns:
-            return tuple(sorted(bucket, key=_order))
-        handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
-        handles.sort(key=_order)
-        return tuple(handles)
+        return self._store.matching(kind, name, literal)
 
     def plan_event(self, event: str) -> Any:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
@@ -520,7 +472,7 @@ class Registry:
         All or nothing: if an async hook matches one sync point, none is added.
         """
         with self._lock:
-            async_hooks = [h for h in self._all_locked() if h.is_async]
+            async_hooks = [h for h in self._store.all() if h.is_async]
             added: List[Point] = []
             conflict: Optional[Tuple[Point, Handle]] = None
             for point in points:
