@@ -15,6 +15,7 @@ doesn't read on its own:
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any, List
 
@@ -50,6 +51,13 @@ class HookbusDocstrings(griffe.Extension):
     def _reference(self, match: re.Match[str], obj: griffe.Object, loader: Any) -> str:
         name = match.group(1)
         title = f"`{name}()`" if match.group(0).startswith(_CALLABLE_ROLES) else f"`{name}`"
+        owner = obj if obj.is_class else obj.parent
+        # A method the class inherits (EventBus gets some from helper classes) is shown
+        # on the class's page, under the class's own name.
+        if owner is not None and owner.is_class and "." not in name:
+            with contextlib.suppress(Exception):  # an unresolvable base: try the others
+                if name not in owner.members and name in owner.all_members:
+                    return f"[{title}][{_public_module(owner)}.{owner.name}.{name}]"
         for candidate in _candidates(name, obj):
             try:
                 loader.modules_collection.get_member(candidate)
