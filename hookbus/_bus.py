@@ -21,6 +21,7 @@ from ._declaring import DeclaredEvents
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
+from ._hookable import HookPointMethods
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, decorator
 from ._pause import Pause
@@ -29,7 +30,6 @@ from ._priority import PriorityLike
 from ._registry import Registry
 from ._subscribe import subscribe
 from ._trace import Trace
-from ._wrapper import HookPointMethods
 
 __all__ = ["EventBus"]
 

@@ -28,7 +28,8 @@ from .._errors import add_note, describe
 from .._handle import _where
 from ._calls import INTERNAL_STOPS, call_keys, forward_raised, running_calls
 from ._copies import inert_point
-from ._tree import Path, iter_tensors
+from ._grad import handle_alive
+from ._tree import Path, iter_tensors, leaves_the_graph
 
 if TYPE_CHECKING:
     from .._bus import EventBus
@@ -249,7 +250,7 @@ class ModulePoint:
         handles.append(handle)
         if len(handles) >= 256 and len(handles) & (len(handles) - 1) == 0:
             # At each power of two, drop the hooks whose graph is gone already.
-            self._grad_handles = [h for h in handles if _alive(h)]
+            self._grad_handles = [h for h in handles if handle_alive(h)]
 
     # --- the native dispatchers: short, they run on every module call ----------------
 
@@ -409,7 +410,7 @@ class ModulePoint:
                 f"unchanged', so it cannot take effect. To make the call return None, wrap "
                 f"it: bus.wrap(model, 'name'), and set ctx.result there"
             )
-        if self.on_graph_cut is not None and _leaves_the_graph(output, result):
+        if self.on_graph_cut is not None and leaves_the_graph(output, result):
             self.on_graph_cut(self)
         return result
 
@@ -480,19 +481,6 @@ class ModulePoint:
 
 
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
-
-
-def _leaves_the_graph(output: Any, result: Any) -> bool:
-    """Whether ``result`` replaced an output that autograd tracks by one it does not."""
-    if not torch.is_grad_enabled():
-        return False
-    tracked = any(t.requires_grad for _, t in iter_tensors(output))
-    return tracked and not any(t.requires_grad for _, t in iter_tensors(result))
-
-
-def _alive(handle: RemovableHandle) -> bool:
-    hooks_ref: Any = handle.hooks_dict_ref  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    return hooks_ref() is not None
 
 
 def hook_output_grads(point: ModulePoint, call_index: int, output: Any) -> None:
