@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from types import CoroutineType
 from typing import (
-    TYPE_CHECKING,
     Any,
     Callable,
     Iterable,
@@ -19,20 +19,17 @@ from typing_extensions import ParamSpec, Unpack
 from ._declared import checked_handles
 from ._declaring import DeclaredEvents
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
-from ._errors import ErrorPolicy, check_policy
+from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
+from ._hookable import HookPointMethods
 from ._names import check_name
-from ._options import EventHookOptions, HookOptions
+from ._options import EventHookOptions, HookOptions, decorator
 from ._pause import Pause
 from ._plan import NO_HOOKS
 from ._priority import PriorityLike
 from ._registry import Registry
 from ._subscribe import subscribe
 from ._trace import Trace
-from ._wrapper import Decorator, make_hookable
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["EventBus"]
 
@@ -42,8 +39,11 @@ T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
 AnyHook = Callable[..., Any]
 
+# Numbers for buses made without a name (next() on a count is atomic).
+_unnamed_buses = itertools.count(1)
 
-class EventBus(DeclaredEvents):
+
+class EventBus(DeclaredEvents, HookPointMethods):
     """Events, hook points, and the hooks registered on them.
 
     A bus holds two kinds of hooks:
@@ -74,6 +74,10 @@ class EventBus(DeclaredEvents):
     (see ``event``). ``strict=True`` refuses hooks for names that are neither
     declared nor hook points; ``check_pending`` lists them on any bus.
 
+    **Names.** ``EventBus("orders")`` names a bus in reprs and messages. Without a
+    name, buses are numbered in the order they are made (``bus-1``, ``bus-2``...), so
+    that two buses never look alike; :data:`hookbus.default_bus` is ``default``.
+
     **Errors.** ``errors="raise"`` (default) propagates a hook's error at once,
     with a note naming the hook and the event; ``"collect"`` runs every hook and
     then raises one :class:`HookError` (an ``ExceptionGroup``); ``"log"`` logs each
@@ -85,13 +89,23 @@ class EventBus(DeclaredEvents):
         >>> _ = bus.on("saved", lambda doc: print("saved", doc))
         >>> bus.emit("saved", "report.txt")
         saved report.txt
+        >>> other = hookbus.EventBus()
+        >>> bus.name != other.name, other.name.startswith("bus-"), hookbus.default_bus.name
+        (True, True, 'default')
     """
 
     def __init__(
-        self, name: str = "bus", *, errors: ErrorPolicy = "raise", strict: bool = False
+        self, name: Optional[str] = None, *, errors: ErrorPolicy = "raise", strict: bool = False
     ) -> None:
         if not isinstance(strict, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"strict= takes True or False, got {type(strict).__name__} {strict!r}")
+        if name is None:
+            name = f"bus-{next(_unnamed_buses)}"
+        elif not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"EventBus(name=) takes a str, got {type(name).__name__} {name!r}; or leave it "
+                f"out to number the bus (bus-1, bus-2, ...)"
+            )
         self.name = name
         """The bus's name, shown in its repr and in error messages."""
         self.registry = Registry(self, check_policy(errors))
@@ -142,7 +156,7 @@ class EventBus(DeclaredEvents):
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
         except Exception as error:
-            self.registry.note_fast_error(error, event, hook, args, kwargs)
+            note_fast_error(self.registry, error, event, hook, args, kwargs)
             raise
 
     # --- events, the rest ----------------------------------------------------------
@@ -249,7 +263,7 @@ class EventBus(DeclaredEvents):
         """
         if hook is not None:  # the call form, straight to the hot path
             return self.registry.register("event", event, hook, options)
-        return self.registry.decorator("event", event, options)
+        return decorator(self.registry, "event", event, options)
 
     @overload
     def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -276,7 +290,7 @@ class EventBus(DeclaredEvents):
         """
         if hook is not None:
             return self.registry.register("pre", name, hook, options)
-        return self.registry.decorator("pre", name, options)
+        return decorator(self.registry, "pre", name, options)
 
     @overload
     def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -303,7 +317,7 @@ class EventBus(DeclaredEvents):
         """
         if hook is not None:
             return self.registry.register("post", name, hook, options)
-        return self.registry.decorator("post", name, options)
+        return decorator(self.registry, "post", name, options)
 
     @overload
     def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -333,7 +347,7 @@ class EventBus(DeclaredEvents):
         """
         if hook is not None:
             return self.registry.register("exception", name, hook, options)
-        return self.registry.decorator("exception", name, options)
+        return decorator(self.registry, "exception", name, options)
 
     def subscribe(
         self,
@@ -376,98 +390,6 @@ class EventBus(DeclaredEvents):
             []
         """
         return subscribe(self, obj, weak=weak, priority=priority, events=events, target=target)
-
-    # --- hook points ---------------------------------------------------------------
-
-    @overload
-    def hookable(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
-
-    @overload
-    def hookable(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
-
-    @overload
-    def hookable(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
-
-    @overload
-    def hookable(self, name: Optional[str] = None, /) -> Decorator: ...
-
-    def hookable(self, fn_or_name: Any = None, /) -> Any:
-        """Make a callable a hook point: ``@bus.hookable`` or ``@bus.hookable("name")``.
-
-        Each call of the result runs the point's pre hooks, the callable, then its
-        post hooks (or its exception hooks, if it raised). With no hooks
-        registered, it costs about as much as a ``functools.wraps`` pass-through.
-        The name defaults to the callable's ``__qualname__``.
-
-        Works on functions, methods, classmethods and staticmethods (in a class
-        body, either above or below ``@classmethod``), builtins, callable objects
-        and ``async def`` functions or ``async def __call__`` objects (the result
-        is then a coroutine function whose hooks may be sync or async). The result
-        keeps ``__name__``, ``__doc__``, ``__wrapped__`` and ``inspect.signature``.
-        On a method, ``ctx.target`` is the instance (or class) and ``ctx.args`` the
-        arguments after it. Making a hook point of a hook point of the same bus and
-        name returns it unchanged, so its hooks run once per call.
-
-        A class is refused (it would stop being a class): to hook construction,
-        decorate its ``__init__``. A generator function's call only creates the
-        generator: post hooks get the generator object, and an error raised during
-        iteration happens after the call, so no exception hook sees it. To hook the
-        work itself, make the function that consumes the generator (or the one
-        that computes each item) the hook point, or emit events from inside the
-        generator.
-
-        Example:
-            >>> import hookbus
-            >>> bus = hookbus.EventBus()
-            >>> class Model:
-            ...     @bus.hookable("forward")
-            ...     def forward(self, x):
-            ...         return x + 1
-            >>> _ = bus.post("forward", lambda ctx: print(type(ctx.target).__name__, ctx.result))
-            >>> Model().forward(1)
-            Model 2
-            2
-        """
-        if fn_or_name is None or isinstance(fn_or_name, str):
-            name: Optional[str] = fn_or_name
-            if name is not None:
-                check_name(name, "hook point name", allow_pattern=False)
-
-            def decorate(fn: Any) -> Any:
-                return make_hookable(self, fn, name)
-
-            return decorate
-        return make_hookable(self, fn_or_name, None)
-
-    @overload
-    def wrap(
-        self, fn: classmethod[T, P, R], name: Optional[str] = None, /
-    ) -> classmethod[T, P, R]: ...
-
-    @overload
-    def wrap(
-        self, fn: staticmethod[P, R], name: Optional[str] = None, /
-    ) -> staticmethod[P, R]: ...
-
-    @overload
-    def wrap(self, fn: Callable[P, R], name: Optional[str] = None, /) -> Callable[P, R]: ...
-
-    def wrap(self, fn: Any, name: Optional[str] = None, /) -> Any:
-        """Return ``fn`` wrapped as the hook point ``name``; ``fn`` itself is unchanged.
-
-        The call form of :meth:`hookable`, for callables you don't define, such as
-        builtins, bound methods or other libraries' functions.
-
-        Example:
-            >>> import hookbus
-            >>> bus = hookbus.EventBus()
-            >>> hooked_len = bus.wrap(len, "len")
-            >>> _ = bus.post("len", lambda ctx: print("len ->", ctx.result))
-            >>> hooked_len("four")
-            len -> 4
-            4
-        """
-        return make_hookable(self, fn, name)
 
     # --- handles, scopes, pauses ---------------------------------------------------
 
@@ -542,59 +464,6 @@ class EventBus(DeclaredEvents):
         if name is not None:
             check_name(name, "clear() name", allow_pattern=True)
         self.registry.clear(name)
-
-    # --- introspection -------------------------------------------------------------
-
-    def hooks(self, name: Optional[str] = None, *, kind: Optional[str] = None) -> List[Handle]:
-        """The registered hooks, as handles.
-
-        With a ``name``, the hooks that would run for it (patterns included), in
-        dispatch order, kind by kind; without one, all hooks. ``kind`` keeps one
-        kind (``"event"``, ``"pre"``, ``"post"``, ``"exception"``, ...). Each handle
-        tells its ``priority``, ``where`` it was defined, and more.
-
-        Example:
-            >>> import hookbus
-            >>> bus = hookbus.EventBus()
-            >>> _ = bus.on("train.*", print)
-            >>> _ = bus.on("train.step", print, priority=5)
-            >>> [(h.name, h.priority) for h in bus.hooks("train.step")]
-            [('train.step', 5), ('train.*', 0)]
-        """
-        if name is not None:
-            check_name(name, "hooks() name", allow_pattern=True)
-        handles = self.registry.hooks(name)
-        return [handle for handle in handles if kind is None or handle.kind == kind]
-
-    def events(self) -> List[str]:
-        """The event names and patterns that have event hooks, sorted.
-
-        Example:
-            >>> import hookbus
-            >>> bus = hookbus.EventBus()
-            >>> _ = bus.on("b", print); _ = bus.on("a.*", print)
-            >>> bus.events()
-            ['a.*', 'b']
-        """
-        return sorted({handle.name for handle in self.hooks(kind="event")})
-
-    def handles_of(self, hook: Callable[..., Any]) -> List[Handle]:
-        """The handles of every registration of ``hook`` on this bus.
-
-        This reaches the handle of a hook registered with the decorator form.
-
-        Example:
-            >>> import hookbus
-            >>> bus = hookbus.EventBus()
-            >>> @bus.on("a")
-            ... def react():
-            ...     pass
-            >>> for handle in bus.handles_of(react):
-            ...     handle.remove()
-            >>> bus.hooks()
-            []
-        """
-        return [handle for handle in self.hooks() if handle.hook == hook]
 
     @property
     def errors(self) -> ErrorPolicy:

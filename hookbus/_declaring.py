@@ -20,6 +20,7 @@ from ._spec import spec_of
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._handle import Handle
     from ._registry import Registry
 
 __all__ = ["DeclaredEvents", "PointInfo"]
@@ -50,7 +51,8 @@ class PointInfo(NamedTuple):
 
 
 class DeclaredEvents:
-    """The methods of :class:`EventBus` for declared events and the names that exist."""
+    """The methods of :class:`EventBus` for declared events and the names that exist,
+    and for the hooks registered on them (``hooks``, ``events``, ``handles_of``)."""
 
     name: str
     registry: Registry
@@ -226,3 +228,56 @@ class DeclaredEvents:
             [('load', 'function')]
         """
         return sorted(PointInfo(p.name, p.kind, p.where) for p in self.registry.points())
+
+    # --- what is registered ---------------------------------------------------------
+
+    def hooks(self, name: Optional[str] = None, *, kind: Optional[str] = None) -> List[Handle]:
+        """The registered hooks, as handles.
+
+        With a ``name``, the hooks that would run for it (patterns included), in
+        dispatch order, kind by kind; without one, all hooks. ``kind`` keeps one
+        kind (``"event"``, ``"pre"``, ``"post"``, ``"exception"``, ...). Each handle
+        tells its ``priority``, ``where`` it was defined, and more.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("train.*", print)
+            >>> _ = bus.on("train.step", print, priority=5)
+            >>> [(h.name, h.priority) for h in bus.hooks("train.step")]
+            [('train.step', 5), ('train.*', 0)]
+        """
+        if name is not None:
+            check_name(name, "hooks() name", allow_pattern=True)
+        handles = self.registry.hooks(name)
+        return [handle for handle in handles if kind is None or handle.kind == kind]
+
+    def events(self) -> List[str]:
+        """The event names and patterns that have event hooks, sorted.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> _ = bus.on("b", print); _ = bus.on("a.*", print)
+            >>> bus.events()
+            ['a.*', 'b']
+        """
+        return sorted({handle.name for handle in self.hooks(kind="event")})
+
+    def handles_of(self, hook: Callable[..., Any]) -> List[Handle]:
+        """The handles of every registration of ``hook`` on this bus.
+
+        This reaches the handle of a hook registered with the decorator form.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.on("a")
+            ... def react():
+            ...     pass
+            >>> for handle in bus.handles_of(react):
+            ...     handle.remove()
+            >>> bus.hooks()
+            []
+        """
+        return [handle for handle in self.hooks() if handle.hook == hook]

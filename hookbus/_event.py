@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, List, Optional, TypeVa
 from typing_extensions import Concatenate, Literal, ParamSpec, Protocol, Unpack
 
 from ._dispatch import check_event_result
+from ._errors import note_fast_error
 from ._options import HookOptions
 from ._spec import format_spec
 
@@ -64,7 +65,7 @@ def _emitter(bus: EventBus, name: str) -> Callable[..., None]:
                 if result is not None and result.__class__ is CoroutineType:
                     check_event_result(result, name)
         except Exception as error:
-            registry.note_fast_error(error, name, hook, args, {})
+            note_fast_error(registry, error, name, hook, args, {})
             raise
         return None
 

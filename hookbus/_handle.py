@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
+import sys
 import weakref
+from types import BuiltinMethodType, MethodWrapperType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from ._names import Matcher
@@ -15,10 +18,36 @@ if TYPE_CHECKING:
     from ._bus import EventBus
     from ._options import EventHookOptions, HookOptions
 
-__all__ = ["NO_SENDER", "Handle", "HandleGroup", "Removable", "Scope"]
+__all__ = [
+    "MARKED_COROUTINES",
+    "NO_SENDER",
+    "Handle",
+    "HandleGroup",
+    "Removable",
+    "Scope",
+    "is_async_callable",
+]
 
 NO_SENDER: Any = object()
 """The sender of an event emitted without arguments: no ``target`` is it."""
+
+
+# Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
+MARKED_COROUTINES = sys.version_info >= (3, 12)
+
+
+def is_async_callable(hook: Any) -> bool:
+    """Whether calling ``hook`` gives a coroutine: ``async def``, or an async ``__call__``.
+
+    Example:
+        >>> async def fetch(): ...
+        >>> is_async_callable(fetch), is_async_callable(print)
+        (True, False)
+    """
+    if inspect.iscoroutinefunction(hook):
+        return True
+    call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 class Removable:
@@ -254,9 +283,16 @@ class HandleGroup(Removable):
         return f"<{type(self).__name__} {len(self._handles)} handles, {active} active>"
 
 
+# One ``with scope:`` in the context that entered it: a cell holding the scope,
+# emptied (None) on exit, wherever that is. A scope may be exited in another thread
+# or task, whose context can't reset the one it was entered in: the cell stays
+# there, empty, and registration skips it. (A list: cheaper to make than an object.)
+_Opening = List[Optional["Scope"]]
+
+
 # The scopes open in this thread or task, innermost last. Registration adds its
 # handle to the innermost open scope of the same bus.
-_open_scopes: contextvars.ContextVar[Tuple[Scope, ...]] = contextvars.ContextVar(
+_open_scopes: contextvars.ContextVar[Tuple[_Opening, ...]] = contextvars.ContextVar(
     "hookbus_open_scopes", default=()
 )
 
@@ -268,7 +304,8 @@ class Scope(HandleGroup):
     on ``bus`` made in the same thread or asyncio task (and tasks it starts) joins
     the innermost open scope, and leaving the block removes them all, even when it
     raises. Scopes nest: an inner scope removes only what was registered inside it.
-    A scope can also register directly (``scope.on(...)``), from any thread.
+    A scope can also register directly (``scope.on(...)``), from any thread, and
+    may be exited from any thread or task: from then on, nothing joins it.
 
     Example:
         >>> import hookbus
@@ -282,12 +319,13 @@ class Scope(HandleGroup):
         []
     """
 
-    __slots__ = ("_token", "bus")
+    __slots__ = ("_opening", "_token", "bus")
 
     def __init__(self, bus: EventBus) -> None:
         super().__init__()
         self.bus = bus
-        self._token: Optional[contextvars.Token[Tuple[Scope, ...]]] = None
+        self._opening: Optional[_Opening] = None
+        self._token: Optional[contextvars.Token[Tuple[_Opening, ...]]] = None
 
     def on(
         self, event: str, hook: Callable[..., Any], **options: Unpack[EventHookOptions]
@@ -310,24 +348,38 @@ class Scope(HandleGroup):
         return self.bus.registry.register("exception", name, hook, options, scope=self)
 
     def __enter__(self) -> Self:
-        if self._token is not None:
+        if self._opening is not None:
             raise RuntimeError("this scope is already open; make a new one with bus.scope()")
-        self._token = _open_scopes.set((*_open_scopes.get(), self))
+        opening: _Opening = [self]
+        current = _open_scopes.get()
+        if current and not all(each[0] for each in current):  # drop those closed elsewhere
+            current = tuple(each for each in current if each[0] is not None)
+        self._token = _open_scopes.set((*current, opening))
+        self._opening = opening
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        opening, self._opening = self._opening, None
         token, self._token = self._token, None
         try:
-            if token is not None:
-                _open_scopes.reset(token)
+            if opening is not None and token is not None:
+                opening[0] = None  # first: from now on nothing joins it, in any context
+                current = _open_scopes.get()
+                if current and current[-1] is opening:
+                    try:  # noqa: SIM105 - suppress() would cost a context manager per exit
+                        _open_scopes.reset(token)
+                    except ValueError:  # entered in another thread or task: stays there, skipped
+                        pass
+                elif any(each is opening for each in current):  # left before an inner one
+                    _open_scopes.set(tuple(each for each in current if each[0] is not None))
         finally:
             self.remove()
 
 
 def innermost_scope(bus: EventBus) -> Optional[Scope]:
     """The innermost scope of ``bus`` open in this context, if any."""
-    for scope in reversed(_open_scopes.get()):
-        if scope.bus is bus:
+    for (scope,) in reversed(_open_scopes.get()):
+        if scope is not None and scope.bus is bus:
             return scope
     return None
 
@@ -345,6 +397,9 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
 
     if hasattr(hook, "__self__") and hasattr(hook, "__func__"):
         return weakref.WeakMethod(hook, collected)
+    owner = getattr(hook, "__self__", None)
+    if isinstance(hook, _C_METHODS) and owner is not None and not isinstance(owner, ModuleType):
+        return _WeakCMethod(hook, owner, collected)
     try:
         return weakref.ref(hook, collected)
     except TypeError:
@@ -353,6 +408,40 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
             f"{type(hook).__name__} {_hook_name(hook)}; accepted: functions, bound "
             f"methods and most objects (not builtins); or register it strongly"
         ) from None
+
+
+# Methods of C types bound to an object (deque().append, d.__setitem__): like a
+# bound method, each attribute access makes a new one, but there is no __func__.
+_C_METHODS = (BuiltinMethodType, MethodWrapperType)
+
+
+class _WeakCMethod:
+    """``WeakMethod`` for a C type's method: its object held weakly, found again by name."""
+
+    __slots__ = ("_name", "_owner")
+
+    def __init__(self, method: Any, owner: object, callback: Callable[[Any], None]) -> None:
+        name: str = method.__name__
+        label = f"{type(owner).__name__}.{name}"
+        try:
+            self._owner = weakref.ref(owner, callback)
+        except TypeError:
+            raise TypeError(
+                f"weak=True holds a method's object weakly, but {label} is bound to a "
+                f"{type(owner).__name__}, which does not support weak references; accepted: "
+                f"methods of objects that do (a subclass of {type(owner).__name__} does); "
+                f"or register it strongly"
+            ) from None
+        if getattr(owner, name, None) != method:
+            raise TypeError(
+                f"weak=True finds a method again by name on its object, but {label} is not "
+                f"what the name {name!r} gives on it now; register it strongly"
+            )
+        self._name = name
+
+    def __call__(self) -> Any:
+        owner = self._owner()
+        return None if owner is None else getattr(owner, self._name)
 
 
 def _hook_name(hook: Any) -> str:

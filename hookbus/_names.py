@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
-__all__ = ["Matcher", "check_name", "is_pattern", "matcher_for"]
+__all__ = [
+    "NAME_CACHE_LIMIT",
+    "Matcher",
+    "check_and_cache",
+    "check_name",
+    "is_pattern",
+    "matcher_for",
+]
 
 Matcher = Callable[[str], Optional["re.Match[str]"]]
 
@@ -79,3 +86,31 @@ def _has_unclosed_bracket(pattern: str) -> bool:
             i = close
         i += 1
     return False
+
+
+NAME_CACHE_LIMIT = 1_024
+"""Names kept by :func:`check_and_cache`: a few hundred cover a program's hooks."""
+
+
+def check_and_cache(
+    names: Dict[str, Optional[Matcher]], name: str, what: str
+) -> Optional[Matcher]:
+    """Check a name not in ``names`` yet (``what`` it is, for the error); cache its matcher.
+
+    Registration looks a name up in its plain dict first, so that each name is
+    checked and its pattern compiled once. Only a speed-up: ever-new names never
+    grow the cache past :data:`NAME_CACHE_LIMIT`.
+
+    Example:
+        >>> names = {}
+        >>> check_and_cache(names, "train.*", "event name")("train.step") is not None
+        True
+        >>> check_and_cache(names, "eval", "event name"), sorted(names)
+        (None, ['eval', 'train.*'])
+    """
+    check_name(name, what, allow_pattern=True)
+    match = matcher_for(name) if is_pattern(name) else None
+    if len(names) >= NAME_CACHE_LIMIT:
+        names.clear()
+    names[name] = match
+    return match

@@ -9,13 +9,25 @@ every one of them is parsed by :func:`parse_options` at registration time.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Tuple, TypeVar
 
 from typing_extensions import TypedDict
 
+from ._names import check_name
 from ._priority import PriorityLike, to_priority
 
-__all__ = ["EventHookOptions", "HookOptions", "ParsedOptions", "parse_options"]
+if TYPE_CHECKING:
+    from ._registry import Registry
+
+__all__ = [
+    "EventHookOptions",
+    "HookOptions",
+    "ParsedOptions",
+    "decorator",
+    "parse_options",
+]
+
+H = TypeVar("H", bound=Callable[..., Any])
 
 
 class HookOptions(TypedDict, total=False):
@@ -91,3 +103,28 @@ def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
             f"the name as ctx.name already"
         )
     return priority, once, options.get("target"), weak, with_name
+
+
+def decorator(
+    registry: Registry, kind: str, name: str, options: Mapping[str, Any]
+) -> Callable[[H], H]:
+    """The decorator form of a registration: name and options are checked now, not later.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> register = decorator(bus.registry, "event", "saved", {"priority": "HIGH"})
+        >>> @register
+        ... def log(doc):
+        ...     print("saved", doc)
+        >>> bus.emit("saved", "a.txt")
+        saved a.txt
+    """
+    check_name(name, "event name" if kind == "event" else "hook point name", allow_pattern=True)
+    parse_options(kind, options)
+
+    def decorate(fn: H) -> H:
+        registry.register(kind, name, fn, options)
+        return fn
+
+    return decorate

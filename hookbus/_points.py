@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
 
 if TYPE_CHECKING:
     from ._handle import Handle
     from ._names import Matcher
     from ._plan import Point
 
-__all__ = ["PointTable"]
+__all__ = ["PointTable", "async_hook_error", "notify", "sync_point_error"]
 
 
 class PointTable:
@@ -90,3 +90,26 @@ class PointTable:
             if handle.applies_to(point_name) and any(not p.is_async for p in points):
                 return point_name
         return None
+
+
+def notify(points: Sequence[Point]) -> None:
+    """Tell ``points`` that their hooks changed (no lock held: they may run any code)."""
+    for point in points:
+        point.invalidate()
+
+
+def async_hook_error(handle: Handle, point_name: str) -> TypeError:
+    """The error for an async hook registered where a sync point would run it."""
+    return TypeError(
+        f"async {handle.kind} hook {handle!r} matches the sync hook point {point_name!r}; "
+        f"async hooks need an async hook point (an 'async def' function). Use a plain "
+        f"'def' hook there."
+    )
+
+
+def sync_point_error(point_name: str, handle: Handle) -> TypeError:
+    """The error for a sync point made where an async hook would match it."""
+    return TypeError(
+        f"the sync hook point {point_name!r} matches the async hook {handle!r}; async hooks "
+        f"need an async hook point (an 'async def' function)"
+    )

@@ -13,9 +13,7 @@ lock is released (see ``_plan.py``).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
-import sys
 import threading
 from inspect import CO_COROUTINE
 from types import FunctionType
@@ -30,36 +28,36 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    TypeVar,
 )
 
 from ._declared import Declarations, Declared, check_registration, replay
-from ._errors import ErrorPolicy, add_note, describe
-from ._handle import Handle, Scope, _open_scopes, innermost_scope, plain_handle
-from ._names import Matcher, check_name, is_pattern, matcher_for
+from ._errors import ErrorPolicy
+from ._handle import (
+    MARKED_COROUTINES,
+    Handle,
+    Scope,
+    _open_scopes,
+    innermost_scope,
+    is_async_callable,
+    plain_handle,
+)
+from ._names import Matcher, check_and_cache, check_name
 from ._options import method_name, parse_options
+from ._pause import NO_PAUSES
 from ._plan import Point, PointPlan, event_plan
-from ._points import PointTable
-from ._trace import Trace
+from ._points import PointTable, async_hook_error, notify, sync_point_error
+from ._store import HookStore
+from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
     from ._bus import EventBus
 
 __all__ = ["Registry"]
 
-H = TypeVar("H", bound=Callable[..., Any])
-
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
-# Checked names are cached only to speed up registering the same names again: a
-# few hundred cover a program's hooks without holding many dynamic names.
-_NAME_CACHE_LIMIT = 1_024
-
-# Python 3.12+: inspect.markcoroutinefunction marks sync functions as async.
-_MARKED_COROUTINES = sys.version_info >= (3, 12)
 
 _NO_POINTS: Tuple[Point, ...] = ()
-_NO_NAMES: Dict[str, List[Handle]] = {}
 
 
 class _Released:
@@ -74,17 +72,6 @@ class _Released:
 _NO_LOCK: Any = _Released()
 
 
-def _is_async_callable(hook: Any) -> bool:
-    if inspect.iscoroutinefunction(hook):
-        return True
-    call: Any = getattr(hook.__class__, "__call__", None)  # noqa: B004 - the method, not callability
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-def _order(handle: Handle) -> Tuple[int, int]:
-    return (-handle.priority, handle.seq)
-
-
 def _what(kind: str) -> str:
     return "event" if kind == "event" else "hook point"
 
@@ -93,12 +80,12 @@ class Registry:
     """The hook store and plan cache of one :class:`EventBus` (``bus.registry``).
 
     Its public methods are the interface the rest of hookbus uses: registering
-    (:meth:`register`, :meth:`decorator`), removing (:meth:`unregister`,
+    (:meth:`register`), removing (:meth:`unregister`,
     :meth:`remove`, :meth:`claim`, :meth:`clear`), plans (:meth:`plan_event`,
     :meth:`event_handles`, :meth:`plan`), points (:meth:`add_point`,
-    :meth:`remove_point`), state (:meth:`set_errors`, :meth:`set_tracer`,
-    :meth:`pause`, :meth:`snapshot`, :meth:`restore`) and introspection
-    (:meth:`hooks`). Nothing else touches its dicts or its lock.
+    :meth:`remove_point`), state (:meth:`set_errors`, :meth:`set_trace`,
+    :meth:`pause`, :meth:`snapshot`, :meth:`restore`) and
+    introspection (:meth:`hooks`). Nothing else touches its dicts or its lock.
 
     Methods named ``*_locked`` expect the caller to hold ``_lock``, a plain
     (non-reentrant) lock: nothing that runs with it held may take it again, and
@@ -119,22 +106,21 @@ class Registry:
         self.bus = bus
         self.errors: ErrorPolicy = errors
         """The error policy; change it with :meth:`set_errors`."""
-        self.tracer: Optional[Trace] = None
-        """The open :class:`Trace`, if any; change it with :meth:`set_tracer`."""
+        self.tracer: Optional[Tracer] = None
+        """What dispatch records into: the open traces (none, one :class:`Trace`, or a
+        group of them); :meth:`set_trace` changes it."""
         self.event_plans: Dict[str, Any] = {}
         """Event name -> plan, read by ``emit`` without a lock (never replaced, only cleared)."""
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        # kind -> name -> hooks, in registration order (nested rather than keyed by
-        # (kind, name): a tuple key would cost 56 bytes more per name).
-        self._exact: Dict[str, Dict[str, List[Handle]]] = {}
-        self._patterns: Dict[str, List[Handle]] = {}
+        self._store = HookStore()
+        self._exact, self._patterns = self._store.exact, self._store.patterns  # the hot path's
         self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
         self._points = PointTable()
         self._stale: List[Point] = []  # points to invalidate once the lock is released
-        self._pauses: Dict[Optional[str], int] = {}
-        self._pause_matchers: Dict[str, Matcher] = {}
+        self._pauses = NO_PAUSES
         self._collected: List[Handle] = []
+        self._traces: Tuple[Trace, ...] = ()  # open, in the order they opened
         # Names already checked, with their glob matcher (None for a plain name).
         self._names: Dict[str, Optional[Matcher]] = {}
         self.declarations = Declarations()
@@ -145,17 +131,6 @@ class Registry:
         or by the first declaration, so that a bus that uses neither pays one test."""
 
     # --- registration and removal -----------------------------------------------------
-
-    def decorator(self, kind: str, name: str, options: Mapping[str, Any]) -> Callable[[H], H]:
-        """A decorator registering its function; name and options are checked now."""
-        check_name(name, f"{_what(kind)} name", allow_pattern=True)
-        parse_options(kind, options)
-
-        def decorate(fn: H) -> H:
-            self.register(kind, name, fn, options)
-            return fn
-
-        return decorate
 
     def register(
         self,
@@ -177,7 +152,7 @@ class Registry:
         try:
             match = self._names[name]
         except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
-            match = self._check_new_name(kind, name)
+            match = check_and_cache(self._names, name, f"{_what(kind)} name")
         if not callable(hook):
             raise TypeError(
                 f"{method_name(kind)}() needs a callable hook, got {type(hook).__name__} "
@@ -187,8 +162,8 @@ class Registry:
         is_async = (
             hook.__class__ is not FunctionType
             or hook.__code__.co_flags & CO_COROUTINE != 0
-            or (_MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
-        ) and _is_async_callable(hook)
+            or (MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
+        ) and is_async_callable(hook)
         bus = self.bus
         if options:
             priority, once, target, weak, with_name = parse_options(kind, options)
@@ -219,11 +194,7 @@ class Registry:
                 if conflict is not None:
                     lock.release()  # the message reads the hook: never under the lock
                     lock = _NO_LOCK
-                    raise TypeError(
-                        f"async {handle.kind} hook {handle!r} matches the sync hook point "
-                        f"{conflict!r}; async hooks need an async hook point (an "
-                        f"'async def' function). Use a plain 'def' hook there."
-                    )
+                    raise async_hook_error(handle, conflict)
             handle.seq = next(self._seq)
             if match is None:
                 names = self._exact.get(kind)
@@ -245,7 +216,7 @@ class Registry:
             lock.release()
         if stale:
             try:
-                _notify(stale)
+                notify(stale)
             except BaseException:
                 self.unregister(handle)  # all or nothing, even for a point's error
                 raise
@@ -254,15 +225,6 @@ class Registry:
         if history:
             replay(self, handle, history)
         return handle
-
-    def _check_new_name(self, kind: str, name: str) -> Optional[Matcher]:
-        """Check a name not seen before; cache it with its matcher (None: not a pattern)."""
-        check_name(name, f"{_what(kind)} name", allow_pattern=True)
-        match = matcher_for(name) if is_pattern(name) else None
-        if len(self._names) >= _NAME_CACHE_LIMIT:
-            self._names.clear()
-        self._names[name] = match
-        return match
 
     def unregister(self, handle: Handle) -> None:
         """``handle.remove()``: unregister one handle known to be this bus's (idempotent)."""
@@ -274,7 +236,7 @@ class Registry:
         finally:
             lock.release()
         if stale:
-            _notify(stale)
+            notify(stale)
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""
@@ -286,12 +248,12 @@ class Registry:
         finally:
             lock.release()
         if stale:
-            _notify(stale)
+            notify(stale)
 
     def clear(self, name: Optional[str] = None) -> None:
         """Unregister every hook, or every hook registered under exactly ``name``."""
         with self._changing():
-            handles = [h for h in self._all_locked() if name is None or h.name == name]
+            handles = [h for h in self._store.all() if name is None or h.name == name]
             self._remove_locked(handles)
 
     def claim(self, handle: Handle) -> bool:
@@ -301,7 +263,7 @@ class Registry:
                 return False
             self._remove_locked([handle])
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        _notify(stale)
+        notify(stale)
         return True
 
     def forget_collected(self, handle: Handle) -> None:
@@ -318,7 +280,7 @@ class Registry:
                 stale = self._take_stale_locked() if self._stale else _NO_POINTS
             finally:
                 self._lock.release()
-            _notify(stale)
+            notify(stale)
         else:
             self._collected.append(handle)
 
@@ -351,13 +313,6 @@ class Registry:
         while self._collected:
             self._remove_locked([self._collected.pop()])
 
-    def _all_locked(self) -> List[Handle]:
-        handles = [
-            h for names in self._exact.values() for bucket in names.values() for h in bucket
-        ]
-        handles += [h for bucket in self._patterns.values() for h in bucket]
-        return handles
-
     # --- state: errors, trace, pauses, snapshots ----------------------------------------
 
     def set_errors(self, policy: ErrorPolicy) -> None:
@@ -366,23 +321,21 @@ class Registry:
             self.errors = policy
             self._invalidate_all_locked()
 
-    def set_tracer(self, tracer: Optional[Trace]) -> None:
-        """Record into ``tracer`` from now on (``None``: stop); plans are worked out again."""
+    def set_trace(self, trace: Trace, is_open: bool) -> bool:
+        """Open or close ``trace`` (traces overlap in any order); False if it already was."""
         with self._changing():
-            self.tracer = tracer
+            if any(each is trace for each in self._traces) == is_open:
+                return False
+            others = tuple(each for each in self._traces if each is not trace)
+            self._traces = (*others, trace) if is_open else others
+            self.tracer = tracer_for(self._traces)
             self._invalidate_all_locked()
+        return True
 
     def pause(self, name: Optional[str], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pauses of ``name`` (a name, a pattern, or None: all)."""
         with self._changing():
-            count = self._pauses.get(name, 0) + delta
-            if count:
-                self._pauses[name] = count
-                if name is not None and is_pattern(name):
-                    self._pause_matchers[name] = matcher_for(name)
-            else:
-                self._pauses.pop(name, None)
-                self._pause_matchers.pop(name or "", None)
+            self._pauses = self._pauses.changed(name, delta)
             self._invalidate_all_locked()
 
     def snapshot(self) -> Tuple[Any, ...]:
@@ -390,15 +343,10 @@ class Registry:
         with self._changing():
             self._sweep_collected_locked()
             snapshot = (
-                {
-                    kind: {n: list(b) for n, b in names.items()}
-                    for kind, names in self._exact.items()
-                },
-                {kind: list(bucket) for kind, bucket in self._patterns.items()},
+                self._store.copy(),
                 self.errors,
-                self.tracer,
-                dict(self._pauses),
-                dict(self._pause_matchers),
+                self._traces,
+                self._pauses,
             )
         return snapshot
 
@@ -408,22 +356,12 @@ class Registry:
         Hooks added since are unregistered, hooks removed since come back, except
         weakly held ones whose object died meanwhile.
         """
-        exact, patterns, errors, tracer, pauses, pause_matchers = snapshot
+        stored, errors, traces, pauses = snapshot
         with self._changing():
             self._sweep_collected_locked()
-            for handle in self._all_locked():
-                handle._registered = False
-            buckets = [b for names in exact.values() for b in names.values()]
-            for bucket in [*buckets, *patterns.values()]:
-                bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
-                for handle in bucket:
-                    handle._registered = True
-            self._exact = {
-                kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()
-            }
-            self._patterns = {kind: bucket for kind, bucket in patterns.items() if bucket}
-            self.errors, self.tracer = errors, tracer
-            self._pauses, self._pause_matchers = pauses, pause_matchers
+            self._store.restore(stored)
+            self.errors, self._traces, self.tracer = errors, traces, tracer_for(traces)
+            self._pauses = pauses
             self._invalidate_all_locked()
 
     # --- introspection ------------------------------------------------------------------
@@ -432,18 +370,7 @@ class Registry:
         """All hooks (by kind, name, order), or those that would run for ``name``, kind by kind."""
         with self._changing():
             self._sweep_collected_locked()
-            if name is None:
-                handles = sorted(
-                    self._all_locked(), key=lambda h: (h.kind, h.name, -h.priority, h.seq)
-                )
-            else:
-                kinds = sorted({h.kind for h in self._all_locked()})
-                handles = [
-                    handle
-                    for each in kinds
-                    for handle in self._resolve_locked(each, name, paused_ok=True)
-                ]
-        return handles
+            return self._store.listing(name)
 
     def points(self, name: Optional[str] = None) -> List[Point]:
         """The live hook points named ``name``, or all of them."""
@@ -481,24 +408,9 @@ class Registry:
         ``literal``: ``name`` is a name even if it holds glob characters (a torch
         module may be called ``"a[0]"``), so patterns that match it apply.
         """
-        if not paused_ok and self._pauses and self._is_paused_locked(name):
+        if not paused_ok and self._pauses and self._pauses.covers(name):
             return ()
-        bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
-        patterns = self._patterns.get(kind)
-        if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
-            return tuple(bucket)  # points that ask for all their kinds at each change
-        if not literal and is_pattern(name):
-            return tuple(bucket)  # introspection of a pattern: its own hooks only
-        if not patterns:
-            return tuple(sorted(bucket, key=_order))
-        handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
-        handles.sort(key=_order)
-        return tuple(handles)
-
-    def _is_paused_locked(self, name: str) -> bool:
-        if None in self._pauses or name in self._pauses:
-            return True
-        return any(match(name) for match in self._pause_matchers.values())
+        return self._store.matching(kind, name, literal)
 
     def plan_event(self, event: str) -> Any:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
@@ -525,7 +437,7 @@ class Registry:
             if keep_handles:
                 self._event_handles[event] = handles
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        _notify(stale)
+        notify(stale)
         return plan, handles
 
     def event_handles(self, event: str) -> Tuple[Handle, ...]:
@@ -550,23 +462,6 @@ class Registry:
             self.declarations.record(event, args, kwargs)
             return self._resolve_locked("event", event)
 
-    def note_fast_error(
-        self,
-        error: BaseException,
-        event: str,
-        hook: Any,
-        args: Tuple[Any, ...],
-        kwargs: Dict[str, Any],
-    ) -> None:
-        """Name the hook in ``error``'s notes, for an error raised in emit's fast loop;
-        or raise the error naming a declared event's spec, if no hook ran."""
-        if self.checking:
-            self.declarations.refuse_arguments(error, event, args, kwargs)
-        for handle in self.event_handles(event):
-            if handle.hook is hook:
-                add_note(error, describe(handle, event))
-                return
-
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
         self.add_points((point,))
@@ -577,7 +472,7 @@ class Registry:
         All or nothing: if an async hook matches one sync point, none is added.
         """
         with self._lock:
-            async_hooks = [h for h in self._all_locked() if h.is_async]
+            async_hooks = [h for h in self._store.all() if h.is_async]
             added: List[Point] = []
             conflict: Optional[Tuple[Point, Handle]] = None
             for point in points:
@@ -590,10 +485,7 @@ class Registry:
                 added.append(point)
         if conflict is not None:  # raised here: the message reads the hook's attributes
             refused, handle = conflict
-            raise TypeError(
-                f"the sync hook point {refused.name!r} matches the async hook {handle!r}; "
-                f"async hooks need an async hook point (an 'async def' function)"
-            )
+            raise sync_point_error(refused.name, handle)
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
@@ -630,7 +522,7 @@ class Registry:
         finally:
             lock.release()
         if stale:
-            _notify(stale)
+            notify(stale)
         if not any(hooks.values()):
             return None
         return PointPlan(hooks, plain)
@@ -658,7 +550,7 @@ class Registry:
         with self._lock:
             yield
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        _notify(stale)
+        notify(stale)
 
     def _take_stale_locked(self) -> Sequence[Point]:
         """The points to invalidate (once the lock is released), each once."""
@@ -666,9 +558,3 @@ class Registry:
             return _NO_POINTS
         stale, self._stale = self._stale, []
         return stale if len(stale) == 1 else tuple(dict.fromkeys(stale))
-
-
-def _notify(points: Sequence[Point]) -> None:
-    """Tell ``points`` that their hooks changed (no lock held: they may run any code)."""
-    for point in points:
-        point.invalidate()

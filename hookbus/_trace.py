@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ._bus import EventBus
     from ._handle import Handle
 
-__all__ = ["Trace", "TraceRecord"]
+__all__ = ["Trace", "TraceGroup", "TraceRecord", "tracer_for"]
 
 
 class TraceRecord(NamedTuple):
@@ -42,8 +42,9 @@ class TraceRecord(NamedTuple):
 class Trace:
     """Records every hook call on a bus while open. Made by :meth:`EventBus.trace`.
 
-    Only one trace is recorded into at a time; a trace opened inside another
-    records until it closes, then the outer one records again.
+    Traces may overlap, nested or not, opened and closed in any order and in any
+    thread: each records the dispatches that begin between its own enter and exit
+    (all the hooks of each), and none after the last one closes.
 
     Example:
         >>> import time, hookbus
@@ -60,7 +61,6 @@ class Trace:
     def __init__(self, bus: EventBus) -> None:
         self.bus = bus
         self.records: List[TraceRecord] = []
-        self._outer: Optional[Trace] = None
 
     def _record(self, name: str, kind: str, handle: Handle, duration_ns: int) -> None:
         self.records.append(TraceRecord(name, kind, handle, duration_ns))
@@ -87,13 +87,37 @@ class Trace:
         return "\n".join(lines)
 
     def __enter__(self) -> Self:
-        self._outer = self.bus.registry.tracer
-        self.bus.registry.set_tracer(self)
+        if not self.bus.registry.set_trace(self, True):
+            raise RuntimeError("this trace is already open; make a new one with bus.trace()")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.bus.registry.set_tracer(self._outer)
-        self._outer = None
+        self.bus.registry.set_trace(self, False)  # closing a closed trace does nothing
 
     def __repr__(self) -> str:
         return f"<Trace {len(self.records)} records on {self.bus!r}>"
+
+
+class TraceGroup:
+    """The open traces of a bus when there are several: a dispatch records into each."""
+
+    __slots__ = ("traces",)
+
+    def __init__(self, traces: Tuple[Trace, ...]) -> None:
+        self.traces = traces
+
+    def _record(self, name: str, kind: str, handle: Handle, duration_ns: int) -> None:
+        record = TraceRecord(name, kind, handle, duration_ns)
+        for trace in self.traces:
+            trace.records.append(record)
+
+
+Tracer = Union[Trace, TraceGroup]
+"""What dispatch records hook calls into: ``tracer._record(name, kind, handle, ns)``."""
+
+
+def tracer_for(traces: Tuple[Trace, ...]) -> Optional[Tracer]:
+    """The tracer of these open traces: none, the one trace, or a group of them."""
+    if not traces:
+        return None
+    return traces[0] if len(traces) == 1 else TraceGroup(traces)

@@ -1,27 +1,54 @@
-"""A short tour of hookbus: ``python -m hookbus.demo``.
+"""A tour of every part of hookbus: ``python -m hookbus.demo``.
 
-Each part prints what happened: event hooks, a decorated function with pre, post
-and exception hooks, handles and scopes, and (when torch is installed) the torch
-adapter.
+Each part has a numbered title naming the docs page that explains it, then prints
+what happened: events; declared events; hook points with pre, post and exception hooks; handles,
+scopes, pauses and traces; hook classes; the training-loop events; async; the
+error policies; the pytest plugin; and (when torch is installed) the torch adapter.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import importlib.util
 import inspect
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
+from typing import Any, Callable, Dict, List, Tuple
 
 import hookbus
-from hookbus import CallContext, EventBus
+from hookbus import CallContext, EventBus, training
 
 
-def _title(text: str) -> None:
-    print(f"\n== {text}")
+def _say(text: str) -> None:
+    """Print an indented line, wrapped to fit a terminal."""
+    print(textwrap.fill(text, 92, initial_indent="  ", subsequent_indent="    "))
 
 
-def events(bus: EventBus) -> None:
+# (title, docs page, run): the tour, in order.
+PARTS: List[Tuple[str, str, Callable[[], None]]] = []
+
+
+def part(title: str, docs: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """Add a part to the tour, printed under a numbered title that names its docs page."""
+
+    def add(run: Callable[[], None]) -> Callable[[], None]:
+        PARTS.append((title, docs, run))
+        return run
+
+    return add
+
+
+@part("Events: bus.on, bus.emit, bus.collect", "Concepts")
+def events() -> None:
     """Observers of a named event, in priority order, with once and patterns."""
-    _title("event hooks: bus.on / bus.emit")
+    bus = EventBus("shop")
 
     def mailer(order_id: int, total: str) -> None:
         print(f"  mailer: order {order_id} ({total})")
@@ -48,9 +75,44 @@ def events(bus: EventBus) -> None:
     print("collect plugins.formats ->", bus.collect("plugins.formats"))
 
 
-def hook_points(bus: EventBus) -> None:
+@part("Declared events: @bus.event, checked at registration and emit", "Declared events")
+def declared_events() -> None:
+    """A stub's signature as an event's spec: hooks and emissions that don't fit fail early."""
+    bus = EventBus("accounts")
+
+    @bus.event
+    def user_created(user: str, *, admin: bool = False) -> None:
+        """Emitted after a user row is committed."""
+
+    def welcome(user: str, admin: bool = False) -> None:
+        print(f"  welcome {user} (admin={admin})")
+
+    def on_created(user: str) -> None:  # takes no admin=: it can't take every emission
+        pass
+
+    print("declared:", user_created)
+    user_created.on(welcome)
+    user_created.emit("ada", admin=True)
+    try:
+        user_created.on(on_created)  # type: ignore[arg-type]  # mypy sees it too
+    except TypeError as error:
+        reason = re.sub(r"\(\S*[/\\]", "(", str(error).split(". A hook")[0])
+        _say(f"registering on_created fails at once: {reason}")
+    try:
+        bus.emit("user_created", "bob", "extra")
+    except TypeError as error:
+        _say("emit with the wrong arguments fails: " + str(error).split(": got ")[1])
+    bus.on("user_craeted", welcome)  # a typo: this hook would never run
+    try:
+        bus.check_pending()
+    except hookbus.UnknownNameError as error:
+        _say("check_pending() finds it: " + str(error).splitlines()[1].split("): ")[1])
+
+
+@part("Hook points: @bus.hookable with pre, post and exception hooks", "Concepts")
+def hook_points() -> None:
     """Pre, post and exception hooks around a decorated function."""
-    _title("hook points: @bus.hookable with pre / post / exception hooks")
+    bus = EventBus("rates")
 
     @bus.hookable("convert")
     def convert(amount: float, rate: float = 1.0) -> float:
@@ -80,9 +142,10 @@ def hook_points(bus: EventBus) -> None:
     print("name and signature kept:", convert.__name__, inspect.signature(convert))
 
 
-def handles_and_scopes(bus: EventBus) -> None:
+@part("Handles, scopes, pauses and traces", "Concepts")
+def handles_and_scopes() -> None:
     """Handles remove one hook; scopes remove everything registered inside them."""
-    _title("handles and scopes")
+    bus = EventBus("clock")
     handle = bus.on("tick", lambda: print("  tick heard"))
     print("handle:", handle)
     bus.emit("tick")
@@ -92,30 +155,271 @@ def handles_and_scopes(bus: EventBus) -> None:
     bus.emit("tick")
     with bus.scope():
         bus.on("tick", lambda: print("  tick heard inside the scope"))
+        bus.on("tock", lambda: None)
         bus.emit("tick")
-    print("after the scope, hooks on 'tick':", bus.hooks("tick"))
-    with bus.paused("order.*"):
-        bus.emit("order.placed", 3, total="1.00 EUR")
-        print("order.placed emitted while paused: no hook ran")
-    print("hooks of 'order.placed', in dispatch order:")
-    for each in bus.hooks("order.placed"):
-        print(f"  {each}")
+    print("after the scope, hooks left:", bus.hooks())
+    bus.on("tick", lambda: print("  tick heard"))
+    with bus.paused("ti*"):
+        bus.emit("tick")
+        print("tick emitted while 'ti*' is paused: no hook ran")
+    with bus.trace() as trace:
+        bus.emit("tick")
+        bus.emit("tick")
+    print("a trace of two emissions:", [(r.name, r.kind) for r in trace.records])
 
 
-def main() -> None:
-    """Run the tour."""
-    print("hookbus", hookbus.__version__, "- a tour")
-    bus = EventBus("demo")
-    events(bus)
-    hook_points(bus)
-    handles_and_scopes(bus)
-    _title("torch adapter")
+@part("Hook classes: bus.subscribe and @hookbus.listens", "Hook classes and training loops")
+def hook_classes() -> None:
+    """Hook methods of an object, registered and removed as one group."""
+    bus = EventBus("shop")
+
+    @bus.hookable("checkout")
+    def checkout(cart: List[str]) -> int:
+        return len(cart)
+
+    class Analytics:
+        hook_priority = "LOW"  # the default for its methods (mmengine's names work)
+
+        @hookbus.listens("order.placed")
+        def count(self, order_id: int) -> None:
+            print(f"  Analytics.count: order {order_id} (priority LOW)")
+
+        @hookbus.listens("order.placed", priority="HIGH")
+        def validate(self, order_id: int) -> None:
+            print(f"  Analytics.validate: order {order_id} (priority HIGH, its own)")
+
+        @hookbus.listens("checkout", kind="post")
+        def items(self, ctx: CallContext) -> None:
+            print(f"  Analytics.items: a post hook, checkout returned {ctx.result}")
+
+    analytics = Analytics()
+    subscription = bus.subscribe(analytics, weak=True)
+    print("subscribe(analytics, weak=True) ->", subscription)
+    bus.emit("order.placed", 7)
+    checkout(["tea", "cups"])
+    del analytics
+    gc.collect()
+    print("once the object is collected (weak=True):", subscription, "hooks:", bus.hooks())
+
+
+@part("Training-loop events: hookbus.training", "Hook classes and training loops")
+def training_events() -> None:
+    """mmengine's event names and calling convention, emitted by a loop of your own."""
+    bus = EventBus("trainer")
+
+    class LossLogger:
+        hook_events = training.EVENTS  # each method named like an event handles it
+
+        def after_train_iter(self, runner: Any, *, batch_idx: int, **rest: Any) -> None:
+            print(f"  iter {batch_idx}: loss {rest['outputs']['loss']:.2f}")
+
+        def after_train_epoch(self, runner: Any) -> None:
+            print(f"  epoch {runner['epoch']} done")
+
+    bus.subscribe(LossLogger())
+    runner: Dict[str, Any] = {"epoch": 0}
+    print(f"{len(training.EVENTS)} names in training.EVENTS; a two-iteration epoch:")
+    bus.emit(training.BEFORE_TRAIN_EPOCH, runner)
+    for batch_idx, loss in enumerate([0.9, 0.6]):
+        data_batch = {"x": [batch_idx]}
+        bus.emit(training.BEFORE_TRAIN_ITER, runner, batch_idx=batch_idx, data_batch=data_batch)
+        bus.emit(
+            training.AFTER_TRAIN_ITER,
+            runner,
+            batch_idx=batch_idx,
+            data_batch=data_batch,
+            outputs={"loss": loss},
+        )
+    bus.emit(training.AFTER_TRAIN_EPOCH, runner)
+
+
+@part("Async: emit_async and async hook points", "Guarantees, Async")
+def async_hooks() -> None:
+    """Sync and async hooks mixed, each awaited in turn; sync emit refuses async hooks."""
+    bus = EventBus("web")
+
+    async def send_mail(user: str) -> None:
+        await asyncio.sleep(0)
+        print(f"  async hook: mailed {user}")
+
+    def validate(user: str) -> None:
+        print(f"  sync hook: validated {user}")
+
+    bus.on("signup", validate, priority="HIGH")
+    bus.on("signup", send_mail)
+
+    @bus.hookable("fetch")
+    async def fetch(url: str) -> str:
+        await asyncio.sleep(0)
+        return f"<page {url}>"
+
+    async def cache(ctx: CallContext) -> None:
+        await asyncio.sleep(0)
+        print(f"  async post hook: caching {ctx.result}")
+
+    bus.post("fetch", cache)
+
+    async def main() -> None:
+        print("await bus.emit_async('signup', 'ada'):")
+        await bus.emit_async("signup", "ada")
+        print("await fetch('/home') ->", await fetch("/home"))
+
+    asyncio.run(main())
+    try:
+        bus.emit("signup", "bob")
+    except TypeError as error:
+        reason = re.sub(r" \(<Handle.*>\)", "", str(error))
+        print(f"a plain bus.emit('signup', ...) refuses, before any hook runs:\n  {reason}")
+
+
+@part("Error policies: raise, collect, log", "Guarantees, Error policies")
+def error_policies() -> None:
+    """What the bus does when a hook raises, per policy."""
+    bus = EventBus("shop")
+    bus.on("order.placed", reserve_stock)
+    bus.on("order.placed", send_receipt)
+    print('errors="raise" (the default): the error propagates at once, with a note:')
+    try:
+        bus.emit("order.placed", 1)
+    except KeyError as error:
+        for note in getattr(error, "__notes__", []):
+            # The note names the hook and where it is defined (file:line).
+            _say(re.sub(r"\(\S*[/\\]", "(", note))
+    bus.errors = "collect"
+    print('errors="collect": every hook runs, then one HookError (an ExceptionGroup):')
+    try:
+        bus.emit("order.placed", 2)
+    except hookbus.HookError as group:
+        print(f"  HookError({group.message!r}, {group.exceptions!r})")
+    bus.errors = "log"
+    handler = _PrintHandler()
+    hookbus_logger = logging.getLogger("hookbus")
+    hookbus_logger.addHandler(handler)
+    hookbus_logger.propagate = False
+    try:
+        print('errors="log": the error goes to the "hookbus" logger, and dispatch goes on:')
+        bus.emit("order.placed", 3)
+    finally:
+        hookbus_logger.removeHandler(handler)
+        hookbus_logger.propagate = True
+
+
+def reserve_stock(order_id: int) -> None:
+    """A hook that fails."""
+    raise KeyError(f"no stock for order {order_id}")
+
+
+def send_receipt(order_id: int) -> None:
+    """The hook after it."""
+    print(f"  the next hook ran for order {order_id}")
+
+
+class _PrintHandler(logging.Handler):
+    """Shows a log record as one line (no traceback), to keep the tour short."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _say(f"{record.levelname}:{record.name}: {record.getMessage()}")
+
+
+_TEST_FILE = """
+import hookbus
+
+def place_order(order_id):
+    hookbus.emit("order.placed", order_id, total="9.99 EUR")
+
+def test_order_is_announced(bus_recorder):
+    place_order(7)
+    bus_recorder.assert_emitted_with("order.placed", 7, total="9.99 EUR")
+
+def test_hooks_do_not_leak(default_bus, event_bus):
+    hookbus.on("order.placed", print)  # on the default bus: removed after the test
+    event_bus.on("order.placed", print)  # a fresh bus for each test
+    assert len(default_bus.hooks("order.placed")) == 1
+
+def test_a_readable_failure(bus_recorder):
+    place_order(8)
+    bus_recorder.assert_emitted("order.shiped")  # a typo, on purpose
+"""
+
+
+@part("Testing: the pytest plugin's fixtures", "Testing with pytest")
+def pytest_plugin() -> None:
+    """The fixtures event_bus, default_bus and bus_recorder, in a test file run by pytest."""
+    print("installing hookbus gives every test the fixtures event_bus, default_bus and")
+    print("bus_recorder; a test file using them:")
+    for line in _TEST_FILE.strip("\n").splitlines():
+        print(f"  | {line}".rstrip())
+    if importlib.util.find_spec("pytest") is None:
+        print("pytest is not installed (pip install pytest, to run the file); here are the")
+        print("same checks, with the Recorder behind bus_recorder:")
+        _record_without_pytest()
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "test_shop.py")
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(_TEST_FILE)
+        # -p hookbus.pytest_plugin loads the plugin even where hookbus is not installed
+        # (a source checkout); -p no:hookbus avoids loading it twice where it is.
+        command = [sys.executable, "-m", "pytest", path, "-q", "--tb=line", "-p", "no:hookbus"]
+        command += ["-p", "hookbus.pytest_plugin", "-p", "no:cacheprovider", "--no-header"]
+        result = subprocess.run(
+            command,
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "PYTHONPATH": _package_root()},
+        )
+    print("python -m pytest -q test_shop.py: two pass, and the failure reads")
+    lines = result.stdout.splitlines()
+    # The first line naming the error: "E   AssertionError: ..." or "file:line: ...".
+    failure = next((line for line in lines if "AssertionError: " in line), "")
+    _say(failure[failure.find("AssertionError: ") :])
+    print("  " + next((line for line in lines if " passed" in line), result.stdout[-200:]))
+
+
+def _record_without_pytest() -> None:
+    from hookbus._recorder import Recorder  # hookbus.pytest_plugin.Recorder, without pytest
+
+    def place_order(order_id: int) -> None:
+        hookbus.emit("order.placed", order_id, total="9.99 EUR")
+
+    with Recorder() as recorder:  # records hookbus.default_bus
+        place_order(7)
+        recorder.assert_emitted_with("order.placed", 7, total="9.99 EUR")
+        print("  assert_emitted_with('order.placed', 7, total='9.99 EUR') passed")
+        place_order(8)
+        try:
+            recorder.assert_emitted("order.shiped")
+        except AssertionError as error:
+            _say(f"AssertionError: {error}")
+
+
+def _package_root() -> str:
+    """The directory this hookbus is imported from, so the subprocess imports it too."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(hookbus.__file__)))
+    path = os.environ.get("PYTHONPATH")
+    return root + (os.pathsep + path if path else "")
+
+
+@part("The PyTorch adapter: capture, steer, gradients", "PyTorch adapter")
+def torch_adapter() -> None:
+    """The same hooks on nn.Module, when torch is installed."""
     if importlib.util.find_spec("torch") is None:
         print('torch is not installed: pip install "hookbus[torch]" to see this part.')
         return
     from hookbus.torch._demo import tour
 
     tour()
+
+
+def main() -> None:
+    """Run the tour."""
+    print(f"hookbus {hookbus.__version__}: a tour of every part, each with its docs page")
+    for number, (title, docs, run) in enumerate(PARTS, 1):
+        print(f"\n== {number}. {title}  (docs: {docs})")
+        run()
 
 
 if __name__ == "__main__":

@@ -152,9 +152,9 @@ def test_a_point_that_fails_to_take_a_hook_undoes_the_registration() -> None:
 
 def test_registry_methods_other_modules_use_are_public_and_documented() -> None:
     public = [
-        "register", "decorator", "unregister", "remove", "clear", "claim",
-        "forget_collected", "plan_event", "event_handles", "note_fast_error", "plan",
-        "add_point", "remove_point", "points", "set_errors", "set_tracer", "pause",
+        "register", "unregister", "remove", "clear", "claim",
+        "forget_collected", "plan_event", "event_handles", "plan",
+        "add_point", "remove_point", "points", "set_errors", "set_trace", "pause",
         "snapshot", "restore", "hooks", "record_emission", "commit_declaration", "forget",
     ]  # fmt: skip
     registry = hookbus.EventBus().registry
@@ -196,3 +196,27 @@ def test_a_plan_worked_out_while_hooks_change_is_not_kept() -> None:
     assert repr(point) == "<HookPoint 'load' unresolved>"  # not the stale plan
     load()
     assert seen == ["late"]
+
+
+# Modules known to be over the limit, each with why. The test fails once one is back
+# under it, so that its entry goes too.
+_KNOWN_LONG = {
+    # Brought to 520 lines, then issue 12 added add_points and its fast matching:
+    # the next split is the declared-events section (it shares the lock).
+    "hookbus/_registry.py": "the hook store's lock holders: registration, plans, state",
+}
+
+
+def test_no_module_is_over_about_500_lines() -> None:
+    """One concept a module: a module that grows past this is doing two things."""
+    limit = 520  # about 500: room for a docstring line, not for a second concept
+    sizes = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted((ROOT / "hookbus").rglob("*.py"))
+    }
+    assert len(sizes) > 20
+    too_long = {path: lines for path, lines in sizes.items() if lines > limit}
+    unexpected = {path: lines for path, lines in too_long.items() if path not in _KNOWN_LONG}
+    assert not unexpected, f"modules over {limit} lines: {unexpected}"
+    back_under = sorted(set(_KNOWN_LONG) - set(too_long))
+    assert not back_under, f"under {limit} lines now, drop them from _KNOWN_LONG: {back_under}"

@@ -1,8 +1,10 @@
 """The documentation site: it builds with no warning, every page exists, links resolve,
 and the examples on the pages run.
 
-The strict build needs the ``docs`` extra (``pip install -e ".[docs]"``); without it those
-tests are skipped, saying so. The page examples (``pycon`` blocks) run everywhere.
+The strict build (the ``site`` fixture, in ``tests/conftest.py``) needs the ``docs`` extra
+(``pip install -e ".[docs]"``); without it those tests are skipped, saying so. The page
+examples (``pycon`` blocks) run everywhere. ``test_docs_browser.py`` opens the site in
+Chromium.
 """
 
 from __future__ import annotations
@@ -11,10 +13,7 @@ import doctest
 import importlib
 import importlib.util
 import inspect
-import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -26,8 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "_ext" not in path.parts)
 
-DOCS_EXTRA = {"mkdocs": "mkdocs", "material": "mkdocs-material", "mkdocstrings": "mkdocstrings"}
-
 
 def _page_url(page: Path) -> Path:
     """Where MkDocs writes a page (directory URLs): docs/a.md -> a/index.html."""
@@ -35,31 +32,6 @@ def _page_url(page: Path) -> Path:
     if relative.name == "index":
         return relative.parent / "index.html"
     return relative / "index.html"
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    missing = [dist for module, dist in DOCS_EXTRA.items() if not importlib.util.find_spec(module)]
-    if missing:
-        pytest.skip(
-            f"the docs extra is not installed (missing {', '.join(missing)}); "
-            f'pip install -e ".[docs]" to build the site'
-        )
-    site_dir = tmp_path_factory.mktemp("site")
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        check=False,
-    )
-    output = build.stdout + build.stderr
-    assert build.returncode == 0, f"mkdocs build --strict failed:\n{output}"
-    warnings = [line for line in output.splitlines() if "WARNING" in line]
-    assert not warnings, "the docs build warned:\n" + "\n".join(warnings)
-    return site_dir
 
 
 def test_every_page_is_built(site: Path) -> None:
@@ -94,6 +66,28 @@ def test_api_reference_documents_every_public_name(site: Path) -> None:
                 undocumented.append(f"{module_name}.{name}")
     assert not undocumented, f"missing from the API page: {undocumented}"
     assert '<span class="gp">&gt;&gt;&gt; </span>' in text, "examples don't render as console code"
+
+
+def test_api_page_lists_every_module_level_function() -> None:
+    """The module-level functions are default_bus's bound methods, listed in one paragraph."""
+    import hookbus
+
+    text = (DOCS / "api.md").read_text(encoding="utf-8")
+    section = text[text.index("## The module-level functions") :]
+    paragraph = section[: section.index("\n\n", section.index("\n\n") + 2)]
+    # The names in backticks, bare or as hookbus.name, leaving out the links' titles.
+    listed = [
+        name
+        for name in re.findall(r"`(?:hookbus\.)?(\w+)`", paragraph)
+        if name not in {"EventBus", "default_bus"}
+    ]
+    bound = [
+        name
+        for name in hookbus.__all__
+        if getattr(getattr(hookbus, name), "__self__", None) is hookbus.default_bus
+    ]
+    assert len(listed) == len(set(listed)), f"listed twice: {listed}"
+    assert set(listed) == set(bound), f"listed {sorted(listed)}, module-level {sorted(bound)}"
 
 
 _LINK_ATTRIBUTES = {("a", "href"), ("link", "href"), ("img", "src"), ("script", "src")}

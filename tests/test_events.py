@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import threading
 from typing import Any, List
 
 import pytest
@@ -295,3 +297,35 @@ def test_with_name_is_for_event_hooks_only() -> None:
     with pytest.raises(TypeError, match="with_name= is for event hooks"):
         bus.pre("f", print, with_name=True)
     assert bus.hooks() == []
+
+
+def test_unnamed_buses_get_names_that_tell_them_apart() -> None:
+    first, second = EventBus(), EventBus()
+    assert first.name != second.name
+    assert re.fullmatch(r"bus-\d+", first.name)
+    assert repr(first) != repr(second)
+    first.on("a", print)
+    assert f"<EventBus {first.name!r} 1 hooks" in repr(first)
+    assert f"<EventBus {second.name!r} 0 hooks" in repr(second)
+    assert EventBus("orders").name == "orders"
+    assert hookbus.default_bus.name == "default"
+
+
+def test_unnamed_buses_made_in_threads_are_numbered_once_each() -> None:
+    names: List[str] = []
+
+    def make() -> None:
+        for _ in range(200):
+            names.append(EventBus().name)
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(names) == len(set(names)) == 800
+
+
+def test_a_bus_name_must_be_a_string() -> None:
+    with pytest.raises(TypeError, match="EventBus\\(name=\\) takes a str, got int 3"):
+        EventBus(3)  # type: ignore[arg-type]

@@ -187,3 +187,103 @@ def test_handles_of_a_bound_method() -> None:
     (handle,) = bus.handles_of(listener.update)  # a fresh bound method compares equal
     handle.remove()
     assert bus.hooks() == []
+
+
+# --- a scope exited somewhere else ------------------------------------------------------
+
+
+def _in_thread(action: Any) -> List[BaseException]:
+    errors: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=10)
+    return errors
+
+
+def test_a_scope_exited_in_another_thread_closes_cleanly() -> None:
+    bus = EventBus()
+    scope = bus.scope()
+    scope.__enter__()
+    inside = bus.on("inside", print)
+    assert _in_thread(lambda: scope.__exit__(None, None, None)) == []
+    assert not inside.active
+    assert not scope.active
+    # The thread that entered it no longer registers into the closed scope...
+    after = bus.on("after", print)
+    scope.remove()
+    assert after.active
+    # ...and its scopes work as before.
+    with bus.scope():
+        later = bus.on("later", print)
+    assert not later.active
+    assert after.active
+
+
+def test_registrations_after_an_inner_scope_closed_elsewhere_join_the_outer_one() -> None:
+    bus = EventBus()
+    with bus.scope():
+        inner = bus.scope()
+        inner.__enter__()
+        bus.on("inner", print)
+        assert _in_thread(lambda: inner.__exit__(None, None, None)) == []
+        outer_hook = bus.on("outer", print)
+        assert outer_hook.active
+        assert [h.name for h in bus.hooks()] == ["outer"]
+    assert bus.hooks() == []
+
+
+def test_a_scope_exited_in_another_task_closes_cleanly() -> None:
+    bus = EventBus()
+
+    async def main() -> None:
+        scope = bus.scope()
+        scope.__enter__()
+        inside = bus.on("inside", print)
+        # Another task runs in a copy of this context: its reset would fail there.
+        await asyncio.create_task(_exit_async(scope))
+        assert not inside.active
+        after = bus.on("after", print)
+        scope.remove()
+        assert after.active
+
+    asyncio.run(main())
+    assert [h.name for h in bus.hooks()] == ["after"]
+
+
+async def _exit_async(scope: Any) -> None:
+    scope.__exit__(None, None, None)
+
+
+def test_a_scope_closed_elsewhere_can_be_entered_again_in_its_thread() -> None:
+    bus = EventBus()
+    scope = bus.scope()
+    scope.__enter__()
+    assert _in_thread(lambda: scope.__exit__(None, None, None)) == []
+    with scope:
+        again = bus.on("again", print)
+    assert not again.active
+    stray = bus.on("stray", print)
+    scope.remove()
+    assert stray.active  # the first opening, closed elsewhere, did not come back
+
+
+def test_an_outer_scope_exited_before_its_inner_one_leaves_the_inner_one_open() -> None:
+    bus = EventBus()
+    outer, inner = bus.scope(), bus.scope()
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    late = bus.on("late", print)  # joins the inner scope, still open
+    inner.__exit__(None, None, None)
+    assert not late.active
+    after = bus.on("after", print)  # joins nothing
+    outer.remove()
+    inner.remove()
+    assert after.active

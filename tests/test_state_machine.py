@@ -1,11 +1,15 @@
 """A hypothesis state machine: random use of the bus against a tiny reference model.
 
 The model below is the specification written plainly: a list of registrations,
-a stack of scopes, a stack of pauses, and an ``emit`` that takes a snapshot of
-the matching hooks (sorted by priority, then registration order) and runs it.
-After every step the machine compares the real bus with the model: which hooks
-fired, in what order, at what nesting depth, with what results or errors, and
-what introspection reports.
+a stack of scopes, a stack of pauses, the open traces, and an ``emit`` that takes
+a snapshot of the matching hooks (sorted by priority, then registration order) and
+runs it. After every step the machine compares the real bus with the model: which
+hooks fired, in what order, at what nesting depth, with what results or errors,
+what each trace recorded, and what introspection reports.
+
+Besides plain hooks, it registers a C type's bound method weakly (a dict's
+``__setitem__``), whose object it may drop; it exits scopes from another thread, in
+any order; and it opens and closes traces in any order, from any thread.
 
 Profiles: ``HOOKBUS_HYPOTHESIS_PROFILE=ci`` runs 2,000 examples; the default,
 ``dev``, runs 200.
@@ -13,16 +17,19 @@ Profiles: ``HOOKBUS_HYPOTHESIS_PROFILE=ci`` runs 2,000 examples; the default,
 
 from __future__ import annotations
 
+import collections
 import fnmatch
+import gc
 import logging
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+import threading
+from typing import Any, Callable, Counter, Dict, List, NamedTuple, Optional, Tuple
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hookbus import EventBus, Handle, HookError
+from hookbus import EventBus, Handle, HookError, Trace
 
 settings.register_profile("hookbus-dev", max_examples=200, stateful_step_count=40, deadline=None)
 settings.register_profile(
@@ -84,6 +91,27 @@ def is_pattern(name: str) -> bool:
     return any(c in name for c in "*?[")
 
 
+class Sink(dict):  # type: ignore[type-arg]
+    """A dict that supports weak references: its ``__setitem__`` is a weak hook."""
+
+
+def in_thread(action: Callable[[], None]) -> None:
+    errors: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    if errors:
+        raise errors[0]
+
+
 # --- the reference model -----------------------------------------------------------------
 
 
@@ -96,6 +124,9 @@ class Model:
         self.policy = "raise"
         self.calls: List[Tuple[int, int]] = []
         self.logged: List[Any] = []
+        self.traces: List[Counter[int]] = []  # every trace opened: calls per hook
+        self.open_traces: List[Counter[int]] = []
+        self.sinks: Dict[int, Dict[Optional[int], int]] = {}  # a sink's hook id: contents
         self.next_id = 0
 
     def register(
@@ -154,8 +185,13 @@ class Model:
         return results
 
     def run(self, spec: Spec, sender: Optional[int], depth: int) -> Any:
-        self.calls.append((spec.hook_id, depth))
+        for trace in self.open_traces:
+            trace[spec.hook_id] += 1
         kind = spec.action[0]
+        if kind == "sink":  # sink[sender] = depth
+            self.sinks[spec.hook_id][sender] = depth
+            return None
+        self.calls.append((spec.hook_id, depth))
         if kind == "raise":
             raise HookFailure(spec.hook_id)
         if kind == "emit" and depth < MAX_DEPTH:
@@ -180,7 +216,26 @@ class Real:
         self.scopes: List[Any] = []
         self.pauses: List[Any] = []
         self.calls: List[Tuple[int, int]] = []
+        self.traces: List[Trace] = []
+        self.open_traces: List[Trace] = []
+        self.sinks: Dict[int, Sink] = {}
         self.next_id = 0
+
+    def register_sink(self, name: str, priority: int, once: bool, target: Optional[int]) -> int:
+        hook_id = self.next_id
+        self.next_id += 1
+        sink = self.sinks[hook_id] = Sink()
+        handle = self.bus.on(
+            name,
+            sink.__setitem__,
+            priority=priority,
+            once=once,
+            target=None if target is None else SENDERS[target],
+            weak=True,
+        )
+        self.handles[hook_id] = handle
+        self.ids[id(handle)] = hook_id
+        return hook_id
 
     def register(
         self, name: str, priority: int, once: bool, target: Optional[int], action: Any
@@ -238,6 +293,11 @@ class ListHandler(logging.Handler):
 
 # --- the machine -------------------------------------------------------------------------
 
+
+def run_here(action: Callable[[], Any]) -> None:
+    action()
+
+
 priorities = st.sampled_from((-5, 0, 0, 0, 5, 10))
 event_names = st.sampled_from(NAMES)
 hook_names = st.sampled_from(NAMES + PATTERNS)
@@ -273,6 +333,49 @@ class BusMachine(RuleBasedStateMachine):
             model_id = self.model.register(name, priority, once, only_for, action)
             assert real_id == model_id
 
+    @rule(
+        name=hook_names,
+        priority=priorities,
+        once=st.booleans(),
+        only_for=st.sampled_from((None, None, 0, 1)),
+    )
+    def register_weak_c_method(
+        self, name: str, priority: int, once: bool, only_for: Optional[int]
+    ) -> None:
+        """A weak hook that is a C type's bound method: alive exactly as long as its object."""
+        real_id = self.real.register_sink(name, priority, once, only_for)
+        model_id = self.model.register(name, priority, once, only_for, ("sink",))
+        self.model.sinks[model_id] = {}
+        assert real_id == model_id
+
+    @precondition(lambda self: bool(self.real.sinks))
+    @rule(pick=st.integers(0, 30))
+    def drop_weak_c_method_object(self, pick: int) -> None:
+        hook_id = sorted(self.real.sinks)[pick % len(self.real.sinks)]
+        del self.real.sinks[hook_id]
+        gc.collect()
+        self.model.remove(hook_id)
+        del self.model.sinks[hook_id]
+
+    @precondition(lambda self: len(self.model.open_traces) < 3)
+    @rule(elsewhere=st.booleans())
+    def trace_open(self, elsewhere: bool) -> None:
+        trace = self.real.bus.trace()
+        (in_thread if elsewhere else run_here)(trace.__enter__)
+        self.real.traces.append(trace)
+        self.real.open_traces.append(trace)
+        self.model.traces.append(collections.Counter())
+        self.model.open_traces.append(self.model.traces[-1])
+
+    @precondition(lambda self: bool(self.model.open_traces))
+    @rule(pick=st.integers(0, 2), elsewhere=st.booleans())
+    def trace_close(self, pick: int, elsewhere: bool) -> None:
+        """Close any open trace, not only the last opened, here or in another thread."""
+        index = pick % len(self.model.open_traces)
+        trace = self.real.open_traces.pop(index)
+        (in_thread if elsewhere else run_here)(lambda: trace.__exit__(None, None, None))
+        self.model.open_traces.pop(index)
+
     @rule(hook_id=st.integers(0, 30))
     def remove(self, hook_id: int) -> None:
         handle = self.real.handles.get(hook_id)
@@ -292,6 +395,16 @@ class BusMachine(RuleBasedStateMachine):
     def scope_exit(self) -> None:
         self.real.scopes.pop().__exit__(None, None, None)
         for hook_id in self.model.scopes.pop():
+            self.model.remove(hook_id)
+
+    @precondition(lambda self: bool(self.model.scopes))
+    @rule(pick=st.integers(0, 3))
+    def scope_exit_elsewhere(self, pick: int) -> None:
+        """Exit any open scope from another thread: it closes, the others stay open."""
+        index = pick % len(self.model.scopes)
+        scope = self.real.scopes.pop(index)
+        in_thread(lambda: scope.__exit__(None, None, None))
+        for hook_id in self.model.scopes.pop(index):
             self.model.remove(hook_id)
 
     @rule(name=st.one_of(st.none(), hook_names))
@@ -356,7 +469,23 @@ class BusMachine(RuleBasedStateMachine):
             ]
         assert bus.events() == sorted({model.specs[i].name for i in active})
 
+    @invariant()
+    def same_traces(self) -> None:
+        recorded = [
+            collections.Counter(self.real.ids[id(record.handle)] for record in trace.records)
+            for trace in self.real.traces
+        ]
+        assert recorded == self.model.traces
+
+    @invariant()
+    def same_weak_c_method_objects(self) -> None:
+        for hook_id, sink in self.real.sinks.items():
+            received = {None if key is None else SENDERS.index(key): v for key, v in sink.items()}
+            assert received == self.model.sinks[hook_id]
+
     def teardown(self) -> None:
+        while self.real.open_traces:
+            self.real.open_traces.pop().__exit__(None, None, None)
         while self.real.pauses:
             self.real.pauses.pop().__exit__(None, None, None)
         while self.real.scopes:

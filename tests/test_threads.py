@@ -326,6 +326,47 @@ def test_stress_emitters_against_registration_removal_once_and_scopes() -> None:
     assert last.called == [-1]
 
 
+def test_traces_opened_and_closed_in_many_threads_each_record_their_own_window() -> None:
+    """Each thread opens and closes traces while the others do: overlap in every order.
+
+    A trace must record its own thread's emissions made while it was open, exactly
+    once each, and none of those made before it opened or after it closed (other
+    threads' emissions may fall in its window). After the last one closes, nothing
+    records.
+    """
+    bus = EventBus()
+    bus.on("t.*", lambda: None)
+    stop = threading.Event()
+    errors: List[BaseException] = []
+    traces: List[Tuple[int, int, Any]] = []
+
+    def tracer(thread_id: int) -> None:
+        try:
+            round_ = 0
+            while not stop.is_set():
+                round_ += 1
+                bus.emit(f"t.{thread_id}.{round_}.before")
+                with bus.trace() as trace:
+                    bus.emit(f"t.{thread_id}.{round_}.inside")
+                    bus.emit(f"t.{thread_id}.{round_}.inside-again")
+                bus.emit(f"t.{thread_id}.{round_}.after")
+                traces.append((thread_id, round_, trace))
+        except BaseException as error:
+            errors.append(error)
+            stop.set()
+
+    run_threads([lambda i=i: tracer(i) for i in range(6)], stop)
+    assert not errors, errors
+    assert len(traces) > 60, f"only {len(traces)} traces"
+    for thread_id, round_, trace in traces:
+        own = [r.name for r in trace.records if r.name.startswith(f"t.{thread_id}.")]
+        assert own == [f"t.{thread_id}.{round_}.inside", f"t.{thread_id}.{round_}.inside-again"]
+    counts = [len(trace.records) for _, _, trace in traces]
+    bus.emit("t.final")
+    assert [len(trace.records) for _, _, trace in traces] == counts
+    assert bus.registry.event_plans["t.final"].__class__ is tuple  # back on the fast path
+
+
 @pytest.mark.parametrize("kind", ["event", "pre"])
 def test_once_hook_races_across_threads_and_runs_at_most_once(kind: str) -> None:
     bus = EventBus()

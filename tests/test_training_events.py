@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
-from typing import Any, List, Tuple, get_args
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Set, Tuple, get_args
 
 import pytest
 
@@ -168,3 +171,69 @@ def test_mmengine_priorities_order_hooks_of_one_event() -> None:
         bus.subscribe(hook_class(name, priority))
     Loop(bus).run(epochs=1, batches=1)
     assert order == ["Sampler", "Timer", "Logger", "Checkpoint"]
+
+
+# --- the documented calling convention, followed everywhere ---------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _documented_keywords() -> Dict[str, Set[str]]:
+    """Each event's keywords, from its constant's docstring: ``(runner, *, a, b)``."""
+    tree = ast.parse(Path(training.__file__).read_text(encoding="utf-8"))
+    keywords: Dict[str, Set[str]] = {}
+    for statement, following in zip(tree.body, tree.body[1:]):
+        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
+            continue
+        if not (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
+            continue
+        found = re.search(r"``\(runner(?:, \*, ([\w, ]+))?\)``", str(following.value.value))
+        if found:
+            names = found.group(1)
+            keywords[statement.target.id] = set(names.split(", ")) if names else set()
+    return keywords
+
+
+def _sources() -> Iterator[Tuple[str, str]]:
+    """(where, Python source) of the README's blocks, the docs' examples, demo and examples."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for index, block in enumerate(re.findall(r"```python\n(.*?)```", readme, flags=re.S)):
+        yield f"README.md block {index}", block
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        lines = re.findall(r"^(?:>>>|\.\.\.) ?(.*)$", page.read_text(encoding="utf-8"), re.M)
+        yield str(page.relative_to(ROOT)), "\n".join(lines)
+    for path in [ROOT / "hookbus" / "demo.py", *sorted((ROOT / "examples").glob("*.py"))]:
+        yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+
+
+def test_every_emit_of_a_training_event_passes_the_documented_keywords() -> None:
+    documented = _documented_keywords()
+    assert documented["AFTER_TRAIN_ITER"] == {"batch_idx", "data_batch", "outputs"}
+    assert set(documented) == set(NAMES)
+    checked, wrong = 0, []
+    for where, source in _sources():
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue  # a docs page whose examples don't parse as one module
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and call.args):
+                continue
+            function = call.func
+            name = function.attr if isinstance(function, ast.Attribute) else ""
+            name = function.id if isinstance(function, ast.Name) else name
+            event = call.args[0]
+            if not (name.startswith("emit") and isinstance(event, ast.Attribute)):
+                continue
+            if not (isinstance(event.value, ast.Name) and event.value.id == "training"):
+                continue
+            checked += 1
+            passed = {keyword.arg for keyword in call.keywords}
+            if len(call.args) != 2 or passed != documented[event.attr]:
+                expected = ", ".join(sorted(documented[event.attr])) or "nothing"
+                wrong.append(
+                    f"{where}:{call.lineno}: {event.attr} takes the runner and {expected}; "
+                    f"got {len(call.args) - 1} positional, keywords {sorted(map(str, passed))}"
+                )
+    assert checked >= 20, f"only {checked} emits of training events found"
+    assert not wrong, "\n".join(wrong)

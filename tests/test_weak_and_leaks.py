@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import gc
 import tracemalloc
 import weakref
@@ -177,6 +178,65 @@ def test_weak_and_strong_registrations_of_one_method_are_independent() -> None:
     collect_garbage()
     assert alive() is None
     assert not weak.active
+
+
+class Table(dict):  # type: ignore[type-arg]
+    """A dict that supports weak references (a plain dict does not)."""
+
+
+# A method of a C type: the object (weakly referable), the method, what to emit, the effect.
+C_METHODS = {
+    "deque.append": (collections.deque, "append", (1,), lambda obj: list(obj) == [1]),
+    "set.add": (set, "add", (1,), lambda obj: obj == {1}),
+    "dict.__setitem__": (Table, "__setitem__", ("k", 1), lambda obj: obj == {"k": 1}),
+}
+
+
+@pytest.mark.parametrize("kind", list(C_METHODS))
+def test_weak_method_of_a_c_type_lives_exactly_as_long_as_its_object(kind: str) -> None:
+    make, name, args, received = C_METHODS[kind]
+    bus = EventBus()
+    obj = make()
+    handle = bus.on("e", getattr(obj, name), weak=True)
+    collect_garbage()
+    assert handle.active, "dropped while its object is alive"
+    assert handle.hook == getattr(obj, name)
+    assert bus.handles_of(getattr(obj, name)) == [handle]
+    bus.emit("e", *args)
+    assert received(obj)
+    alive = weakref.ref(obj)
+    del obj
+    collect_garbage()
+    assert alive() is None, "the bus kept the object alive"
+    assert not handle.active
+    assert handle.hook is None
+    assert bus.hooks() == []
+    bus.emit("e", *args)
+
+
+def test_weak_method_of_an_object_without_weak_references_is_refused() -> None:
+    bus = EventBus()
+    items: List[int] = []
+    refused = r"weak=True .*bound to a list, which does not support weak references"
+    with pytest.raises(TypeError, match=refused) as info:
+        bus.on("e", items.append, weak=True)
+    assert "register it strongly" in str(info.value)
+    assert bus.hooks() == []
+
+
+def test_weak_method_found_under_another_name_is_refused() -> None:
+    class Queue(collections.deque):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:  # an override hides deque.append
+            super().append(item)
+
+    bus = EventBus()
+    queue = Queue()
+    hidden = collections.deque.append.__get__(queue)  # the C method, not the override
+    with pytest.raises(TypeError, match="weak=True"):
+        bus.on("e", hidden, weak=True)
+    assert bus.hooks() == []
+    handle = bus.on("e", queue.append, weak=True)  # the override: a plain bound method
+    assert handle.active
 
 
 # --- strong registrations: nothing kept alive after remove() --------------------------------

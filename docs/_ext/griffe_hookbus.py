@@ -7,11 +7,15 @@ doesn't read on its own:
   rendering its ``>>>`` lines as nested block quotes: it becomes ``Examples:``,
   which Griffe renders as Python console blocks;
 * Sphinx roles (``:class:`EventBus```, ``:meth:`emit```): each becomes a
-  cross-reference to the documented object when it can be found, else plain code.
+  cross-reference to the documented object when it can be found, else plain code;
+* a paragraph ending in ``:`` or ``::`` followed by an indented block (outside the
+  Google sections): the block becomes a fenced one, ``pycon`` when it starts with
+  ``>>>``, else ``text``, since Markdown would show an unlabelled block unhighlighted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any, List
 
@@ -20,6 +24,9 @@ import griffe
 _EXAMPLE_HEADER = re.compile(r"^(\s*)Example:\s*$", re.MULTILINE)
 _ROLE = re.compile(r":(?:class|meth|func|attr|data|obj|mod|exc):`~?([\w.]+)`")
 _CALLABLE_ROLES = (":meth:", ":func:")
+# A paragraph's last line (not indented) ending in ":" or "::", a blank line, then
+# lines indented by 4 (or blank). A Google section header has no blank line after it.
+_INDENTED_BLOCK = re.compile(r"^(\S[^\n]*?):?:\n\n((?:(?: {4}[^\n]*)?\n)+)", re.MULTILINE)
 PACKAGE = "hookbus"
 
 
@@ -37,12 +44,20 @@ class HookbusDocstrings(griffe.Extension):
     def _rewrite(self, obj: griffe.Object, loader: griffe.GriffeLoader) -> None:
         if obj.docstring is None:
             return
-        text = _EXAMPLE_HEADER.sub(r"\1Examples:", obj.docstring.value)
+        text = _EXAMPLE_HEADER.sub(r"\1Examples:", obj.docstring.value + "\n")
+        text = _INDENTED_BLOCK.sub(_fence, text).rstrip("\n")
         obj.docstring.value = _ROLE.sub(lambda m: self._reference(m, obj, loader), text)
 
     def _reference(self, match: re.Match[str], obj: griffe.Object, loader: Any) -> str:
         name = match.group(1)
         title = f"`{name}()`" if match.group(0).startswith(_CALLABLE_ROLES) else f"`{name}`"
+        owner = obj if obj.is_class else obj.parent
+        # A method the class inherits (EventBus gets some from helper classes) is shown
+        # on the class's page, under the class's own name.
+        if owner is not None and owner.is_class and "." not in name:
+            with contextlib.suppress(Exception):  # an unresolvable base: try the others
+                if name not in owner.members and name in owner.all_members:
+                    return f"[{title}][{_public_module(owner)}.{owner.name}.{name}]"
         for candidate in _candidates(name, obj):
             try:
                 loader.modules_collection.get_member(candidate)
@@ -50,6 +65,13 @@ class HookbusDocstrings(griffe.Extension):
                 continue
             return f"[{title}][{candidate}]"
         return title
+
+
+def _fence(match: re.Match[str]) -> str:
+    lines = match.group(2).rstrip("\n").split("\n")
+    code = "\n".join(line[4:] for line in lines)
+    language = "pycon" if code.startswith(">>>") else "text"
+    return f"{match.group(1)}:\n\n```{language}\n{code}\n```\n\n"
 
 
 def _candidates(name: str, obj: griffe.Object) -> List[str]:

@@ -33,8 +33,9 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus.torch needs PyTorch, which is not installed: pip install "hookbus[torch]"'
     ) from _error
 
-from ._attach import ROOT, Attachment, CompiledModelWarning, Selector, attach
+from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
+from ._compiled import CompiledModelWarning
 from ._grad import GradHandle, on_grad
 from ._stat import Stat
 from ._stats import Stats, stats

@@ -12,54 +12,29 @@ from typing import (
     List,
     Optional,
     Tuple,
-    Union,
-    overload,
 )
 
 from torch import nn
-from typing_extensions import Unpack
 
 from .._bus import EventBus
-from .._context import CallContext
 from .._handle import Handle, HandleGroup, Removable
 from .._names import check_name, is_pattern
 from .._options import HookOptions
+from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
 from ._point import KINDS, ModulePoint
-from ._select import GroupSelector, Selector, close_names, select
+from ._register import Hook, ModuleHookMethods
+from ._select import Selector, close_names, select
+from ._warnings import stacklevel_outside_hookbus
 from ._wrappers import walk
 
-__all__ = ["ROOT", "Attachment", "CompiledModelWarning", "Selector", "attach", "unwrap"]
+__all__ = ["ROOT", "Attachment", "Selector", "attach"]
 
 ROOT = "<root>"
 """The name of the attached model itself when no prefix is given."""
 
-Hook = Callable[[CallContext], None]
-
 # Keeps each model's attachments (and so their points) alive as long as the model,
 # even when the caller drops the Attachment. Attachments hold the model weakly.
 _attachments: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
-
-
-class CompiledModelWarning(UserWarning):
-    """Hooks were installed on a ``torch.compile``'d model: torch may ignore them.
-
-    Example:
-        >>> import warnings, hookbus.torch
-        >>> warnings.simplefilter("ignore", hookbus.torch.CompiledModelWarning)
-    """
-
-
-def is_compiled(model: nn.Module) -> bool:
-    """Whether ``model`` is a ``torch.compile`` wrapper or was ``model.compile()``'d."""
-    return isinstance(getattr(model, "_orig_mod", None), nn.Module) or (
-        getattr(model, "_compiled_call_impl", None) is not None
-    )
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The module that runs: ``torch.compile(model)`` wraps it in ``_orig_mod``."""
-    inner = getattr(model, "_orig_mod", None)
-    return inner if isinstance(inner, nn.Module) else model
 
 
 def attach(
@@ -126,7 +101,7 @@ def attach(
     return Attachment(model, bus, prefix, compiled=compiled, raw_names=raw_names)
 
 
-class Attachment(Removable):
+class Attachment(ModuleHookMethods, Removable):
     """A model attached to a bus: its modules' names, selection, and extra hook kinds.
 
     Every registration method takes a *selector* and the usual options
@@ -226,16 +201,7 @@ class Attachment(Removable):
             return
         self._warned = True  # first: a warnings hook registering here must not recurse
         try:
-            warnings.warn(
-                f"hookbus.torch: a native {phase} hook was installed on module {point.name!r} "
-                f"of a torch.compile'd model. If the compiled model already ran while it had no "
-                f"hooks, torch ignores hooks added since "
-                f"(torch._dynamo.config.skip_nnmodule_hook_guards): "
-                f"register hooks before its first call, or call torch._dynamo.reset(). A model "
-                f"that had hooks then recompiles at each change instead.",
-                CompiledModelWarning,
-                stacklevel=_caller_outside_hookbus(),
-            )
+            warn_hook_on_compiled(point.name, phase)
         except BaseException:
             self._warned = False  # raised (-W error): the registration is undone; warn again
             raise
@@ -252,7 +218,7 @@ class Attachment(Removable):
             f"finished reduction') or the other rank hangs. Pass find_unused_parameters=True "
             f"to DDP, or keep the graph: ctx.result = ctx.result * 0",
             RuntimeWarning,
-            stacklevel=_caller_outside_hookbus(),
+            stacklevel=stacklevel_outside_hookbus(),
         )
 
     # --- names and selection -----------------------------------------------------------
@@ -367,172 +333,6 @@ class Attachment(Removable):
         self._check_attached()
         return select(self._points, selector, self.name_of)
 
-    # --- registration ------------------------------------------------------------------
-
-    @overload
-    def pre(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Handle: ...
-    @overload
-    def pre(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> HandleGroup: ...
-    def pre(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
-        """Forward pre hook: ``ctx.args`` / ``ctx.kwargs`` (kwargs-only calls included).
-
-        Assign ``ctx.args`` (a tuple) or ``ctx.kwargs`` (a dict) to replace them.
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> model = nn.Sequential(nn.Identity())
-            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
-            >>> def zero(ctx):
-            ...     ctx.args = (torch.zeros_like(ctx.args[0]),)
-            >>> _ = net.pre("0", zero)
-            >>> model(torch.ones(2))
-            tensor([0., 0.])
-        """
-        return self._register("pre", selector, hook, options)
-
-    @overload
-    def post(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Handle: ...
-    @overload
-    def post(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> HandleGroup: ...
-    def post(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
-        """Forward post hook: ``ctx.result`` is the output; assign it to replace it.
-
-        The replacement flows into autograd like any tensor the module returned.
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> model = nn.Sequential(nn.Identity())
-            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
-            >>> def double(ctx):
-            ...     ctx.result = ctx.result * 2
-            >>> _ = net.post(nn.Identity, double)
-            >>> model(torch.ones(2))
-            tensor([2., 2.])
-        """
-        return self._register("post", selector, hook, options)
-
-    @overload
-    def exception(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Handle: ...
-    @overload
-    def exception(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> HandleGroup: ...
-    def exception(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
-        """Exception hook: runs when the module's forward raises, with ``ctx.exception``.
-
-        It observes: torch re-raises the error after its hooks, so the error
-        propagates unchanged (``ctx.recover()`` there warns; recover around the call
-        with ``bus.wrap``). Not run under ``torch.compile``.
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> model = nn.Sequential(nn.Linear(3, 1))
-            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
-            >>> _ = net.exception("0", lambda ctx: print(ctx.name, tuple(ctx.args[0].shape)))
-            >>> try:
-            ...     model(torch.ones(2, 5))
-            ... except RuntimeError:
-            ...     print("raised")
-            0 (2, 5)
-            raised
-        """
-        return self._register("exception", selector, hook, options)
-
-    @overload
-    def grad(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Handle: ...
-    @overload
-    def grad(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> HandleGroup: ...
-    def grad(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
-        """Gradient hook on the module's outputs: the cheap, safe way to see gradients.
-
-        At backward, ``ctx.result`` is the gradient of one output tensor (assign to
-        replace it), ``ctx.data["path"]`` says which tensor of a nested output
-        (``()`` for a plain tensor), and ``ctx.call_index`` is that of the forward
-        call that made it. Outputs that don't require grad (``torch.no_grad()``)
-        are skipped. Safe with in-place ops, unlike :meth:`backward`.
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> model = nn.Sequential(nn.Linear(2, 1))
-            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
-            >>> _ = net.grad("0", lambda ctx: print(ctx.name, ctx.result))
-            >>> model(torch.ones(1, 2)).sum().backward()
-            0 tensor([[1.]])
-        """
-        return self._register("grad", selector, hook, options)
-
-    @overload
-    def backward_pre(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Handle: ...
-    @overload
-    def backward_pre(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> HandleGroup: ...
-    def backward_pre(
-        self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Any:
-        """Full backward pre hook: ``ctx.args`` is ``grad_output``; assign to replace it.
-
-        Opt-in: full backward hooks cost about as much as the backward pass of a
-        small module and fail with in-place ops on the module's output
-        (``ReLU(inplace=True)``). Prefer :meth:`grad`.
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> model = nn.Sequential(nn.Linear(2, 1))
-            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
-            >>> _ = net.backward_pre("0", lambda ctx: print(ctx.args))
-            >>> model(torch.ones(1, 2, requires_grad=True)).sum().backward()
-            (tensor([[1.]]),)
-        """
-        return self._register("backward_pre", selector, hook, options)
-
-    @overload
-    def backward(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> Handle: ...
-    @overload
-    def backward(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
-    ) -> HandleGroup: ...
-    def backward(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
-        """Full backward hook: ``ctx.args`` is ``grad_output``, ``ctx.result`` ``grad_input``.
-
-        Assign ``ctx.result`` (a tuple of the same length) to replace ``grad_input``.
-        Opt-in, with the costs and limits of :meth:`backward_pre`.
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> model = nn.Sequential(nn.Linear(2, 1))
-            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
-            >>> _ = net.backward("0", lambda ctx: print(ctx.result))
-            >>> x = torch.ones(1, 2, requires_grad=True)
-            >>> model(x).sum().backward()  # doctest: +ELLIPSIS
-            (tensor([[...]]),)
-        """
-        return self._register("backward", selector, hook, options)
-
     def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
         names = self.select(selector)
         if kind in ("backward_pre", "backward"):
@@ -611,16 +411,6 @@ class Attachment(Removable):
         state = f"{len(self._points)} modules" if self._points else "detached"
         prefix = f" prefix={self.prefix!r}" if self.prefix else ""
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
-
-
-def _caller_outside_hookbus() -> int:
-    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here."""
-    frame = sys._getframe(2)  # the caller of the function that warns
-    level = 2
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level
 
 
 def _literal(name: str) -> str:

@@ -11,7 +11,7 @@ from torch.utils.hooks import RemovableHandle
 from .._context import CallContext, reject_returned
 from .._handle import Removable
 
-__all__ = ["GradHandle", "on_grad"]
+__all__ = ["GradHandle", "handle_alive", "on_grad"]
 
 
 class GradHandle(Removable):
@@ -113,3 +113,9 @@ class _TensorGradHook:
             reject_returned(self.hook, ctx, returned)
         result: Optional[torch.Tensor] = ctx.result
         return None if result is grad else result
+
+
+def handle_alive(handle: RemovableHandle) -> bool:
+    """Whether the hook dict a torch ``RemovableHandle`` points into still exists."""
+    hooks_ref: Any = handle.hooks_dict_ref  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    return hooks_ref() is not None

@@ -16,7 +16,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -26,8 +26,10 @@ from .._context import CallContext, blank_context, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
 from .._handle import _where
+from ._calls import INTERNAL_STOPS, call_keys, forward_raised, running_calls
 from ._copies import inert_point
-from ._tree import Path, iter_tensors
+from ._grad import handle_alive
+from ._tree import Path, iter_tensors, leaves_the_graph
 
 if TYPE_CHECKING:
     from .._bus import EventBus
@@ -248,7 +250,7 @@ class ModulePoint:
         handles.append(handle)
         if len(handles) >= 256 and len(handles) & (len(handles) - 1) == 0:
             # At each power of two, drop the hooks whose graph is gone already.
-            self._grad_handles = [h for h in handles if _alive(h)]
+            self._grad_handles = [h for h in handles if handle_alive(h)]
 
     # --- the native dispatchers: short, they run on every module call ----------------
 
@@ -257,7 +259,7 @@ class ModulePoint:
 
         Each entry is keyed by the call: the id of the frame that calls the
         dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
-        :func:`_call_keys`). So a post dispatcher takes the context of its own
+        :func:`~hookbus.torch._calls.call_keys`). So a post dispatcher takes the context of its own
         call whatever other hooks did to the args, and a call that never reached
         its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
         push drops. A stored context holds no argument of its call (see ``_on_pre``).
@@ -276,7 +278,7 @@ class ModulePoint:
         """
         stack = self._stack()
         if stack:
-            running = _running_calls()
+            running = running_calls()
             stack[:] = [entry for entry in stack if entry[0] in running]
         return stack
 
@@ -345,7 +347,7 @@ class ModulePoint:
             kwargs, output = {}, kwargs
         if output is None:
             caller = sys._getframe(1)
-            if _forward_raised(caller):
+            if forward_raised(caller):
                 # torch calls always_call hooks from the except clause of _call_impl.
                 self._on_exception(module, args, kwargs, sys.exc_info()[1], caller)
                 return None
@@ -408,7 +410,7 @@ class ModulePoint:
                 f"unchanged', so it cannot take effect. To make the call return None, wrap "
                 f"it: bus.wrap(model, 'name'), and set ctx.result there"
             )
-        if self.on_graph_cut is not None and _leaves_the_graph(output, result):
+        if self.on_graph_cut is not None and leaves_the_graph(output, result):
             self.on_graph_cut(self)
         return result
 
@@ -422,10 +424,10 @@ class ModulePoint:
     ) -> None:
         ctx: Optional[CallContext] = None
         if self._shared:
-            found, ctx = self._pop_shared(_call_keys(caller, error))
+            found, ctx = self._pop_shared(call_keys(caller, error))
             if found and ctx is None:
                 return  # a pre hook of ours raised: the call never started
-        if not self._exception or isinstance(error, _INTERNAL_STOPS):
+        if not self._exception or isinstance(error, INTERNAL_STOPS):
             return  # not an error of the call: torch swallows it (checkpointing)
         if ctx is None:
             ctx = CallContext(self.name, module, args, kwargs, next(self._calls), "pre", self)
@@ -479,67 +481,6 @@ class ModulePoint:
 
 
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
-_MODULE_CLASS: Any = torch.nn.Module
-_CALL_IMPL = _MODULE_CLASS._call_impl.__code__
-
-
-def _internal_stops() -> Tuple[type, ...]:
-    # Non-reentrant checkpointing stops a recomputation in backward by raising this
-    # private error through the modules, then swallows it: no error of theirs.
-    from torch.utils import checkpoint
-
-    stop = getattr(checkpoint, "_StopRecomputationError", None)
-    return (stop,) if isinstance(stop, type) else ()
-
-
-_INTERNAL_STOPS = _internal_stops()
-
-
-def _call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:
-    """The keys the pre dispatcher may have used for a call whose forward raised.
-
-    Here torch calls the post dispatcher from ``_call_impl`` itself, whose frame
-    is ``caller``; the pre dispatcher was called from the ``inner`` closure that
-    raised, the next frame of the error's traceback.
-    """
-    tb = error.__traceback__ if error is not None else None
-    if tb is not None and tb.tb_next is not None:
-        return (id(tb.tb_next.tb_frame), id(caller))
-    return (id(caller),)
-
-
-def _running_calls() -> Set[int]:
-    """The keys of every module call running in this thread (see ``_stack``)."""
-    running: Set[int] = set()
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        back = frame.f_back
-        if frame.f_code is _CALL_IMPL or (back is not None and back.f_code is _CALL_IMPL):
-            running.add(id(frame))
-        frame = back
-    return running
-
-
-def _leaves_the_graph(output: Any, result: Any) -> bool:
-    """Whether ``result`` replaced an output that autograd tracks by one it does not."""
-    if not torch.is_grad_enabled():
-        return False
-    tracked = any(t.requires_grad for _, t in iter_tensors(output))
-    return tracked and not any(t.requires_grad for _, t in iter_tensors(result))
-
-
-def _alive(handle: RemovableHandle) -> bool:
-    hooks_ref: Any = handle.hooks_dict_ref  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    return hooks_ref() is not None
-
-
-def _forward_raised(caller: Any) -> bool:
-    """Whether ``caller`` (Module._call_impl) is handling an error raised by forward."""
-    error = sys.exc_info()[1]
-    if error is None:
-        return False
-    tb = error.__traceback__
-    return tb is not None and tb.tb_frame is caller
 
 
 def hook_output_grads(point: ModulePoint, call_index: int, output: Any) -> None:

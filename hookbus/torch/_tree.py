@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 import torch
 from torch import nn
 
-__all__ = ["Path", "iter_tensors", "map_tensors"]
+__all__ = ["Path", "iter_tensors", "leaves_the_graph", "map_tensors"]
 
 Path = Tuple[Any, ...]
 
@@ -195,3 +195,11 @@ def _rebuild(kind: Any, contents: Any, fallback: Callable[[Any], Any]) -> Any:
         return kind(contents)
     except Exception:  # a container type with its own constructor: keep the plain kind
         return fallback(contents)
+
+
+def leaves_the_graph(output: Any, result: Any) -> bool:
+    """Whether ``result`` replaced an output that autograd tracks by one it does not."""
+    if not torch.is_grad_enabled():
+        return False
+    tracked = any(t.requires_grad for _, t in iter_tensors(output))
+    return tracked and not any(t.requires_grad for _, t in iter_tensors(result))

@@ -462,3 +462,12 @@ def test_bus_points_lists_modules_and_check_pending_knows_them() -> None:
     bus.clear()
     attachment.detach()
     assert [p.name for p in bus.points() if p.kind == "module"] == []
+
+
+def test_attachments_to_unnamed_buses_tell_the_buses_apart() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    first, second = hookbus.EventBus(), hookbus.EventBus()
+    with hookbus.torch.attach(model, first) as one, hookbus.torch.attach(model, second) as two:
+        assert f"on {first.name!r}" in repr(one)
+        assert f"on {second.name!r}" in repr(two)
+        assert repr(one) != repr(two)
