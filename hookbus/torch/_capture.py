@@ -287,9 +287,12 @@ class capture:
         try:
             names = self._attachment.select(selector)
             self.cache = Cache(names)
-            self._attachment.post(names, self._record)
+            # One hook for a name or glob rather than one per module: the bus is
+            # this capture's own, so the pattern reaches exactly the selected modules.
+            where: Selector = selector if isinstance(selector, str) else names
+            self._attachment.post(where, self._record)
             if grads:
-                self._attachment.grad(names, self._record_grad)
+                self._attachment.grad(where, self._record_grad)
         except BaseException:
             self._attachment.detach()
             raise

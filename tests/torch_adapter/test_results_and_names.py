@@ -149,3 +149,20 @@ def test_a_captured_model_output_is_a_working_copy_of_its_own_class() -> None:
     missing = cache["<root>"].grad
     assert type(missing) is type(stored)
     assert list(missing.keys()) == [] and missing.loss is None and missing.logits is None
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [("a[0]", ["a[0]"]), ("a?", ["a0"]), ("*", ["a[0]", "a0", "b*"]), ("b*", ["b*"])],
+)
+def test_a_capture_by_name_or_glob_records_exactly_what_it_selects(
+    selector: str, expected: List[str]
+) -> None:
+    model = _glob_named()
+    with hookbus.torch.capture(model, selector, grads=True) as cache:
+        model["a[0]"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+        model["a0"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+        model["b*"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert list(cache) == expected
+    assert all(cache[name].grad is not None for name in expected)
+    assert not any(m._forward_hooks for m in model.modules())
