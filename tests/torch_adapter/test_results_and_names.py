@@ -121,9 +121,7 @@ def test_the_detached_attachment_says_it_is_detached() -> None:
 def test_a_captured_model_output_is_a_working_copy_of_its_own_class() -> None:
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    config = transformers.GPT2Config(
-        n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16
-    )
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16)
     model = transformers.GPT2LMHeadModel(config)
     ids = torch.randint(0, 50, (1, 4))
     with hookbus.torch.capture(model, ["<root>", "transformer"], grads=True) as cache:
@@ -134,10 +132,13 @@ def test_a_captured_model_output_is_a_working_copy_of_its_own_class() -> None:
     assert list(stored.keys()) == list(live.keys()) == ["loss", "logits"]
     assert stored.logits is stored["logits"] is stored[1]  # attribute and item: one tensor
     assert stored.to_tuple()[0] is stored.loss
-    assert stored.past_key_values is None and stored.hidden_states is None
+    assert stored.past_key_values is None
+    assert stored.hidden_states is None
     assert torch.equal(stored.logits, live.logits)
-    assert not stored.logits.requires_grad and not stored.loss.requires_grad
-    assert stored is not live and stored.logits is not live.logits
+    assert not stored.logits.requires_grad
+    assert not stored.loss.requires_grad
+    assert stored is not live
+    assert stored.logits is not live.logits
     stored.logits = torch.zeros(1)  # the copy keeps ModelOutput's own attribute/item sync
     assert stored["logits"] is stored.logits
     grad = cache["transformer"].grad  # a ModelOutput of gradients, in the output's shape
@@ -148,7 +149,9 @@ def test_a_captured_model_output_is_a_working_copy_of_its_own_class() -> None:
         model(ids, labels=ids, use_cache=False)  # no backward: no gradient arrives
     missing = cache["<root>"].grad
     assert type(missing) is type(stored)
-    assert list(missing.keys()) == [] and missing.loss is None and missing.logits is None
+    assert list(missing.keys()) == []
+    assert missing.loss is None
+    assert missing.logits is None
 
 
 @pytest.mark.parametrize(
