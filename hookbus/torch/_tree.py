@@ -176,6 +176,16 @@ def _map_new(
     return rebuilt
 
 
+def _vars(obj: Any) -> Dict[str, Any]:
+    attributes: Dict[str, Any] = obj.__dict__
+    return attributes
+
+
+def _as_dict(obj: Any) -> Dict[Any, Any]:
+    mapping: Dict[Any, Any] = obj
+    return mapping
+
+
 def _type_of(obj: Any) -> Any:
     return type(obj)  # pyright: ignore[reportUnknownVariableType]
 
@@ -203,14 +213,14 @@ def _map_dict_dataclass(
     mapped to ``None`` (a gradient not there yet) is left to the constructor, which
     drops ``None`` fields from the items, as is any class that refuses the copy.
     """
-    attributes: Dict[str, Any] = vars(obj)
+    attributes: Dict[str, Any] = _vars(obj)
     mapped: Dict[str, Any] = {}
     for key, value in attributes.items():
         new = _map(value, fn, (*path, key), memo)
         if new is None and value is not None:
             return _map_dataclass(obj, fn, path, memo)
         mapped[key] = new
-    items: Dict[Any, Any] = obj
+    items: Dict[Any, Any] = _as_dict(obj)
     pairs: List[Tuple[Any, Any]] = []
     for key, value in items.items():
         if isinstance(key, str) and key in attributes and attributes[key] is value:
@@ -221,16 +231,13 @@ def _map_dict_dataclass(
             return _map_dataclass(obj, fn, path, memo)
         pairs.append((key, new))
     kind = _type_of(obj)
-    setitem: Any = (
-        collections.OrderedDict.__setitem__
-        if isinstance(obj, collections.OrderedDict)
-        else dict.__setitem__
-    )
+    base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    setitem: Any = getattr(base, "__setitem__")  # noqa: B009 - the base's, not the class's
     try:
         rebuilt: Any = kind.__new__(kind)
         for key, new in pairs:
             setitem(rebuilt, key, new)
-        vars(rebuilt).update(mapped)
+        _vars(rebuilt).update(mapped)
     except Exception:  # a class that refuses being built this way: its constructor, then
         return _map_dataclass(obj, fn, path, memo)
     return rebuilt
