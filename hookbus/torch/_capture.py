@@ -227,8 +227,9 @@ class Cache(Mapping[str, Record]):
             record = self._records.get(name)
             if record is None:
                 record = self._records[name] = Record(name)
-            call = Call(len(record.calls), output, args, kwargs)
-            record.calls.append(call)
+            calls = record.calls
+            call = Call(len(calls), output, args, kwargs)
+            calls.append(call)
         return call
 
     def __repr__(self) -> str:
@@ -282,14 +283,18 @@ class capture:
                 raise TypeError(f"capture() option {option}= takes True or False, got {value!r}")
         self._device = torch.device(device) if device is not None else None
         self._detach, self._clone, self._inputs, self._grads = detach, clone, inputs, grads
+        self._only_detach = detach and not clone and self._device is None
         self._calls: Dict[Tuple[str, int], Call] = {}
         self._attachment: Optional[Attachment] = attach(model, EventBus("capture"))
         try:
             names = self._attachment.select(selector)
             self.cache = Cache(names)
-            self._attachment.post(names, self._record)
+            # One hook for a name or glob rather than one per module: the bus is
+            # this capture's own, so the pattern reaches exactly the selected modules.
+            where: Selector = selector if isinstance(selector, str) else names
+            self._attachment.post(where, self._record)
             if grads:
-                self._attachment.grad(names, self._record_grad)
+                self._attachment.grad(where, self._record_grad)
         except BaseException:
             self._attachment.detach()
             raise
@@ -307,11 +312,16 @@ class capture:
         return map_tensors(value, self._keep)
 
     def _record(self, ctx: CallContext) -> None:
+        result = ctx.result
+        if self._only_detach and type(result) is torch.Tensor:  # per module call: kept short
+            output = result.detach()
+        else:
+            output = map_tensors(result, self._keep)
         if self._inputs:
             args, kwargs = self._store(ctx.args), self._store(ctx.kwargs)
         else:
             args = kwargs = None
-        call = self.cache._add(ctx.name, self._store(ctx.result), args, kwargs)
+        call = self.cache._add(ctx.name, output, args, kwargs)
         if self._grads:  # the grad hooks of this call find it by its call index
             self._calls[(ctx.name, ctx.call_index)] = call
 

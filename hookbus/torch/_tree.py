@@ -24,6 +24,7 @@ output itself.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import types
@@ -142,8 +143,8 @@ def _map_new(
 ) -> Any:
     if isinstance(obj, dict):
         items: Dict[Any, Any] = obj  # pyright: ignore[reportUnknownVariableType]
-        if dataclasses.is_dataclass(items):  # ModelOutput: rebuilt through its fields below
-            return _map_dataclass(obj, fn, path, memo)
+        if dataclasses.is_dataclass(items):  # ModelOutput: a dict that is a dataclass
+            return _map_dict_dataclass(obj, fn, path, memo)
         pairs = [(key, _map(value, fn, (*path, key), memo)) for key, value in items.items()]
         return _rebuild(type(items), pairs, dict)
     if isinstance(obj, (tuple, list)):
@@ -175,6 +176,16 @@ def _map_new(
     return rebuilt
 
 
+def _vars(obj: Any) -> Dict[str, Any]:
+    attributes: Dict[str, Any] = obj.__dict__
+    return attributes
+
+
+def _as_dict(obj: Any) -> Dict[Any, Any]:
+    mapping: Dict[Any, Any] = obj
+    return mapping
+
+
 def _type_of(obj: Any) -> Any:
     return type(obj)  # pyright: ignore[reportUnknownVariableType]
 
@@ -188,6 +199,48 @@ def _map_dataclass(
         if field.init
     }
     return dataclasses.replace(obj, **changes)
+
+
+def _map_dict_dataclass(
+    obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path, memo: Dict[int, Any]
+) -> Any:
+    """A dict that is a dataclass (Hugging Face ``ModelOutput``), rebuilt without its constructor.
+
+    ``dataclasses.replace`` runs ``ModelOutput.__post_init__`` and its
+    ``__setattr__``, which cost more than the rest of a capture's work on a
+    forward; this copies the instance's attributes and items as they are, each
+    value mapped once (an item and the field of the same name share it). A tensor
+    mapped to ``None`` (a gradient not there yet) is left to the constructor, which
+    drops ``None`` fields from the items, as is any class that refuses the copy.
+    """
+    attributes: Dict[str, Any] = _vars(obj)
+    mapped: Dict[str, Any] = {}
+    for key, value in attributes.items():
+        new = _map(value, fn, (*path, key), memo)
+        if new is None and value is not None:
+            return _map_dataclass(obj, fn, path, memo)
+        mapped[key] = new
+    items: Dict[Any, Any] = _as_dict(obj)
+    pairs: List[Tuple[Any, Any]] = []
+    for key, value in items.items():
+        if isinstance(key, str) and key in attributes and attributes[key] is value:
+            new = mapped[key]
+        else:
+            new = _map(value, fn, (*path, key), memo)
+        if new is None and value is not None:
+            return _map_dataclass(obj, fn, path, memo)
+        pairs.append((key, new))
+    kind = _type_of(obj)
+    base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    setitem: Any = getattr(base, "__setitem__")  # noqa: B009 - the base's, not the class's
+    try:
+        rebuilt: Any = kind.__new__(kind)
+        for key, new in pairs:
+            setitem(rebuilt, key, new)
+        _vars(rebuilt).update(mapped)
+    except Exception:  # a class that refuses being built this way: its constructor, then
+        return _map_dataclass(obj, fn, path, memo)
+    return rebuilt
 
 
 def _rebuild(kind: Any, contents: Any, fallback: Callable[[Any], Any]) -> Any:

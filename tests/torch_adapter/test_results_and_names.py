@@ -116,3 +116,56 @@ def test_the_detached_attachment_says_it_is_detached() -> None:
     ):
         with pytest.raises(RuntimeError, match=r"attachment of TutorialNet .* is detached"):
             call()
+
+
+def test_a_captured_model_output_is_a_working_copy_of_its_own_class() -> None:
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 50, (1, 4))
+    with hookbus.torch.capture(model, ["<root>", "transformer"], grads=True) as cache:
+        live = model(ids, labels=ids, use_cache=False)
+        live.loss.backward()
+    stored = cache["<root>"].output
+    assert type(stored) is type(live)
+    assert list(stored.keys()) == list(live.keys()) == ["loss", "logits"]
+    assert stored.logits is stored["logits"] is stored[1]  # attribute and item: one tensor
+    assert stored.to_tuple()[0] is stored.loss
+    assert stored.past_key_values is None
+    assert stored.hidden_states is None
+    assert torch.equal(stored.logits, live.logits)
+    assert not stored.logits.requires_grad
+    assert not stored.loss.requires_grad
+    assert stored is not live
+    assert stored.logits is not live.logits
+    stored.logits = torch.zeros(1)  # the copy keeps ModelOutput's own attribute/item sync
+    assert stored["logits"] is stored.logits
+    grad = cache["transformer"].grad  # a ModelOutput of gradients, in the output's shape
+    assert type(grad) is type(cache["transformer"].output)
+    assert grad.last_hidden_state.shape == cache["transformer"].output.last_hidden_state.shape
+    assert torch.equal(cache["<root>"].grad.loss, torch.tensor(1.0))
+    with hookbus.torch.capture(model, "<root>", grads=True) as cache:
+        model(ids, labels=ids, use_cache=False)  # no backward: no gradient arrives
+    missing = cache["<root>"].grad
+    assert type(missing) is type(stored)
+    assert list(missing.keys()) == []
+    assert missing.loss is None
+    assert missing.logits is None
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [("a[0]", ["a[0]"]), ("a?", ["a0"]), ("*", ["a[0]", "a0", "b*"]), ("b*", ["b*"])],
+)
+def test_a_capture_by_name_or_glob_records_exactly_what_it_selects(
+    selector: str, expected: List[str]
+) -> None:
+    model = _glob_named()
+    with hookbus.torch.capture(model, selector, grads=True) as cache:
+        model["a[0]"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+        model["a0"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+        model["b*"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert list(cache) == expected
+    assert all(cache[name].grad is not None for name in expected)
+    assert not any(m._forward_hooks for m in model.modules())
