@@ -64,8 +64,9 @@ class HookStore:
         patterns = self.patterns.get(kind)
         if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
             return tuple(bucket)  # points that ask for all their kinds at each change
-        if not literal and is_pattern(name):
-            return tuple(bucket)  # introspection of a pattern: its own hooks only
+        if not literal and is_pattern(name):  # introspection of a pattern: its own hooks
+            own = [handle for handle in patterns or () if handle.name == name]
+            return tuple(sorted(own, key=_order))
         if not patterns:
             return tuple(sorted(bucket, key=_order))
         handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]

@@ -248,6 +248,19 @@ def test_introspection_lists_hooks_with_priority_and_location() -> None:
     assert "3 hooks" in repr(bus)
 
 
+def test_hooks_of_a_pattern_lists_the_hooks_registered_under_that_pattern() -> None:
+    # docs/concepts.md: bus.hooks("train.*") lists the hooks registered under that pattern.
+    bus = EventBus()
+    low = bus.on("train.*", print)
+    high = bus.on("train.*", repr, priority=5)
+    bus.on("train.step", print)
+    bus.on("eval.*", print)
+    point_hook = bus.pre("train.*", lambda ctx: None)
+    assert bus.hooks("train.*") == [high, low, point_hook]  # kind by kind, dispatch order
+    assert bus.hooks("train.*", kind="event") == [high, low]
+    assert bus.hooks("nothing.*") == []
+
+
 def test_clear_removes_everything_or_one_name() -> None:
     bus = EventBus()
     a = bus.on("a", print)
