@@ -240,6 +240,12 @@ class Registry:
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""
+        for handle in handles:  # before the lock: the message reads the user's hook
+            if handle.bus is not self.bus:
+                raise ValueError(
+                    f"{handle!r} belongs to the bus {handle.bus.name!r}, not to "
+                    f"{self.bus.name!r}; remove it with handle.remove() or through its own bus"
+                )
         lock = self._lock
         lock.acquire()
         try:
@@ -285,14 +291,7 @@ class Registry:
             self._collected.append(handle)
 
     def _remove_locked(self, handles: Sequence[Handle]) -> None:
-        for handle in handles:  # check all first: nothing is half-removed
-            if handle.bus is not self.bus:
-                # Names, not reprs: a bus's repr takes the lock, which is held here.
-                raise ValueError(
-                    f"{handle!r} belongs to the bus {handle.bus.name!r}, not to "
-                    f"{self.bus.name!r}; remove it with handle.remove() or through its own bus"
-                )
-        for handle in handles:
+        for handle in handles:  # this bus's own: remove() checked those it was given
             self._drop_locked(handle)
 
     def _drop_locked(self, handle: Handle) -> None:

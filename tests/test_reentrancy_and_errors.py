@@ -269,6 +269,32 @@ def test_refusing_a_sync_point_that_an_async_hook_matches_reads_the_hook_outside
     assert "matches the async hook" in str(outcome["error"])
 
 
+class _HookThatUsesTheBus:
+    """A sync callable whose attribute lookups take a bus's lock (bus.hooks())."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+
+    def __call__(self, *args: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        self.bus.hooks()
+        raise AttributeError(name)
+
+
+def test_refusing_another_bus_s_handle_reads_the_hook_outside_the_lock() -> None:
+    # The registry's remove() refuses a handle of another bus with a message that
+    # formats the handle; formatted under the lock, a hook that uses the bus deadlocked.
+    mine, other = EventBus(), EventBus()
+    handle = other.on("saved", _HookThatUsesTheBus(mine))
+    outcome = _finishes(lambda: mine.registry.remove([handle]))
+    assert isinstance(outcome.get("error"), ValueError)
+    assert "belongs to the bus" in str(outcome["error"])
+    assert handle.active
+    assert mine.hooks() == []
+
+
 # --- traces that overlap ------------------------------------------------------------------
 
 
