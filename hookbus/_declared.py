@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 from ._dispatch import dispatch_event
 from ._errors import HookError, raise_collected
-from ._handle import _hook_name, _where
+from ._handle import hook_name, where_defined
 from ._names import Matcher
 from ._spec import (
     bad_arguments,
@@ -306,7 +306,7 @@ def check_registration(registry: Registry, handle: Handle) -> None:
     """
     declarations = registry.declarations
     kind, name, match, hook = handle.kind, handle.name, handle.match, handle.hook
-    what = f"{'async ' if handle.is_async else ''}hook {_hook_name(hook)} ({_where(hook)})"
+    what = f"{'async ' if handle.is_async else ''}hook {hook_name(hook)} ({where_defined(hook)})"
     if declarations.strict and match is None:
         _refuse_unknown_name(registry, kind, name, what)
     if kind != "event" or hook is None:

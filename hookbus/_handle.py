@@ -156,7 +156,7 @@ class Handle(Removable):
     @property
     def where(self) -> str:
         """Where the hook was defined, as ``file:line`` (or ``"?"`` when unknown)."""
-        return _where(self.hook)
+        return where_defined(self.hook)
 
     def applies_to(self, name: str) -> bool:
         """Whether the hook is registered for ``name``, exactly or by pattern."""
@@ -203,7 +203,7 @@ class Handle(Removable):
             )
         )
         state = "active" if self.active else "removed"
-        return f"<Handle {self.kind} {self.name!r} {_hook_name(self.hook)}{options} {state}>"
+        return f"<Handle {self.kind} {self.name!r} {hook_name(self.hook)}{options} {state}>"
 
 
 _new_object = object.__new__
@@ -405,7 +405,7 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
     except TypeError:
         raise TypeError(
             f"weak=True needs a hook that supports weak references, got "
-            f"{type(hook).__name__} {_hook_name(hook)}; accepted: functions, bound "
+            f"{type(hook).__name__} {hook_name(hook)}; accepted: functions, bound "
             f"methods and most objects (not builtins); or register it strongly"
         ) from None
 
@@ -444,16 +444,18 @@ class _WeakCMethod:
         return None if owner is None else getattr(owner, self._name)
 
 
-def _hook_name(hook: Any) -> str:
+def hook_name(hook: Any) -> str:
+    """The hook's qualified name for messages and reprs, without calling its ``repr``."""
     if hook is None:
         return "<collected>"
     if isinstance(hook, functools.partial):
-        return f"partial({_hook_name(hook.func)})"
+        return f"partial({hook_name(hook.func)})"
     name = getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None)
     return str(name) if name else f"<{type(hook).__name__} object>"
 
 
-def _where(hook: Any) -> str:
+def where_defined(hook: Any) -> str:
+    """Where ``hook`` (or what it wraps) is defined, as ``file:line`` (``"?"`` if unknown)."""
     while isinstance(hook, functools.partial):
         hook = hook.func
     hook = getattr(hook, "__func__", hook)

@@ -25,7 +25,7 @@ from typing_extensions import ParamSpec
 from ._arguments import Layout, layout_of
 from ._context import CallContext, new_context
 from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
-from ._handle import _where
+from ._handle import where_defined
 from ._names import check_name
 from ._plan import PointPlan
 
@@ -232,7 +232,11 @@ def _warn_if_shared(bus: EventBus, point: HookPoint, stacklevel: int) -> None:
 def _origin(fn: Any, self_from_args: bool) -> Tuple[str, str, str]:
     """(kind, file:line, module) of the callable a point wraps, for ``bus.points()``."""
     is_method = self_from_args or inspect.ismethod(fn)
-    return ("method" if is_method else "function", _where(fn), str(getattr(fn, "__module__", "")))
+    return (
+        "method" if is_method else "function",
+        where_defined(fn),
+        str(getattr(fn, "__module__", "")),
+    )
 
 
 def _default_name(fn: Any) -> str:

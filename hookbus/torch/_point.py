@@ -25,7 +25,7 @@ from .._arguments import Layout, layout_of
 from .._context import CallContext, blank_context, new_context, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
-from .._handle import _where
+from .._handle import where_defined
 from ._calls import INTERNAL_STOPS, call_keys, forward_raised, running_calls
 from ._copies import inert_point
 from ._grad import handle_alive
@@ -107,7 +107,7 @@ class ModulePoint:
         self.bus = bus
         self.registry = bus.registry
         self.name = name
-        self.where = _where(getattr(type(module), "forward", None))
+        self.where = where_defined(getattr(type(module), "forward", None))
         """Where the module's ``forward`` is defined, as ``file:line``."""
         self._calls = itertools.count()
         # Orders updates from threads that change hooks at once: the last to take
