@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+import weakref
 from types import TracebackType
 from typing import (
     Any,
@@ -91,6 +92,8 @@ class Stats(Mapping[str, Stat]):
 
     * ``start()`` / ``stop()``, or ``with``: add and remove the hooks. After
       ``stop()`` the statistics stay readable, and ``start()`` continues them.
+      They hold the model weakly: once it is gone, they stay readable, and
+      ``start()`` raises.
     * ``pause()``: ignore calls until ``resume()`` (or the end of ``with
       stats.pause():``); pauses nest.
     * ``reset()`` forgets everything; ``merge(other)`` adds another ``Stats`` of
@@ -135,7 +138,8 @@ class Stats(Mapping[str, Stat]):
             raise TypeError(f"stats(bus=) takes a hookbus.EventBus, got {type(bus).__name__}")
         self.of = of
         self.dim = dim
-        self._model = model
+        # Weak: the numbers often outlive the model, which start() alone needs again.
+        self._model = weakref.ref(model)
         self._bus = bus
         self._lock = threading.RLock()
         self._paused = 0
@@ -156,12 +160,18 @@ class Stats(Mapping[str, Stat]):
     # --- starting and stopping ---------------------------------------------------------
 
     def _attach(self) -> Tuple[Attachment, bool]:
+        model = self._model()
+        if model is None:
+            raise RuntimeError(
+                f"{self!r} cannot start: the model its statistics were taken on no longer "
+                f"exists (statistics hold their model weakly); the numbers stay readable"
+            )
         if self._bus is None:
-            return attach(self._model, EventBus("stats")), True
-        found = find_attachment(self._model, self._bus)
+            return attach(model, EventBus("stats")), True
+        found = find_attachment(model, self._bus)
         if found is not None:
             return found, False
-        return attach(self._model, self._bus), True
+        return attach(model, self._bus), True
 
     @property
     def active(self) -> bool:

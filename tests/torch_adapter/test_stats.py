@@ -333,6 +333,26 @@ def test_the_statistics_hold_no_activation() -> None:
     assert stats["0"].count == grads["0"].count == 4
 
 
+def test_stopped_statistics_do_not_keep_the_model_alive() -> None:
+    # Statistics often outlive their model (calibrate, keep the numbers, drop the net).
+    # Holding it also kept DDP's reducer, and with it gloo's process group, alive past
+    # destroy_process_group(): an abort at exit in examples/distributed_stats.py.
+    model = nn.Sequential(nn.Linear(2, 2))
+    with ht.stats(model) as stats:
+        model(torch.ones(3, 2))
+    gone = weakref.ref(model)
+    gc.disable()
+    try:
+        del model
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert stats["0"].count == 3  # the numbers stay readable
+    with pytest.raises(RuntimeError, match="model .* no longer exists"):
+        stats.start()
+    assert not stats.active
+
+
 def test_threads_calling_one_module_lose_no_call() -> None:
     model = nn.Sequential(nn.Identity())
     x = torch.randn(3, 2)
