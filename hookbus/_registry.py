@@ -76,6 +76,17 @@ def _what(kind: str) -> str:
     return "event" if kind == "event" else "hook point"
 
 
+def _is_async_hook(kind: str, hook: Any) -> bool:
+    """Whether ``hook``, which is not a plain function, is async; refuse what isn't callable."""
+    if not callable(hook):
+        raise TypeError(
+            f"{method_name(kind)}() needs a callable hook, got {type(hook).__name__} "
+            f"{hook!r}; accepted: a function, method, lambda, functools.partial or "
+            f"callable object"
+        )
+    return is_async_callable(hook)
+
+
 class Registry:
     """The hook store and plan cache of one :class:`EventBus` (``bus.registry``).
 
@@ -145,39 +156,72 @@ class Registry:
 
         This is the hot path of register + remove, hence the shortcuts: names
         checked once (with their pattern matcher) and cached, no option parsing
-        when there are none, plain functions told sync without ``inspect``. If a
-        point matched by the hook fails to take it (a warning turned into an
-        error, say), the hook is unregistered again and the error propagates.
+        when there are none, plain functions told sync without ``inspect``, and a
+        flat path for the common case (a hook for an event's exact name, with no
+        declaration, strict names or scope to consult); :meth:`_register_checked`
+        takes every other case. If a point matched by the hook fails to take it (a
+        warning turned into an error, say), the hook is unregistered again and the
+        error propagates.
         """
         try:
             match = self._names[name]
         except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
             match = check_and_cache(self._names, name, f"{_what(kind)} name")
-        if not callable(hook):
-            raise TypeError(
-                f"{method_name(kind)}() needs a callable hook, got {type(hook).__name__} "
-                f"{hook!r}; accepted: a function, method, lambda, functools.partial or "
-                f"callable object"
+        if hook.__class__ is FunctionType:  # told sync or async without inspect
+            is_async = hook.__code__.co_flags & CO_COROUTINE != 0 or (
+                MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None
             )
-        is_async = (
-            hook.__class__ is not FunctionType
-            or hook.__code__.co_flags & CO_COROUTINE != 0
-            or (MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None)
-        ) and is_async_callable(hook)
-        bus = self.bus
+        else:
+            is_async = _is_async_hook(kind, hook)
         if options:
             priority, once, target, weak, with_name = parse_options(kind, options)
             handle = Handle(
-                bus, kind, name, hook, priority, 0, once, target, weak, is_async, match, with_name
+                self.bus, kind, name, hook, priority, 0, once, target, weak, is_async, match,
+                with_name,
             )  # fmt: skip
         else:
-            handle = plain_handle(bus, kind, name, hook, is_async, match)
+            handle = plain_handle(self.bus, kind, name, hook, is_async, match)
+        if (
+            kind != "event"
+            or match is not None
+            or self.checking
+            or scope is not None
+            or _open_scopes.get()
+        ):
+            return self._register_checked(handle, scope)
+        lock = self._lock
+        lock.acquire()  # not ``with``: it costs twice as much
+        try:
+            if not self.checking:  # else a declaration came meanwhile: check the hook
+                if self._collected:
+                    self._sweep_collected_locked()
+                handle.seq = next(self._seq)
+                names = self._exact.get("event")
+                if names is None:
+                    names = self._exact["event"] = {}
+                bucket = names.get(name)
+                if bucket is None:
+                    names[name] = [handle]
+                else:
+                    bucket.append(handle)
+                handle._registered = True
+                self.event_plans.pop(name, None)  # _invalidate_locked() for an event name
+                self._event_handles.pop(name, None)
+                return handle
+        finally:
+            lock.release()
+        return self._register_checked(handle, scope)
+
+    def _register_checked(self, handle: Handle, scope: Optional[Scope]) -> Handle:
+        """:meth:`register` of every case but the common one: specs, strict names,
+        scopes, patterns, async hooks, and hook points to tell of the change."""
+        kind, name, match = handle.kind, handle.name, handle.match
         declared_count = self._declared_count
         checking = self.checking
         if checking:  # specs and strict names: checked before the lock is taken
             check_registration(self, handle)
         if scope is None and _open_scopes.get():
-            scope = innermost_scope(bus)
+            scope = innermost_scope(self.bus)
         history: Any = ()
         lock = self._lock
         lock.acquire()
@@ -189,7 +233,7 @@ class Registry:
         try:
             if self._collected:
                 self._sweep_collected_locked()
-            if is_async and kind != "event":
+            if handle.is_async and kind != "event":
                 conflict = self._points.async_conflict(handle)
                 if conflict is not None:
                     lock.release()  # the message reads the hook: never under the lock
@@ -197,14 +241,7 @@ class Registry:
                     raise async_hook_error(handle, conflict)
             handle.seq = next(self._seq)
             if match is None:
-                names = self._exact.get(kind)
-                if names is None:
-                    names = self._exact[kind] = {}
-                bucket = names.get(name)
-                if bucket is None:
-                    names[name] = [handle]
-                else:
-                    bucket.append(handle)
+                self._exact.setdefault(kind, {}).setdefault(name, []).append(handle)
             else:
                 self._patterns.setdefault(kind, []).append(handle)
             handle._registered = True
@@ -231,6 +268,18 @@ class Registry:
         lock = self._lock
         lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
         try:
+            if handle.kind == "event" and handle.match is None and handle._registered:
+                # _drop_locked() inlined for the common case: a call costs a third of the rest
+                handle._registered = False
+                name = handle.name
+                names = self._exact["event"]
+                bucket = names[name]
+                bucket.remove(handle)
+                if not bucket:
+                    del names[name]
+                self.event_plans.pop(name, None)
+                self._event_handles.pop(name, None)
+                return
             self._drop_locked(handle)
             stale = self._take_stale_locked() if self._stale else _NO_POINTS
         finally:

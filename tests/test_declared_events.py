@@ -338,6 +338,37 @@ def test_a_hook_checked_while_an_event_is_declared_is_checked_again() -> None:
     assert bus.hooks() == []
 
 
+def test_a_declaration_landing_as_a_plain_registration_takes_the_lock_is_seen() -> None:
+    """The common path of ``on`` decides "nothing to check" before the lock; a
+    declaration that lands between that and the lock must still check the hook."""
+    bus = EventBus()  # nothing declared yet: bus.on takes the flat path
+    real = bus.registry._lock
+
+    class DeclaringFirst:
+        armed = True
+
+        def acquire(self, blocking: bool = True) -> bool:
+            if DeclaringFirst.armed:  # another thread's declaration, just in time
+                DeclaringFirst.armed = False
+                bus.event("e")(lambda x: None)
+            return real.acquire(blocking)
+
+        def release(self) -> None:
+            real.release()
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            real.release()
+
+    bus.registry._lock = DeclaringFirst()  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="event 'e'"):
+        bus.on("e", lambda: None)  # takes nothing: can't take e(x)
+    assert not DeclaringFirst.armed
+    assert bus.hooks() == []
+
+
 def test_redeclaring_with_the_same_spec_is_allowed_and_a_different_one_raises() -> None:
     bus = EventBus()
     first = declare_user_created(bus)

@@ -348,7 +348,7 @@ def test_stopped_statistics_do_not_keep_the_model_alive() -> None:
     finally:
         gc.enable()
     assert stats["0"].count == 3  # the numbers stay readable
-    with pytest.raises(RuntimeError, match="model .* no longer exists"):
+    with pytest.raises(RuntimeError, match=r"model .* no longer exists"):
         stats.start()
     assert not stats.active
 
