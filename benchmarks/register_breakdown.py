@@ -6,14 +6,23 @@ ratio to the same list floor. The steps are the irreducible work of any design
 that returns a removable handle and is thread-safe: two Python calls, one
 object, a lock taken twice, a bucket updated and a cached plan dropped, twice.
 
+A second table times, the same way, what hookbus does beyond those steps on
+the common path of ``Registry.register`` and ``Registry.unregister``: the checks
+a user relies on, and the facade (``EventBus.on`` over the registry).
+
     python benchmarks/register_breakdown.py
 """
 
 from __future__ import annotations
 
+import contextvars
+import itertools
 import os
 import sys
 import threading
+from inspect import CO_COROUTINE
+from types import FunctionType
+from typing import List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,22 +117,55 @@ def main() -> None:
          {"minimal": Minimal(bus)}),
         ("hookbus: bus.on(...) + handle.remove()", "bus.on('e', f).remove()", {"bus": bus}),
     ]  # fmt: skip
-    cases = []
-    for label, stmt, ns in steps:
-        ns = dict(ns, f=listener)
-        cases.append(Case(label, stmt, ns))
+    registry = bus.registry
+    scopes: contextvars.ContextVar[tuple] = contextvars.ContextVar("scopes", default=())
+    checks = [
+        ("facade: bus.on -> registry.register, handle.remove -> registry.unregister",
+         "bus.on('e', f).remove()", {"bus": bus}),
+        ("  the same, registry.register + registry.unregister called directly",
+         "registry.unregister(registry.register('event', 'e', f, o))",
+         {"registry": registry, "o": {}}),
+        ("name checked (its cached matcher looked up)", "names['e']", {"names": {"e": None}}),
+        ("sync or async, from a function's code flags",
+         "f.__class__ is FT and f.__code__.co_flags & CC != 0",
+         {"FT": FunctionType, "CC": CO_COROUTINE}),
+        ("rare cases ruled out: kind, pattern, async, specs, open scopes",
+         "k != 'event' or m is not None or a or c or s is not None or g()",
+         {"k": "event", "m": None, "a": False, "c": False, "s": None, "g": scopes.get}),
+        ("registration order (a sequence number)", "next(seq)", {"seq": itertools.count()}),
+        ("collect's handle cache dropped too (2 more pops)", "p.pop('e', None); p.pop('e', None)",
+         {"p": plans}),
+    ]  # fmt: skip
+    cases = [Case(label, stmt, dict(ns, f=listener)) for label, stmt, ns in steps + checks]
     _harness.clock = _harness.CLOCKS["cpu"]  # as run.py does by default
     run_rounds(cases, rounds=31, sample_s=0.005)
     floor = cases[0]
+    design = cases[: len(steps)]
+    table(design, floor, "sum of the steps above the floor", design[1:-2])
+    print()
+    print("What hookbus adds to the design's floor, each on its own:")
+    print()
+    whole, direct = cases[len(steps)], cases[len(steps) + 1]
+    facade = ratio(whole, floor).median - ratio(direct, floor).median
+    added = table(cases[len(steps) :], floor, "design floor + facade + the checks", [])
+    added += facade + ratio(design[-2], floor).median
+    print(f"| design floor + facade ({facade:.1f}x) + the checks | | {added:.1f}x |")
+
+
+def table(cases: List[Case], floor: Case, total: str, summed: List[Case]) -> float:
+    """Print the cases as a table; return the sum of the ratios of ``summed``, or of
+    every case after the first two when ``summed`` is empty."""
     print("| Step | Median | Ratio to list floor |")
     print("|---|---:|---:|")
     parts = 0.0
     for case in cases:
         stat = ratio(case, floor)
         print(f"| {case.key} | {absolute(case).median:.1f} ns | {stat.median:.1f}x |")
-        if case is not floor and case not in cases[-2:]:
-            parts += stat.median
-    print(f"| sum of the steps above the floor | | {parts:.1f}x |")
+    for case in summed or cases[2:]:
+        parts += ratio(case, floor).median
+    if summed:
+        print(f"| {total} | | {parts:.1f}x |")
+    return parts
 
 
 if __name__ == "__main__":
