@@ -8,11 +8,16 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Un
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from .._bus import EventBus
 from .._context import CallContext
-from ._attach import Attachment, Selector, attach
+from ._attach import ROOT, Attachment, Selector, attach
+from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
+from ._recorders import Recorder, install_recorders, remove_recorders
+from ._select import select
 from ._tree import Path, map_tensors
+from ._wrappers import ModuleName, walk
 
 __all__ = ["Cache", "Call", "Record", "capture"]
 
@@ -251,8 +256,11 @@ class capture:
     * ``grads=False``: also store the gradient of each output, at backward (run
       ``backward()`` inside the block).
 
-    The hooks live on a private bus and are removed on exit, even if the block
-    raised; the model's hook dicts are then exactly as before.
+    Names and selection are those of :func:`attach` (the bare model's names).
+    Each selected module gets one native forward hook, as in a capture written
+    by hand; with ``grads=True`` the hooks live on a private bus instead, whose
+    gradient hooks reach the outputs. Every hook is removed on exit, even if the
+    block raised; the model's hook dicts are then exactly as before.
 
     Example:
         >>> import torch, hookbus.torch
@@ -285,19 +293,64 @@ class capture:
         self._detach, self._clone, self._inputs, self._grads = detach, clone, inputs, grads
         self._only_detach = detach and not clone and self._device is None
         self._calls: Dict[Tuple[str, int], Call] = {}
-        self._attachment: Optional[Attachment] = attach(model, EventBus("capture"))
+        self._attachment: Optional[Attachment] = None
+        self._recorders: List[Recorder] = []
+        self._handles: List[RemovableHandle] = []
+        self._open = True
+        if grads:
+            self.cache = self._hook_through_a_bus(model, selector)
+        else:
+            self.cache = self._hook_directly(model, selector, inputs)
+
+    def _hook_directly(self, model: nn.Module, selector: Selector, inputs: bool) -> Cache:
+        """One recorder per selected module: the common case, at a hand-written capture's cost."""
+        if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
+        compiled = is_compiled(model)
+        found = walk(unwrap(model))
+        modules: Dict[str, ModuleName] = {}
+        for entry in found:
+            if entry.is_wrapper:  # no hook point of its own, as in attach()
+                compiled = compiled or "_orig_mod" in entry.module._modules
+            else:
+                modules[entry.bare or ROOT] = entry
+
+        def name_of(module: nn.Module) -> str:
+            for entry in found:
+                if entry.module is module:
+                    return entry.bare or ROOT
+            raise ValueError(
+                f"{type(module).__name__} module is not part of the captured model "
+                f"(a module of another model, or one added to it since capture() started)"
+            )
+
+        names = select(modules, selector, name_of)
+        self._recorders, self._handles = install_recorders(
+            [(name, modules[name].module) for name in names], self._record_call, inputs
+        )
+        if compiled:
+            try:
+                warn_hook_on_compiled(names[0], "post")
+            except BaseException:  # a warning turned into an error: nothing stays installed
+                self._end()
+                raise
+        return Cache(names)
+
+    def _hook_through_a_bus(self, model: nn.Module, selector: Selector) -> Cache:
+        """Hooks on a private bus: its gradient hooks reach each output tensor."""
+        attachment = self._attachment = attach(model, EventBus("capture"))
         try:
-            names = self._attachment.select(selector)
-            self.cache = Cache(names)
+            names = attachment.select(selector)
+            cache = self.cache = Cache(names)
             # One hook for a name or glob rather than one per module: the bus is
             # this capture's own, so the pattern reaches exactly the selected modules.
             where: Selector = selector if isinstance(selector, str) else names
-            self._attachment.post(where, self._record)
-            if grads:
-                self._attachment.grad(where, self._record_grad)
+            attachment.post(where, self._record)
+            attachment.grad(where, self._record_grad)
         except BaseException:
-            self._attachment.detach()
+            self._end()
             raise
+        return cache
 
     def _keep(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
         if self._detach:
@@ -311,19 +364,23 @@ class capture:
     def _store(self, value: Any) -> Any:
         return map_tensors(value, self._keep)
 
+    def _record_call(self, name: str, args: Any, kwargs: Any, output: Any) -> Call:
+        """Store one call (``args`` is ``None`` unless inputs are captured): per module call."""
+        if self._only_detach and type(output) is torch.Tensor:
+            output = output.detach()
+        else:
+            output = map_tensors(output, self._keep)
+        if args is not None:
+            args, kwargs = self._store(args), self._store(kwargs)
+        return self.cache._add(name, output, args, kwargs)
+
     def _record(self, ctx: CallContext) -> None:
-        result = ctx.result
-        if self._only_detach and type(result) is torch.Tensor:  # per module call: kept short
-            output = result.detach()
-        else:
-            output = map_tensors(result, self._keep)
         if self._inputs:
-            args, kwargs = self._store(ctx.args), self._store(ctx.kwargs)
+            call = self._record_call(ctx.name, ctx.args, ctx.kwargs, ctx.result)
         else:
-            args = kwargs = None
-        call = self.cache._add(ctx.name, output, args, kwargs)
-        if self._grads:  # the grad hooks of this call find it by its call index
-            self._calls[(ctx.name, ctx.call_index)] = call
+            call = self._record_call(ctx.name, None, None, ctx.result)
+        # The grad hooks of this call find it by its call index.
+        self._calls[(ctx.name, ctx.call_index)] = call
 
     def _record_grad(self, ctx: CallContext) -> None:
         call = self._calls.get((ctx.name, ctx.call_index))
@@ -331,7 +388,7 @@ class capture:
             call._grads[ctx.data["path"]] = self._keep((), ctx.result)
 
     def __enter__(self) -> Cache:
-        if self._attachment is None:
+        if not self._open:
             raise RuntimeError("this capture has ended; start a new one")
         return self.cache
 
@@ -341,9 +398,16 @@ class capture:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        self._open = False
         attachment, self._attachment = self._attachment, None
         if attachment is not None:
             attachment.detach()
+        recorders, handles = self._recorders, self._handles
+        self._recorders, self._handles = [], []
+        remove_recorders(recorders, handles)
 
 
 def _describe(value: Any) -> str:
