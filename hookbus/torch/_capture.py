@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from types import TracebackType
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
 
@@ -82,49 +81,62 @@ class Record:
         (2, tensor([1.]), [tensor([0.]), tensor([1.])])
     """
 
-    __slots__ = ("calls", "name")
+    __slots__ = ("_calls", "_indexed", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.calls: List[Call] = []
+        self._calls: List[Call] = []
+        self._indexed = 0  # calls[:_indexed] have their index checked
+
+    @property
+    def calls(self) -> List[Call]:
+        """The :class:`Call` of every call, in order: ``calls[i].index == i``."""
+        calls = self._calls
+        count = len(calls)
+        if self._indexed != count:
+            # Calls are appended without a lock (see Cache._add): two threads that
+            # recorded at once may have taken the same provisional index.
+            for position in range(self._indexed, count):
+                calls[position].index = position
+            self._indexed = count
+        return calls
 
     @property
     def output(self) -> Any:
         """The output of the last call."""
-        return self.calls[-1].output
+        return self._calls[-1].output
 
     @property
     def outputs(self) -> List[Any]:
         """The output of every call, in order."""
-        return [call.output for call in self.calls]
+        return [call.output for call in self._calls]
 
     @property
     def args(self) -> Any:
         """The positional arguments of the last call (``inputs=True``)."""
-        return self.calls[-1].args
+        return self._calls[-1].args
 
     @property
     def kwargs(self) -> Optional[Dict[str, Any]]:
         """The keyword arguments of the last call (``inputs=True``)."""
-        return self.calls[-1].kwargs
+        return self._calls[-1].kwargs
 
     @property
     def grad(self) -> Any:
         """The output gradient of the last call (``grads=True``, after backward)."""
-        return self.calls[-1].grad
+        return self._calls[-1].grad
 
     @property
     def grads(self) -> List[Any]:
         """The output gradient of every call, in order."""
-        return [call.grad for call in self.calls]
+        return [call.grad for call in self._calls]
 
     def __len__(self) -> int:
-        return len(self.calls)
+        return len(self._calls)
 
     def __repr__(self) -> str:
-        return (
-            f"<Record {self.name!r} {len(self.calls)} calls, last output={_describe(self.output)}>"
-        )
+        last = _describe(self.output)
+        return f"<Record {self.name!r} {len(self._calls)} calls, last output={last}>"
 
 
 class Cache(Mapping[str, Record]):
@@ -145,9 +157,11 @@ class Cache(Mapping[str, Record]):
     """
 
     def __init__(self, selected: List[str]) -> None:
+        # Recorded into from any thread (DataParallel replicas run on worker threads)
+        # without a lock: a lock per module call cost 2% of a GPT-2 forward, and
+        # dict.setdefault and list.append are atomic (also without the GIL).
         self._records: Dict[str, Record] = {}
         self._selected = selected
-        self._lock = threading.Lock()  # DataParallel replicas record from worker threads
 
     def __getitem__(self, name: str) -> Record:
         try:
@@ -160,14 +174,12 @@ class Cache(Mapping[str, Record]):
             ) from None
 
     def __getstate__(self) -> Dict[str, Any]:
-        # A cache is data: it pickles (torch.save too) without its lock.
-        with self._lock:
-            return {"_records": dict(self._records), "_selected": list(self._selected)}
+        # A cache is data: it pickles (torch.save too).
+        return {"_records": dict(self._records), "_selected": list(self._selected)}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self._records = state["_records"]
         self._selected = state["_selected"]
-        self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[str]:
         records = self._records
@@ -212,11 +224,10 @@ class Cache(Mapping[str, Record]):
         """
         from ._distributed import gather_calls
 
-        with self._lock:
-            calls = {
-                name: [(c.output, c.args, c.kwargs, dict(c._grads)) for c in record.calls]
-                for name, record in self._records.items()
-            }
+        calls = {
+            name: [(c.output, c.args, c.kwargs, dict(c._grads)) for c in record.calls]
+            for name, record in list(self._records.items())
+        }
         joined = gather_calls(self._selected, calls, dst, group)
         if joined is None:
             return None
@@ -228,13 +239,12 @@ class Cache(Mapping[str, Record]):
         return gathered
 
     def _add(self, name: str, output: Any, args: Any, kwargs: Any) -> Call:
-        with self._lock:
-            record = self._records.get(name)
-            if record is None:
-                record = self._records[name] = Record(name)
-            calls = record.calls
-            call = Call(len(calls), output, args, kwargs)
-            calls.append(call)
+        record = self._records.get(name)
+        if record is None:
+            record = self._records.setdefault(name, Record(name))
+        calls = record._calls
+        call = Call(len(calls), output, args, kwargs)  # checked by Record.calls
+        calls.append(call)
         return call
 
     def __repr__(self) -> str:
