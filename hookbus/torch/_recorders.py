@@ -19,7 +19,7 @@ to four times the set-up and tear-down cost of the native hooks alone; see
   removes itself from the copy's hook dicts at its first call (as
   ``_copies.inert_point`` does for points);
 * threads: DataParallel replicas share the hook dicts; a recorder knows its
-  name, and the capture's cache locks.
+  name, and the capture's cache appends atomically.
 
 A recorder holds its name and the capture's record function, never the module.
 """
