@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Type, Union
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .._bus import EventBus
-from .._context import CallContext
-from ._attach import ROOT, Attachment, Selector, attach
+from ._attach import ROOT, Selector
 from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
-from ._recorders import Recorder, install_recorders, remove_recorders
+from ._recorders import GradRecorders, Recorder, install_recorders, remove_recorders
 from ._select import select
 from ._tree import Path, map_tensors
 from ._wrappers import ModuleName, walk
@@ -268,9 +266,9 @@ class capture:
 
     Names and selection are those of :func:`attach` (the bare model's names).
     Each selected module gets one native forward hook, as in a capture written
-    by hand; with ``grads=True`` the hooks live on a private bus instead, whose
-    gradient hooks reach the outputs. Every hook is removed on exit, even if the
-    block raised; the model's hook dicts are then exactly as before.
+    by hand (and, with ``grads=True``, each output tensor that requires grad a
+    tensor hook). Every hook is removed on exit, even if the block raised; the
+    model's hook dicts are then exactly as before.
 
     Example:
         >>> import torch, hookbus.torch
@@ -300,20 +298,12 @@ class capture:
             if not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise TypeError(f"capture() option {option}= takes True or False, got {value!r}")
         self._device = torch.device(device) if device is not None else None
-        self._detach, self._clone, self._inputs, self._grads = detach, clone, inputs, grads
+        self._detach, self._clone = detach, clone
         self._only_detach = detach and not clone and self._device is None
-        self._calls: Dict[Tuple[str, int], Call] = {}
-        self._attachment: Optional[Attachment] = None
         self._recorders: List[Recorder] = []
         self._handles: List[RemovableHandle] = []
+        self._grad_hooks = GradRecorders(self._keep) if grads else None
         self._open = True
-        if grads:
-            self.cache = self._hook_through_a_bus(model, selector)
-        else:
-            self.cache = self._hook_directly(model, selector, inputs)
-
-    def _hook_directly(self, model: nn.Module, selector: Selector, inputs: bool) -> Cache:
-        """One recorder per selected module: the common case, at a hand-written capture's cost."""
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
@@ -335,6 +325,7 @@ class capture:
             )
 
         names = select(modules, selector, name_of)
+        self.cache = Cache(names)  # first: a forward in another thread may record at once
         self._recorders, self._handles = install_recorders(
             [(name, modules[name].module) for name in names], self._record_call, inputs
         )
@@ -344,23 +335,6 @@ class capture:
             except BaseException:  # a warning turned into an error: nothing stays installed
                 self._end()
                 raise
-        return Cache(names)
-
-    def _hook_through_a_bus(self, model: nn.Module, selector: Selector) -> Cache:
-        """Hooks on a private bus: its gradient hooks reach each output tensor."""
-        attachment = self._attachment = attach(model, EventBus("capture"))
-        try:
-            names = attachment.select(selector)
-            cache = self.cache = Cache(names)
-            # One hook for a name or glob rather than one per module: the bus is
-            # this capture's own, so the pattern reaches exactly the selected modules.
-            where: Selector = selector if isinstance(selector, str) else names
-            attachment.post(where, self._record)
-            attachment.grad(where, self._record_grad)
-        except BaseException:
-            self._end()
-            raise
-        return cache
 
     def _keep(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
         if self._detach:
@@ -374,28 +348,17 @@ class capture:
     def _store(self, value: Any) -> Any:
         return map_tensors(value, self._keep)
 
-    def _record_call(self, name: str, args: Any, kwargs: Any, output: Any) -> Call:
+    def _record_call(self, name: str, args: Any, kwargs: Any, output: Any) -> None:
         """Store one call (``args`` is ``None`` unless inputs are captured): per module call."""
         if self._only_detach and type(output) is torch.Tensor:
-            output = output.detach()
+            stored = output.detach()
         else:
-            output = map_tensors(output, self._keep)
+            stored = map_tensors(output, self._keep)
         if args is not None:
             args, kwargs = self._store(args), self._store(kwargs)
-        return self.cache._add(name, output, args, kwargs)
-
-    def _record(self, ctx: CallContext) -> None:
-        if self._inputs:
-            call = self._record_call(ctx.name, ctx.args, ctx.kwargs, ctx.result)
-        else:
-            call = self._record_call(ctx.name, None, None, ctx.result)
-        # The grad hooks of this call find it by its call index.
-        self._calls[(ctx.name, ctx.call_index)] = call
-
-    def _record_grad(self, ctx: CallContext) -> None:
-        call = self._calls.get((ctx.name, ctx.call_index))
-        if call is not None:
-            call._grads[ctx.data["path"]] = self._keep((), ctx.result)
+        call = self.cache._add(name, stored, args, kwargs)
+        if self._grad_hooks is not None:
+            self._grad_hooks.hook(call._grads, output)
 
     def __enter__(self) -> Cache:
         if not self._open:
@@ -412,12 +375,12 @@ class capture:
 
     def _end(self) -> None:
         self._open = False
-        attachment, self._attachment = self._attachment, None
-        if attachment is not None:
-            attachment.detach()
         recorders, handles = self._recorders, self._handles
         self._recorders, self._handles = [], []
         remove_recorders(recorders, handles)
+        grad_hooks, self._grad_hooks = self._grad_hooks, None  # it holds self._keep: a cycle
+        if grad_hooks is not None:
+            grad_hooks.remove()
 
 
 def _describe(value: Any) -> str:

@@ -1,11 +1,12 @@
 """A capture's own native hooks: one plain forward hook per selected module.
 
-A capture (without ``grads=True``) needs no bus: nothing but the capture's
-own record runs on its modules, and it never changes an output. So it installs
-one native ``register_forward_hook`` per selected module, as a hand-written
-capture does, instead of a hook point per module whose plan is worked out
-and whose dispatcher is installed and removed through a private bus (three
-to four times the set-up and tear-down cost of the native hooks alone; see
+A capture needs no bus: nothing but the capture's own record runs on its
+modules, and it never changes an output or a gradient. So it installs one
+native ``register_forward_hook`` per selected module, as a hand-written capture
+does (and, with ``grads=True``, a tensor hook on each output that requires
+grad), instead of a hook point per module whose plan is worked out and whose
+dispatcher is installed and removed through a private bus (six times the
+set-up and tear-down cost of the native hooks alone; see
 ``docs/performance.md``). What the bus path gave a capture, each kept here:
 
 * names: the adapter's bare names and selection (``_wrappers.walk``,
@@ -19,7 +20,9 @@ to four times the set-up and tear-down cost of the native hooks alone; see
   removes itself from the copy's hook dicts at its first call (as
   ``_copies.inert_point`` does for points);
 * threads: DataParallel replicas share the hook dicts; a recorder knows its
-  name, and the capture's cache appends atomically.
+  name, and the capture's cache appends atomically;
+* gradients: the tensor hooks hold the call's gradient dict, never a tensor,
+  and go when the capture ends, so a graph kept longer keeps no record alive.
 
 A recorder holds its name and the capture's record function, never the module.
 """
@@ -28,12 +31,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ._copies import remove_dispatchers
+from ._grad import handle_alive
+from ._tree import Path, iter_tensors
 
-__all__ = ["Recorder", "inert_recorder", "install_recorders"]
+__all__ = ["GradRecorders", "Recorder", "inert_recorder", "install_recorders"]
 
 Record = Callable[[str, Any, Any, Any], Any]
 """``record(name, args, kwargs, output)``: what a recorder calls per module call."""
@@ -135,3 +141,53 @@ def remove_recorders(recorders: List[Recorder], handles: List[RemovableHandle]) 
         recorder.record = _ended
     for handle in handles:
         handle.remove()
+
+
+Keep = Callable[[Path, torch.Tensor], torch.Tensor]
+"""``keep(path, tensor)``: the tensor as the capture stores it (detached, moved, cloned)."""
+
+
+class GradRecorders:
+    """The gradient hooks of one capture, on the outputs it recorded; removed at its end."""
+
+    __slots__ = ("_handles", "keep", "open")
+
+    def __init__(self, keep: Keep) -> None:
+        self.keep = keep
+        self.open = True
+        self._handles: List[RemovableHandle] = []
+
+    def hook(self, grads: Dict[Path, torch.Tensor], output: Any) -> None:
+        """Store the gradient of each tensor of ``output`` that requires grad into ``grads``."""
+        for path, tensor in iter_tensors(output):
+            if tensor.requires_grad:
+                register: Any = tensor.register_hook  # untyped in torch  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+                handle: RemovableHandle = register(_GradRecorder(self, grads, path))
+                handles = self._handles
+                handles.append(handle)
+                if len(handles) >= 256 and len(handles) & (len(handles) - 1) == 0:
+                    # At each power of two, drop the hooks whose graph is gone already.
+                    self._handles = [h for h in handles if handle_alive(h)]
+
+    def remove(self) -> None:
+        """Remove every hook; a backward under way in another thread records nothing more."""
+        self.open = False
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+
+
+class _GradRecorder:
+    """The tensor hook of one output tensor: stores its gradient, leaves it unchanged."""
+
+    __slots__ = ("grads", "owner", "path")
+
+    def __init__(self, owner: GradRecorders, grads: Dict[Path, torch.Tensor], path: Path) -> None:
+        self.owner = owner
+        self.grads = grads
+        self.path = path
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        owner = self.owner
+        if owner.open:
+            self.grads[self.path] = owner.keep(self.path, grad)

@@ -122,6 +122,22 @@ def test_a_capture_keeps_neither_the_model_nor_activations_once_dropped(inputs: 
         gc.enable()
 
 
+def test_a_graph_kept_after_a_grads_capture_holds_no_record_and_records_no_grad() -> None:
+    net = TutorialNet()
+    with hookbus.torch.capture(net, "fc1", grads=True) as cache:
+        out = net(torch.ones(1, 2, requires_grad=True))
+    stored = weakref.ref(cache["fc1"].output)
+    out.sum().backward(retain_graph=True)  # after the capture ended
+    assert cache["fc1"].grad is None
+    gc.disable()
+    try:
+        del cache
+        assert stored() is None  # the graph, still alive, kept none of the capture's records
+    finally:
+        gc.enable()
+    assert out.grad_fn is not None
+
+
 def test_an_attachment_dropped_without_detach_keeps_working_then_dies_with_the_model() -> None:
     bus = hookbus.EventBus()
     net = TutorialNet()
