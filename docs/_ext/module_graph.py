@@ -86,7 +86,9 @@ def rows(edges: Dict[str, Set[str]]) -> List[List[str]]:
 
     def level(name: str, seen: Tuple[str, ...] = ()) -> int:
         if name not in depth:
-            below = [level(dep, (*seen, name)) for dep in edges[name] if dep not in seen]
+            # Sorted: an import cycle is cut where the walk meets it, so set order
+            # (string hashing) would move modules between rows from run to run.
+            below = [level(dep, (*seen, name)) for dep in sorted(edges[name]) if dep not in seen]
             depth[name] = 1 + max(below) if below else 0
         return depth[name]
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Type, Union
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
-from .._bus import EventBus
-from .._context import CallContext
-from ._attach import Attachment, Selector, attach
+from ._attach import ROOT, Selector
+from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
+from ._recorders import GradRecorders, Recorder, install_recorders, remove_recorders
+from ._select import select
 from ._tree import Path, map_tensors
+from ._wrappers import ModuleName, walk
 
 __all__ = ["Cache", "Call", "Record", "capture"]
 
@@ -77,49 +79,62 @@ class Record:
         (2, tensor([1.]), [tensor([0.]), tensor([1.])])
     """
 
-    __slots__ = ("calls", "name")
+    __slots__ = ("_calls", "_indexed", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.calls: List[Call] = []
+        self._calls: List[Call] = []
+        self._indexed = 0  # calls[:_indexed] have their index checked
+
+    @property
+    def calls(self) -> List[Call]:
+        """The :class:`Call` of every call, in order: ``calls[i].index == i``."""
+        calls = self._calls
+        count = len(calls)
+        if self._indexed != count:
+            # Calls are appended without a lock (see Cache._add): two threads that
+            # recorded at once may have taken the same provisional index.
+            for position in range(self._indexed, count):
+                calls[position].index = position
+            self._indexed = count
+        return calls
 
     @property
     def output(self) -> Any:
         """The output of the last call."""
-        return self.calls[-1].output
+        return self._calls[-1].output
 
     @property
     def outputs(self) -> List[Any]:
         """The output of every call, in order."""
-        return [call.output for call in self.calls]
+        return [call.output for call in self._calls]
 
     @property
     def args(self) -> Any:
         """The positional arguments of the last call (``inputs=True``)."""
-        return self.calls[-1].args
+        return self._calls[-1].args
 
     @property
     def kwargs(self) -> Optional[Dict[str, Any]]:
         """The keyword arguments of the last call (``inputs=True``)."""
-        return self.calls[-1].kwargs
+        return self._calls[-1].kwargs
 
     @property
     def grad(self) -> Any:
         """The output gradient of the last call (``grads=True``, after backward)."""
-        return self.calls[-1].grad
+        return self._calls[-1].grad
 
     @property
     def grads(self) -> List[Any]:
         """The output gradient of every call, in order."""
-        return [call.grad for call in self.calls]
+        return [call.grad for call in self._calls]
 
     def __len__(self) -> int:
-        return len(self.calls)
+        return len(self._calls)
 
     def __repr__(self) -> str:
-        return (
-            f"<Record {self.name!r} {len(self.calls)} calls, last output={_describe(self.output)}>"
-        )
+        last = _describe(self.output)
+        return f"<Record {self.name!r} {len(self._calls)} calls, last output={last}>"
 
 
 class Cache(Mapping[str, Record]):
@@ -140,9 +155,11 @@ class Cache(Mapping[str, Record]):
     """
 
     def __init__(self, selected: List[str]) -> None:
+        # Recorded into from any thread (DataParallel replicas run on worker threads)
+        # without a lock: a lock per module call cost 2% of a GPT-2 forward, and
+        # dict.setdefault and list.append are atomic (also without the GIL).
         self._records: Dict[str, Record] = {}
         self._selected = selected
-        self._lock = threading.Lock()  # DataParallel replicas record from worker threads
 
     def __getitem__(self, name: str) -> Record:
         try:
@@ -155,14 +172,12 @@ class Cache(Mapping[str, Record]):
             ) from None
 
     def __getstate__(self) -> Dict[str, Any]:
-        # A cache is data: it pickles (torch.save too) without its lock.
-        with self._lock:
-            return {"_records": dict(self._records), "_selected": list(self._selected)}
+        # A cache is data: it pickles (torch.save too).
+        return {"_records": dict(self._records), "_selected": list(self._selected)}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self._records = state["_records"]
         self._selected = state["_selected"]
-        self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[str]:
         records = self._records
@@ -207,11 +222,10 @@ class Cache(Mapping[str, Record]):
         """
         from ._distributed import gather_calls
 
-        with self._lock:
-            calls = {
-                name: [(c.output, c.args, c.kwargs, dict(c._grads)) for c in record.calls]
-                for name, record in self._records.items()
-            }
+        calls = {
+            name: [(c.output, c.args, c.kwargs, dict(c._grads)) for c in record.calls]
+            for name, record in list(self._records.items())
+        }
         joined = gather_calls(self._selected, calls, dst, group)
         if joined is None:
             return None
@@ -223,13 +237,12 @@ class Cache(Mapping[str, Record]):
         return gathered
 
     def _add(self, name: str, output: Any, args: Any, kwargs: Any) -> Call:
-        with self._lock:
-            record = self._records.get(name)
-            if record is None:
-                record = self._records[name] = Record(name)
-            calls = record.calls
-            call = Call(len(calls), output, args, kwargs)
-            calls.append(call)
+        record = self._records.get(name)
+        if record is None:
+            record = self._records.setdefault(name, Record(name))
+        calls = record._calls
+        call = Call(len(calls), output, args, kwargs)  # checked by Record.calls
+        calls.append(call)
         return call
 
     def __repr__(self) -> str:
@@ -251,8 +264,11 @@ class capture:
     * ``grads=False``: also store the gradient of each output, at backward (run
       ``backward()`` inside the block).
 
-    The hooks live on a private bus and are removed on exit, even if the block
-    raised; the model's hook dicts are then exactly as before.
+    Names and selection are those of :func:`attach` (the bare model's names).
+    Each selected module gets one native forward hook, as in a capture written
+    by hand (and, with ``grads=True``, each output tensor that requires grad a
+    tensor hook). Every hook is removed on exit, even if the block raised; the
+    model's hook dicts are then exactly as before.
 
     Example:
         >>> import torch, hookbus.torch
@@ -282,22 +298,43 @@ class capture:
             if not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise TypeError(f"capture() option {option}= takes True or False, got {value!r}")
         self._device = torch.device(device) if device is not None else None
-        self._detach, self._clone, self._inputs, self._grads = detach, clone, inputs, grads
+        self._detach, self._clone = detach, clone
         self._only_detach = detach and not clone and self._device is None
-        self._calls: Dict[Tuple[str, int], Call] = {}
-        self._attachment: Optional[Attachment] = attach(model, EventBus("capture"))
-        try:
-            names = self._attachment.select(selector)
-            self.cache = Cache(names)
-            # One hook for a name or glob rather than one per module: the bus is
-            # this capture's own, so the pattern reaches exactly the selected modules.
-            where: Selector = selector if isinstance(selector, str) else names
-            self._attachment.post(where, self._record)
-            if grads:
-                self._attachment.grad(where, self._record_grad)
-        except BaseException:
-            self._attachment.detach()
-            raise
+        self._recorders: List[Recorder] = []
+        self._handles: List[RemovableHandle] = []
+        self._grad_hooks = GradRecorders(self._keep) if grads else None
+        self._open = True
+        if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
+        compiled = is_compiled(model)
+        found = walk(unwrap(model))
+        modules: Dict[str, ModuleName] = {}
+        for entry in found:
+            if entry.is_wrapper:  # no hook point of its own, as in attach()
+                compiled = compiled or "_orig_mod" in entry.module._modules
+            else:
+                modules[entry.bare or ROOT] = entry
+
+        def name_of(module: nn.Module) -> str:
+            for entry in found:
+                if entry.module is module:
+                    return entry.bare or ROOT
+            raise ValueError(
+                f"{type(module).__name__} module is not part of the captured model "
+                f"(a module of another model, or one added to it since capture() started)"
+            )
+
+        names = select(modules, selector, name_of)
+        self.cache = Cache(names)  # first: a forward in another thread may record at once
+        self._recorders, self._handles = install_recorders(
+            [(name, modules[name].module) for name in names], self._record_call, inputs
+        )
+        if compiled:
+            try:
+                warn_hook_on_compiled(names[0], "post")
+            except BaseException:  # a warning turned into an error: nothing stays installed
+                self._end()
+                raise
 
     def _keep(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
         if self._detach:
@@ -311,27 +348,20 @@ class capture:
     def _store(self, value: Any) -> Any:
         return map_tensors(value, self._keep)
 
-    def _record(self, ctx: CallContext) -> None:
-        result = ctx.result
-        if self._only_detach and type(result) is torch.Tensor:  # per module call: kept short
-            output = result.detach()
+    def _record_call(self, name: str, args: Any, kwargs: Any, output: Any) -> None:
+        """Store one call (``args`` is ``None`` unless inputs are captured): per module call."""
+        if self._only_detach and type(output) is torch.Tensor:
+            stored = output.detach()
         else:
-            output = map_tensors(result, self._keep)
-        if self._inputs:
-            args, kwargs = self._store(ctx.args), self._store(ctx.kwargs)
-        else:
-            args = kwargs = None
-        call = self.cache._add(ctx.name, output, args, kwargs)
-        if self._grads:  # the grad hooks of this call find it by its call index
-            self._calls[(ctx.name, ctx.call_index)] = call
-
-    def _record_grad(self, ctx: CallContext) -> None:
-        call = self._calls.get((ctx.name, ctx.call_index))
-        if call is not None:
-            call._grads[ctx.data["path"]] = self._keep((), ctx.result)
+            stored = map_tensors(output, self._keep)
+        if args is not None:
+            args, kwargs = self._store(args), self._store(kwargs)
+        call = self.cache._add(name, stored, args, kwargs)
+        if self._grad_hooks is not None:
+            self._grad_hooks.hook(call._grads, output)
 
     def __enter__(self) -> Cache:
-        if self._attachment is None:
+        if not self._open:
             raise RuntimeError("this capture has ended; start a new one")
         return self.cache
 
@@ -341,9 +371,16 @@ class capture:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        attachment, self._attachment = self._attachment, None
-        if attachment is not None:
-            attachment.detach()
+        self._end()
+
+    def _end(self) -> None:
+        self._open = False
+        recorders, handles = self._recorders, self._handles
+        self._recorders, self._handles = [], []
+        remove_recorders(recorders, handles)
+        grad_hooks, self._grad_hooks = self._grad_hooks, None  # it holds self._keep: a cycle
+        if grad_hooks is not None:
+            grad_hooks.remove()
 
 
 def _describe(value: Any) -> str:

@@ -13,7 +13,9 @@ runs at native speed, and its hook dicts are those of a module never hooked.
 Why not simply leave no dispatcher in the copy: ``copy.deepcopy`` copies a
 bound method as the same function bound to a copy of its object, and pickle as
 its object and method name, so a copy's hook dicts always hold *some* method of
-*some* point. The inert point is the point that does nothing.
+*some* point. The inert point is the point that does nothing. A capture's own
+hooks (``_recorders.Recorder``) copy themselves the same way, as inert recorders
+that call :func:`remove_dispatchers` at their first call.
 """
 
 from __future__ import annotations

@@ -4,26 +4,24 @@ from __future__ import annotations
 
 import difflib
 from typing import (
-    TYPE_CHECKING,
     AbstractSet,
     Any,
     Callable,
     Iterable,
     List,
     Mapping,
+    Optional,
     Tuple,
     Type,
     Union,
 )
 
 from torch import nn
+from typing_extensions import Protocol
 
 from .._names import check_name, is_pattern, matcher_for
 
-if TYPE_CHECKING:
-    from ._point import ModulePoint
-
-__all__ = ["GroupSelector", "Selector", "close_names", "select"]
+__all__ = ["GroupSelector", "HasModule", "Selector", "close_names", "select"]
 
 GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
 """Selectors that may select many modules: a module type, or a list of selectors."""
@@ -32,8 +30,18 @@ Selector = Union[str, nn.Module, GroupSelector]
 """What selects modules: a name or glob, a module, a module type, or a list of those."""
 
 
+class HasModule(Protocol):
+    """What selection needs of a module's entry: the module (an attachment's point,
+    or a capture's :class:`~hookbus.torch._wrappers.ModuleName`)."""
+
+    @property
+    def module(self) -> Optional[nn.Module]:
+        """The module, or ``None`` once it was garbage collected."""
+        ...
+
+
 def select(
-    points: Mapping[str, ModulePoint], selector: Selector, name_of: Callable[[nn.Module], str]
+    points: Mapping[str, HasModule], selector: Selector, name_of: Callable[[nn.Module], str]
 ) -> List[str]:
     """The names of ``points`` that ``selector`` selects, in model order; an error if none.
 
@@ -45,6 +53,8 @@ def select(
             if selector not in points:
                 raise ValueError(f"no module named {selector!r}{close_names(points, selector)}")
             return [selector]
+        if selector == "*":  # the default of capture() and stats(): every name matches
+            return list(points)
         match = matcher_for(selector)
         names = [name for name in points if match(name)]
         if not names:
@@ -79,7 +89,7 @@ def select(
     )
 
 
-def close_names(points: Mapping[str, ModulePoint], name: str) -> str:
+def close_names(points: Mapping[str, Any], name: str) -> str:
     """The end of an error message: names close to ``name``, else the first few names."""
     close = difflib.get_close_matches(name, list(points), n=5, cutoff=0.5)
     if close:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import namedtuple
 from typing import Any, Dict
 
@@ -148,3 +149,53 @@ def test_a_compiled_wrapper_is_unwrapped_to_eager_names() -> None:
     assert attached.names[:2] == ["<root>", "fc1"]
     assert attached.model is net
     attached.detach()
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_a_capture_installs_one_plain_native_forward_hook_per_selected_module(
+    inputs: bool,
+) -> None:
+    net = TutorialNet()
+    before = hook_state(net)
+    with hookbus.torch.capture(net, nn.Linear, inputs=inputs) as cache:
+        assert [len(m._forward_hooks) for m in (net, net.fc1, net.relu, net.fc2)] == [0, 1, 0, 1]
+        assert not net.fc1._forward_pre_hooks
+        assert not net.fc1._forward_hooks_always_called  # a raising forward records nothing
+        assert len(net.fc1._forward_hooks_with_kwargs) == int(inputs)
+        net(torch.ones(1, 2))
+    assert list(cache) == ["fc1", "fc2"]
+    assert (cache["fc1"].args is not None) is inputs
+    assert hook_state(net) == before
+
+
+def test_a_call_under_way_when_the_capture_ends_records_nothing() -> None:
+    net = TutorialNet()
+    capture = hookbus.torch.capture(net, "fc1")
+    (hook,) = net.fc1._forward_hooks.values()  # what torch's forward already holds
+    with capture as cache:
+        pass
+    hook(net.fc1, (torch.ones(1, 2),), torch.ones(1, 3))
+    assert len(cache) == 0
+    assert not net.fc1._forward_hooks
+
+
+def test_record_calls_are_indexed_by_position_even_after_racing_threads() -> None:
+    net = TutorialNet()
+    with hookbus.torch.capture(net, "fc1") as cache:
+        net(torch.ones(1, 2))
+        net(torch.ones(1, 2))
+    record = cache["fc1"]
+    # Two threads that appended at once took the same provisional index.
+    record._calls[1].index = 0
+    assert [call.index for call in record.calls] == [0, 1]
+
+
+def test_a_capture_on_a_compiled_model_under_warnings_as_errors_leaves_no_hook() -> None:
+    net = TutorialNet()
+    before = hook_state(net)
+    compiled = torch.compile(net)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hookbus.torch.CompiledModelWarning)
+        with pytest.raises(hookbus.torch.CompiledModelWarning):
+            hookbus.torch.capture(compiled, nn.Linear)
+    assert hook_state(net) == before

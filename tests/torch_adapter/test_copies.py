@@ -70,6 +70,23 @@ def test_a_copy_of_a_hooked_model_runs_without_hooks_and_the_original_keeps_them
     assert hook_state(model) == hook_state(TutorialNet())
 
 
+@pytest.mark.parametrize("make_copy", COPIES)
+@pytest.mark.parametrize("inputs", [False, True])
+def test_a_copy_made_during_a_capture_records_nothing_and_drops_its_stand_ins(
+    make_copy: Callable[[Any], Any], inputs: bool
+) -> None:
+    model = TutorialNet()
+    x = torch.ones(1, 2)
+    with hookbus.torch.capture(model, inputs=inputs) as cache:
+        twin = make_copy(model)
+        twin(x)
+        assert len(cache) == 0  # the copy's recorders are inert
+        assert hook_state(twin) == hook_state(TutorialNet())
+        model(x)
+    assert list(cache) == ["<root>"] + [name for name, _ in model.named_modules() if name]
+    assert hook_state(model) == hook_state(TutorialNet())
+
+
 def test_a_copy_keeps_the_users_own_hooks_and_torch_s_full_backward_mark() -> None:
     model = TutorialNet()
     calls: List[str] = []
