@@ -30,7 +30,7 @@ import _harness
 from _harness import Case, absolute, ratio, run_rounds
 
 import hookbus
-from hookbus._handle import Handle, plain_handle
+from hookbus._handle import Handle
 
 
 def listener(x: object) -> None:
@@ -51,7 +51,7 @@ class Minimal:
         self.plans: dict = {}
 
     def on(self, event: str, hook: object, /) -> Handle:
-        handle = plain_handle(self.bus, "event", event, hook, False, None)  # type: ignore[arg-type]
+        handle = Handle.plain(self.bus, "event", event, hook)  # type: ignore[arg-type]
         lock = self.lock
         lock.acquire()
         try:
@@ -104,8 +104,8 @@ def main() -> None:
         ("floor: list.append + list.remove", "items.append(f); items.remove(f)", {"items": []}),
         ("2 calls: on(event, hook) + remove()", "entry.on('e', f); entry.remove()",
          {"entry": Entry()}),
-        ("the handle object (plain_handle)", "new(bus, 'event', 'e', f, False, None)",
-         {"new": plain_handle, "bus": bus}),
+        ("the handle object (Handle.plain)", "new(bus, 'event', 'e', f, False, None)",
+         {"new": Handle.plain, "bus": bus}),
         ("lock acquire + release, twice", "acquire(); release(); acquire(); release()",
          {"acquire": lock.acquire, "release": lock.release}),
         ("bucket: insert list, then remove + delete", "b[k] = [f]; b[k].remove(f); del b[k]",

@@ -25,7 +25,7 @@ from torch import nn
 
 import hookbus
 import hookbus.torch
-from hookbus._context import CallContext, blank_context, new_context
+from hookbus import CallContext
 
 MODULES = 4
 
@@ -53,42 +53,15 @@ class Dispatcher:
             hook(ctx)
 
     def context_fast(self, module: Any, args: Any, output: Any) -> None:
-        ctx = new_context(self.name, module, args, {}, 0, "post", self)
+        ctx = CallContext.for_call(self.name, module, args, {}, 0, "post", self)
         ctx._result = output
         for hook in self.hooks:
             hook(ctx)
 
-    def context_inline(self, module: Any, args: Any, output: Any) -> None:
-        ctx = blank_context()  # what the adapter's post dispatcher does
-        ctx.name = self.name
-        ctx.target = module
-        ctx._args = args
-        ctx._kwargs = {}
-        ctx.call_index = 0
-        ctx.phase = "post"
+    def context_full(self, module: Any, args: Any, output: Any) -> Any:
+        # What the adapter's post dispatcher does.
+        ctx = CallContext.for_call(self.name, module, args, {}, next(self.calls), "post", self)
         ctx._result = output
-        ctx._exception = None
-        ctx._recovered = False
-        ctx._skipped = False
-        ctx._data = None
-        ctx._point = self
-        for hook in self.hooks:
-            hook(ctx)
-
-    def context_inline_full(self, module: Any, args: Any, output: Any) -> Any:
-        ctx = blank_context()
-        ctx.name = self.name
-        ctx.target = module
-        ctx._args = args
-        ctx._kwargs = {}
-        ctx.call_index = next(self.calls)
-        ctx.phase = "post"
-        ctx._result = output
-        ctx._exception = None
-        ctx._recovered = False
-        ctx._skipped = False
-        ctx._data = None
-        ctx._point = self
         for hook in self.hooks:
             if hook(ctx) is not None:
                 raise TypeError("a hook returned a value")
@@ -117,9 +90,8 @@ def main() -> None:
         "native no-op hook (floor)": build(lambda: _native),
         "dispatcher calling the hook": build(lambda: Dispatcher().call_only),
         "+ CallContext(...) per call": build(lambda: Dispatcher().context_by_class),
-        "+ new_context(...) instead": build(lambda: Dispatcher().context_fast),
-        "+ the context built inline instead": build(lambda: Dispatcher().context_inline),
-        "+ call index, return check, result": build(lambda: Dispatcher().context_inline_full),
+        "+ CallContext.for_call(...) instead": build(lambda: Dispatcher().context_fast),
+        "+ call index, return check, result": build(lambda: Dispatcher().context_full),
     }
     adapted = nn.Sequential(*[nn.Identity() for _ in range(MODULES)])
     attachment = hookbus.torch.attach(adapted, hookbus.EventBus())

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ._arguments import Arguments, NoSignatureError
 
 if TYPE_CHECKING:
     from ._arguments import Layout
 
-__all__ = ["CallContext", "new_context", "reject_returned"]
+__all__ = ["CallContext", "rebind", "reject_returned"]
+
+_new_object = object.__new__
 
 
 class CallContext:
@@ -104,7 +106,53 @@ class CallContext:
         # The hook point: it gives ctx.arguments its signature, and says whether
         # the call can be skipped. None for a context made by hand.
         self._point = point
-        # new_context() below builds the same fields, faster, for dispatchers.
+        # for_call() below builds the same fields, faster, for dispatchers.
+
+    @classmethod
+    def for_call(
+        cls,
+        name: str,
+        target: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        call_index: int,
+        phase: str = "pre",
+        point: Optional[Any] = None,
+    ) -> CallContext:
+        """``CallContext(name, target, args, kwargs, call_index, phase, point)``, only faster.
+
+        For dispatchers (the core's and adapters'), which build one context per
+        hooked call: CPython can't inline a call through ``type.__call__`` into
+        ``__init__``, and this saves about 30 ns a context. Keep in step with
+        ``__init__`` (parity: ``tests/test_constructors.py``).
+
+        Example:
+            >>> from hookbus import CallContext
+            >>> ctx = CallContext.for_call("load", None, ("a",), {}, 0)
+            >>> type(ctx) is CallContext, ctx.args, ctx.phase
+            (True, ('a',), 'pre')
+        """
+        ctx: CallContext = _new_object(cls)
+        ctx.name = name
+        ctx.target = target
+        ctx._args = args
+        ctx._kwargs = kwargs
+        ctx.call_index = call_index
+        ctx.phase = phase
+        ctx._result = None
+        ctx._exception = None
+        ctx._recovered = False
+        ctx._skipped = False
+        ctx._data = None
+        ctx._point = point
+        return ctx
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError(
+            f"{self!r} cannot be pickled or copied: a context belongs to one running call "
+            f"and refers to its hook point. Keep what you need instead: ctx.args, "
+            f"ctx.kwargs, ctx.result or ctx.data"
+        )
 
     @property
     def args(self) -> Tuple[Any, ...]:
@@ -271,54 +319,28 @@ class CallContext:
         )
 
 
-class _Blank(CallContext):
-    """A :class:`CallContext` whose allocation runs no ``__init__`` (``new_context`` fills it).
-
-    Calling a class whose ``__init__`` is ``object.__init__`` allocates in C
-    alone: about 20 ns less than ``object.__new__(CallContext)`` (benchmarks),
-    per hooked call. It adds nothing, and is named as the class it fills in for.
-    """
-
-    __slots__ = ()
-    __init__ = object.__init__  # pyright: ignore[reportAssignmentType]
-
-
-_Blank.__name__ = _Blank.__qualname__ = "CallContext"
-
-blank_context = cast("Callable[[], CallContext]", _Blank)
-"""``blank_context()``: a context with no field set yet, for dispatchers that fill it."""
-
-
-def new_context(
-    name: str,
+def rebind(
+    ctx: CallContext,
+    phase: str,
     target: Any,
     args: Tuple[Any, ...],
     kwargs: Dict[str, Any],
-    call_index: int,
-    phase: str = "pre",
-    point: Optional[Any] = None,
-) -> CallContext:
-    """``CallContext(name, target, args, kwargs, call_index, phase, point)``, only faster.
+    exception: Optional[BaseException] = None,
+) -> None:
+    """Move ``ctx`` to another phase of the same call, with the call's arguments.
 
-    Dispatchers build one context per hooked call, and CPython (3.11) can't inline
-    a call through ``type.__call__`` into ``__init__``: this saves about 30 ns a
-    context, 100 ns per torch hook call (benchmarks). Keep in step with
-    ``CallContext.__init__``.
+    For adapters whose framework splits one call across native hooks (torch runs
+    a forward's pre and post hooks from two separate callbacks): the pre phase's
+    context is kept, without the arguments, and rebound when the post or
+    exception phase begins, so ``ctx.data`` is shared by the call's hooks.
+    Published in :mod:`hookbus.adapter`.
     """
-    ctx = blank_context()
-    ctx.name = name
+    ctx.phase = phase
     ctx.target = target
     ctx._args = args
     ctx._kwargs = kwargs
-    ctx.call_index = call_index
-    ctx.phase = phase
-    ctx._result = None
-    ctx._exception = None
-    ctx._recovered = False
-    ctx._skipped = False
-    ctx._data = None
-    ctx._point = point
-    return ctx
+    if exception is not None:
+        ctx._exception = exception
 
 
 _HOW_TO_CHANGE = {

@@ -50,6 +50,9 @@ def is_async_callable(hook: Any) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+_new_object = object.__new__
+
+
 class Removable:
     """Anything that ``remove()`` undoes; as a context manager, it removes on exit."""
 
@@ -141,7 +144,45 @@ class Handle(Removable):
         self.with_name = with_name
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
-        # plain_handle() below builds the same fields for the default options.
+        # plain() below builds the same fields for the default options.
+
+    @classmethod
+    def plain(
+        cls,
+        bus: EventBus,
+        kind: str,
+        name: str,
+        hook: Callable[..., Any],
+        is_async: bool = False,
+        match: Optional[Matcher] = None,
+    ) -> Handle:
+        """A handle with the default options, as ``Handle(...)`` makes it, only faster.
+
+        Registration's hot path, and adapters that need a handle of their own:
+        calling the class costs twice as much, since CPython can't inline a call
+        through ``type.__call__`` into ``__init__`` (parity: ``tests/test_constructors.py``).
+
+        Example:
+            >>> import hookbus
+            >>> handle = hookbus.Handle.plain(hookbus.EventBus(), "event", "saved", print)
+            >>> handle.priority, handle.once, handle.active
+            (0, False, False)
+        """
+        handle: Handle = _new_object(cls)
+        handle.bus = bus
+        handle.kind = kind
+        handle.name = name
+        handle.priority = 0
+        handle.seq = 0
+        handle.once = False
+        handle.target = None
+        handle.weak = False
+        handle.is_async = is_async
+        handle.match = match
+        handle.with_name = False
+        handle._registered = False
+        handle._hook = hook
+        return handle
 
     @property
     def hook(self) -> Optional[Callable[..., Any]]:
@@ -204,34 +245,6 @@ class Handle(Removable):
         )
         state = "active" if self.active else "removed"
         return f"<Handle {self.kind} {self.name!r} {hook_name(self.hook)}{options} {state}>"
-
-
-_new_object = object.__new__
-
-
-def plain_handle(
-    bus: EventBus, kind: str, name: str, hook: Callable[..., Any], is_async: bool, match: Any
-) -> Handle:
-    """A handle with the default options, as ``Handle(...)`` makes it, only faster.
-
-    Registration's hot path: calling the class costs twice as much as this, since
-    CPython can't inline a call through ``type.__call__`` into ``__init__``.
-    """
-    handle: Handle = _new_object(Handle)
-    handle.bus = bus
-    handle.kind = kind
-    handle.name = name
-    handle.priority = 0
-    handle.seq = 0
-    handle.once = False
-    handle.target = None
-    handle.weak = False
-    handle.is_async = is_async
-    handle.match = match
-    handle.with_name = False
-    handle._registered = False
-    handle._hook = hook
-    return handle
 
 
 class HandleGroup(Removable):

@@ -24,6 +24,7 @@ from ._context import reject_returned
 from ._errors import add_note, describe
 
 if TYPE_CHECKING:
+    from ._arguments import Layout
     from ._context import CallContext
     from ._declared import Declared
     from ._handle import Handle
@@ -64,6 +65,15 @@ class Point(Protocol):
 
     def invalidate(self) -> None:
         """The hooks that may match changed; called with no lock held."""
+        ...
+
+    @property
+    def skip_refusal(self) -> Optional[str]:
+        """Why ``ctx.skip()`` cannot work on this point (the error's message), or ``None``."""
+        ...
+
+    def layout(self) -> Layout:
+        """The parameters of what the point wraps, for ``ctx.arguments`` (read lazily)."""
         ...
 
 

@@ -39,7 +39,6 @@ from ._handle import (
     _open_scopes,
     innermost_scope,
     is_async_callable,
-    plain_handle,
 )
 from ._names import Matcher, check_and_cache, check_name
 from ._options import method_name, parse_options
@@ -180,7 +179,7 @@ class Registry:
                 with_name,
             )  # fmt: skip
         else:
-            handle = plain_handle(self.bus, kind, name, hook, is_async, match)
+            handle = Handle.plain(self.bus, kind, name, hook, is_async, match)
         if (
             kind != "event"
             or match is not None

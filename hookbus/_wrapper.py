@@ -23,7 +23,7 @@ from typing import (
 from typing_extensions import ParamSpec
 
 from ._arguments import Layout, layout_of
-from ._context import CallContext, new_context
+from ._context import CallContext
 from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import where_defined
 from ._names import check_name
@@ -152,7 +152,9 @@ class HookPoint:
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """A fresh call context for one call of this point."""
-        return new_context(self.name, target, args, kwargs, next(self._calls), "pre", self)
+        return CallContext.for_call(
+            self.name, target, args, kwargs, next(self._calls), "pre", self
+        )
 
     def layout(self) -> Layout:
         """The parameters ``ctx.arguments`` binds to, worked out at its first use."""
@@ -341,7 +343,9 @@ def make_hookable(
             target, strip = fixed_target, bound and bool(args)
             if strip:
                 target, args = args[0], args[1:]
-            ctx = new_context(point_name, target, args, kwargs, next(counter), "pre", point)
+            ctx = CallContext.for_call(
+                point_name, target, args, kwargs, next(counter), "pre", point
+            )
             return await call_with_hooks_async(registry, plan, ctx, call, strip)
 
         wrapper: Callable[..., Any] = call_point_async
@@ -362,7 +366,9 @@ def make_hookable(
             target = args[0] if bound else fixed_target
             if bound:
                 args = args[1:]
-            ctx = new_context(point_name, target, args, kwargs, next(counter), "pre", point)
+            ctx = CallContext.for_call(
+                point_name, target, args, kwargs, next(counter), "pre", point
+            )
             for hook in plan.pre_hooks:
                 try:
                     returned = hook(ctx)
@@ -404,7 +410,9 @@ def make_hookable(
             target, strip = fixed_target, bound and bool(args)
             if strip:
                 target, args = args[0], args[1:]
-            ctx = new_context(point_name, target, args, kwargs, next(counter), "pre", point)
+            ctx = CallContext.for_call(
+                point_name, target, args, kwargs, next(counter), "pre", point
+            )
             return call_with_hooks(registry, plan, ctx, call, strip)
 
         wrapper = call_point

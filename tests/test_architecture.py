@@ -215,28 +215,3 @@ def test_a_plan_worked_out_while_hooks_change_is_not_kept() -> None:
     assert repr(point) == "<HookPoint 'load' unresolved>"  # not the stale plan
     load()
     assert seen == ["late"]
-
-
-# Modules known to be over the limit, each with why. The test fails once one is back
-# under it, so that its entry goes too.
-_KNOWN_LONG = {
-    # Brought to 520 lines, then issue 12 added add_points and its fast matching, and
-    # register's flat common path (about 600 lines): the next split is the
-    # declared-events section (it shares the lock).
-    "hookbus/_registry.py": "the hook store's lock holders: registration, plans, state",
-}
-
-
-def test_no_module_is_over_about_500_lines() -> None:
-    """One concept a module: a module that grows past this is doing two things."""
-    limit = 520  # about 500: room for a docstring line, not for a second concept
-    sizes = {
-        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
-        for path in sorted((ROOT / "hookbus").rglob("*.py"))
-    }
-    assert len(sizes) > 20
-    too_long = {path: lines for path, lines in sizes.items() if lines > limit}
-    unexpected = {path: lines for path, lines in too_long.items() if path not in _KNOWN_LONG}
-    assert not unexpected, f"modules over {limit} lines: {unexpected}"
-    back_under = sorted(set(_KNOWN_LONG) - set(too_long))
-    assert not back_under, f"under {limit} lines now, drop them from _KNOWN_LONG: {back_under}"

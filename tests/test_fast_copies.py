@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hookbus import CallContext, EventBus
-from hookbus._context import new_context
-from hookbus._handle import Handle, plain_handle
+from hookbus._handle import Handle
 from hookbus._names import matcher_for
 
 
@@ -24,7 +23,7 @@ def _fields(obj: object) -> dict:
 @pytest.mark.parametrize("match", [None, matcher_for("a.*")])
 def test_plain_handle_builds_what_handle_init_builds(is_async: bool, match: Any) -> None:
     bus = EventBus()
-    fast = plain_handle(bus, "event", "a.b", print, is_async, match)
+    fast = Handle.plain(bus, "event", "a.b", print, is_async, match)
     slow = Handle(bus, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
     assert _fields(fast) == _fields(slow)
     assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
@@ -33,7 +32,7 @@ def test_plain_handle_builds_what_handle_init_builds(is_async: bool, match: Any)
 @pytest.mark.parametrize("phase", ["pre", "post", "grad"])
 def test_new_context_builds_what_call_context_init_builds(phase: str) -> None:
     args, kwargs, target = (1, 2), {"k": 3}, object()
-    fast = new_context("point", target, args, kwargs, 7, phase)
+    fast = CallContext.for_call("point", target, args, kwargs, 7, phase)
     slow = CallContext("point", target, args, kwargs, 7, phase)
     assert _fields(fast) == _fields(slow)
     assert set(_fields(fast)) == set(CallContext.__slots__)

@@ -26,7 +26,7 @@ from torch import nn
 
 from .._bus import EventBus
 from .._context import CallContext
-from .._handle import plain_handle
+from .._handle import Handle
 
 if TYPE_CHECKING:
     from ._point import ModulePoint
@@ -66,7 +66,7 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
     # The dispatch loops run "hooks" from these: a handle for the slow loops (the
     # backward phases), the bare callable for the fast ones (forward).
     point._pre = point._post = point._backward_pre = point._backward = (
-        plain_handle(_NO_HOOKS, "post", name, remove, False, None),
+        Handle.plain(_NO_HOOKS, "post", name, remove),
     )
     point._pre_fast = point._post_fast = point._post_alone = (remove,)
     return point

@@ -22,7 +22,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from .._arguments import Layout, layout_of
-from .._context import CallContext, blank_context, new_context, reject_returned
+from .._context import CallContext, rebind, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
 from .._handle import where_defined
@@ -312,7 +312,7 @@ class ModulePoint:
     ) -> Any:
         if kwargs is _WITHOUT_KWARGS:
             return self._on_pre_without_kwargs(module, args)
-        ctx = new_context(self.name, module, args, kwargs, next(self._calls), "pre", self)
+        ctx = CallContext.for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
@@ -322,10 +322,10 @@ class ModulePoint:
         key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
         stack.append((key, None))  # a pre hook raising: no exception hooks for this call
         self._run(self._pre, self._pre_fast, ctx)
-        new_args, new_kwargs = ctx._args, ctx._kwargs
+        new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
-        ctx._args, ctx._kwargs, ctx.target = (), _NO_KWARGS, None
+        rebind(ctx, "pre", None, (), _NO_KWARGS)
         stack[-1] = (key, ctx)
         if new_args is args and new_kwargs is kwargs:
             return None
@@ -354,20 +354,10 @@ class ModulePoint:
         fast = self._post_alone
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
-            # new_context(), inline: it runs per module call (parity: test_fast_context.py).
-            ctx = blank_context()
-            ctx.name = self.name
-            ctx.target = module
-            ctx._args = args
-            ctx._kwargs = kwargs
-            ctx.call_index = next(self._calls)
-            ctx.phase = "post"
-            ctx._result = output
-            ctx._exception = None
-            ctx._recovered = False
-            ctx._skipped = False
-            ctx._data = None
-            ctx._point = self
+            ctx = CallContext.for_call(
+                self.name, module, args, kwargs, next(self._calls), "post", self
+            )
+            ctx.result = output
             for hook in fast:
                 try:
                     returned = hook(ctx)
@@ -376,7 +366,7 @@ class ModulePoint:
                 except Exception as error:
                     add_note(error, describe(self._post[fast.index(hook)], self.name))
                     raise
-            result = ctx._result
+            result = ctx.result
             return None if result is output else self._replaced(output, result)
         return self._on_post_full(module, args, kwargs, output)
 
@@ -389,10 +379,11 @@ class ModulePoint:
             if not self._pre:  # a stored context was pending: back to the fast path if none is
                 self.invalidate()
         if ctx is None:
-            ctx = new_context(self.name, module, args, kwargs, next(self._calls), "pre", self)
+            ctx = CallContext.for_call(
+                self.name, module, args, kwargs, next(self._calls), "post", self
+            )
         else:
-            ctx._args, ctx._kwargs, ctx.target = args, kwargs, module
-        ctx.phase = "post"
+            rebind(ctx, "post", module, args, kwargs)
         ctx.result = output
         if self._post:
             self._run(self._post, self._post_fast, ctx)
@@ -430,11 +421,10 @@ class ModulePoint:
         if not self._exception or isinstance(error, INTERNAL_STOPS):
             return  # not an error of the call: torch swallows it (checkpointing)
         if ctx is None:
-            ctx = CallContext(self.name, module, args, kwargs, next(self._calls), "pre", self)
-        else:
-            ctx._args, ctx._kwargs, ctx.target = args, kwargs, module
-        ctx.phase = "exception"
-        ctx._exception = error
+            ctx = CallContext.for_call(
+                self.name, module, args, kwargs, next(self._calls), "exception", self
+            )
+        rebind(ctx, "exception", module, args, kwargs, error)
         try:
             run_phase(self.registry, self._exception, ctx)
         except Exception as hook_error:
@@ -447,7 +437,7 @@ class ModulePoint:
                 stacklevel=3,
             )
             return
-        if ctx._recovered:
+        if ctx.recovered:
             warnings.warn(
                 f"hookbus: ctx.recover() cannot change the result of the module call "
                 f"{self.name!r}: torch re-raises a forward error after its hooks, so the "

@@ -1,0 +1,75 @@
+"""The public seam for adapters: everything a framework adapter needs of the core.
+
+An adapter puts a framework's own hooks (torch's module hooks, a web router's
+handlers, the methods of an object) behind hookbus's API. It builds *hook
+points*: objects of the :class:`Point` shape that the bus's registry keeps by
+name. The registry tells a point when the hooks that may match it changed
+(:meth:`Point.invalidate`, always with no lock held); the point then asks
+``bus.registry.plan(point)`` for its :class:`PointPlan` (the matching hooks per
+kind, in order) and, per call, builds one :class:`CallContext` with
+:meth:`CallContext.for_call` and runs each phase's hooks with :func:`run_phase`.
+
+``hookbus.torch`` is built on this module and :mod:`hookbus` alone (a test
+enforces it); docs/adapters.md walks through a small adapter from scratch, and
+``examples/method_hooks.py`` is a second, complete one.
+
+Example:
+    >>> import hookbus
+    >>> from hookbus import adapter
+    >>> bus = hookbus.EventBus()
+    >>> class Point:  # hook points for one name; a real adapter wraps something
+    ...     name, kinds, kind, where = "job", ("pre",), "job", "?"
+    ...     is_async, skip_refusal = False, None
+    ...     def invalidate(self):
+    ...         self.plan = bus.registry.plan(self)
+    ...     def layout(self):
+    ...         return adapter.layout_of(lambda size: None, self.name)
+    ...     def run(self, size):
+    ...         ctx = adapter.CallContext.for_call(self.name, None, (size,), {}, 0, "pre", self)
+    ...         adapter.run_phase(bus.registry, self.plan.pre, ctx)
+    ...         return ctx.args
+    >>> point = Point()
+    >>> bus.registry.add_points([point])
+    >>> _ = bus.pre("job", lambda ctx: print("pre hook sees size", ctx.arguments["size"]))
+    >>> point.run(3)
+    pre hook sees size 3
+    (3,)
+"""
+
+from __future__ import annotations
+
+from ._arguments import Layout, layout_of
+from ._bus import EventBus
+from ._context import CallContext, rebind, reject_returned
+from ._dispatch import run_phase
+from ._errors import add_note, describe
+from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined
+from ._names import Matcher, check_name, is_pattern, matcher_for
+from ._options import HookOptions
+from ._plan import Point, PointPlan
+from ._registry import Registry
+
+__all__ = [
+    "CallContext",
+    "EventBus",
+    "Handle",
+    "HandleGroup",
+    "HookOptions",
+    "Layout",
+    "Matcher",
+    "Point",
+    "PointPlan",
+    "Registry",
+    "Removable",
+    "add_note",
+    "check_name",
+    "describe",
+    "hook_name",
+    "is_pattern",
+    "layout_of",
+    "matcher_for",
+    "rebind",
+    "reject_returned",
+    "run_phase",
+    "where_defined",
+]
