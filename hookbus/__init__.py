@@ -18,19 +18,15 @@ importing :mod:`hookbus` never imports torch.
 
 from __future__ import annotations
 
-from ._arguments import Arguments
-from ._bus import EventBus
-from ._context import CallContext
-from ._declared import UnknownNameError
-from ._declaring import PointInfo
+from ._bus import EventBus, PointInfo
+from ._context import Arguments, CallContext
+from ._declared import Event, UnknownNameError
 from ._errors import ErrorPolicy, HookError
-from ._event import Event
 from ._handle import Handle, HandleGroup, Scope
-from ._options import EventHookOptions, HookOptions
-from ._priority import Priority, PriorityLike
+from ._hookpoint import HookPoint, SharedNameWarning
+from ._options import EventHookOptions, HookOptions, Priority, PriorityLike
 from ._subscribe import listens
 from ._trace import Trace, TraceRecord
-from ._wrapper import HookPoint, SharedNameWarning
 
 __all__ = [
     "Arguments",

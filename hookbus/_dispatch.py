@@ -14,7 +14,7 @@ Events
       A declared event's fast tuple starts with a check of the arguments (see
       ``_plan.event_plan``); its full loop gets them checked by
       ``_declared.checked_handles`` first.
-    * ``_event.py`` ``_emitter.emit_event`` (``Event.emit``): a copy of emit's
+    * ``_declared.py`` ``_emitter.emit_event`` (``Event.emit``): a copy of emit's
       fast loop without keywords; parity: ``tests/test_fast_copies.py``
       (``test_event_emit_matches_bus_emit``).
     * ``_declared.py`` ``replay``: a historic event's past emissions, one hook,
@@ -23,12 +23,12 @@ Events
       ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
 
 Hooks around a call
-    * ``_wrapper.py`` ``make_hookable.call_point``: the pass-through when no hook
+    * ``_hookpoint.py`` ``make_hookable.call_point``: the pass-through when no hook
       applies; else ``call_hooked``: when the plan is ``direct`` (plain sync
       hooks, see ``_plan.PointPlan``), its own inline loop over the bare pre and
       post hooks; else ``call_general``, which calls :func:`call_with_hooks`, the
       slow twin of ``call_hooked``; parity: ``tests/test_hook_point_fast_loop.py``.
-    * ``_wrapper.py`` ``make_hookable.call_point_async``: the pass-through, else
+    * ``_hookpoint.py`` ``make_hookable.call_point_async``: the pass-through, else
       :func:`call_with_hooks_async`.
     * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
       pre hooks, the call (or the value of ``ctx.skip``), exception hooks, post
@@ -42,7 +42,7 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module)
       :func:`run_phase`; parity: ``tests/torch_adapter/test_seam.py``
       (``test_module_fast_loops_match_run_phase``).
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
-      common case), with ``new_context`` inline too; its slow twin is
+      common case), with its context from ``CallContext.for_call``; its slow twin is
       ``_on_post_full``; same parity test, and ``tests/torch_adapter/test_fast_context.py``
       for the inline context.
     * ``ModulePoint._on_pre``, ``_on_post_full``, ``_on_exception``,
@@ -50,8 +50,8 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module)
       build the context, then ``_run`` or :func:`run_phase`.
     * ``torch/_grad.py`` ``_TensorGradHook.__call__``: one hook, no loop.
 
-The fast constructors ``_handle.plain_handle`` and ``_context.new_context`` copy
-``Handle.__init__`` and ``CallContext.__init__``; parity:
+The fast constructors ``Handle.plain`` and ``CallContext.for_call`` (classmethods)
+build what ``Handle.__init__`` and ``CallContext.__init__`` build; parity:
 ``tests/test_fast_copies.py``.
 """
 
@@ -308,7 +308,7 @@ def call_with_hooks(
 ) -> Any:
     """Pre hooks, the call, then exception hooks (if it raised) and post hooks.
 
-    The general loop, for plans the wrapper's fast loop can't run (``_wrapper.py``,
+    The general loop, for plans the wrapper's fast loop can't run (``_hookpoint.py``,
     ``make_hookable``). ``bound``: ``fn`` takes ``ctx.target`` (self or cls) first.
     """
     if plan.has_async:

@@ -1,5 +1,8 @@
 """The registration options, declared once: a TypedDict for type checkers, one parser.
 
+Priorities are plain ints, higher runs first, with mmengine's names as aliases
+(:class:`Priority`).
+
 Every registering method (``EventBus.on`` / ``pre`` / ``post`` / ``exception``,
 ``Scope``'s, and the torch ``Attachment``'s) takes ``**options:
 Unpack[HookOptions]``, so IDEs show the options and type checkers check them, and
@@ -9,12 +12,12 @@ every one of them is parsed by :func:`parse_options` at registration time.
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Tuple, TypeVar
+import enum
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Tuple, TypeVar, Union
 
 from typing_extensions import TypedDict
 
 from ._names import check_name
-from ._priority import PriorityLike, to_priority
 
 if TYPE_CHECKING:
     from ._registry import Registry
@@ -23,9 +26,70 @@ __all__ = [
     "EventHookOptions",
     "HookOptions",
     "ParsedOptions",
+    "Priority",
+    "PriorityLike",
     "decorator",
     "parse_options",
+    "to_priority",
 ]
+
+
+class Priority(enum.IntEnum):
+    """Named priorities. Higher runs first; the default is ``NORMAL`` (0).
+
+    The names are mmengine's. mmengine runs *lower* numbers first (``HIGHEST = 0``,
+    ``LOWEST = 100``); hookbus runs *higher* numbers first, so each name maps to
+    ``50 - mmengine_value``. The spacing, and so the relative order of any mix of
+    names and ints, is kept.
+
+    Example:
+        >>> from hookbus import Priority
+        >>> int(Priority.HIGH), int(Priority.NORMAL), int(Priority.LOWEST)
+        (20, 0, -50)
+        >>> Priority.HIGHEST > Priority.VERY_HIGH > Priority.NORMAL
+        True
+    """
+
+    HIGHEST = 50
+    VERY_HIGH = 40
+    HIGH = 20
+    ABOVE_NORMAL = 10
+    NORMAL = 0
+    BELOW_NORMAL = -10
+    LOW = -20
+    VERY_LOW = -40
+    LOWEST = -50
+
+
+PriorityLike = Union[int, str, Priority]
+"""What ``priority=`` accepts: an int, a :class:`Priority`, or one of its names."""
+
+_NAMES = ", ".join(Priority.__members__)
+
+
+def to_priority(value: object) -> int:
+    """Turn a ``priority=`` argument into an int, or say what is accepted.
+
+    Example:
+        >>> to_priority("high"), to_priority(7), to_priority(Priority.LOW)
+        (20, 7, -20)
+    """
+    # bool is an int subclass: True would silently mean priority 1.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        member = Priority.__members__.get(value.upper())
+        if member is not None:
+            return int(member)
+        raise ValueError(
+            f"unknown priority name {value!r}; accepted: an int (higher runs first) "
+            f"or one of {_NAMES}"
+        )
+    raise TypeError(
+        f"priority must be an int or a priority name, got {type(value).__name__} {value!r}; "
+        f"accepted: an int (higher runs first) or one of {_NAMES}"
+    )
+
 
 H = TypeVar("H", bound=Callable[..., Any])
 

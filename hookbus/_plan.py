@@ -24,8 +24,7 @@ from ._context import reject_returned
 from ._errors import add_note, describe
 
 if TYPE_CHECKING:
-    from ._arguments import Layout
-    from ._context import CallContext
+    from ._context import CallContext, Layout
     from ._declared import Declared
     from ._handle import Handle
 
@@ -142,7 +141,7 @@ class PointPlan:
     ``hooks`` and ``fast`` map each of the point's kinds to its handles and to
     their bare callables (``None`` when the full loop must run them);
     ``pre``, ``post`` and ``exception`` are the core's three, read per call.
-    ``direct`` says the hook-point wrapper's own short loop (``_wrapper.py``)
+    ``direct`` says the hook-point wrapper's own short loop (``_hookpoint.py``)
     runs the plan, calling ``pre_hooks`` and ``post_hooks``: no hook is async and
     the pre and post hooks are all fast (exception hooks, rare by nature, always
     run in the full loop).

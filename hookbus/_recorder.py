@@ -1,8 +1,8 @@
 """The recorder behind the pytest plugin's ``bus_recorder``: it needs no pytest.
 
-:class:`Recorder` listens to every emission and hook-point call on some buses and
-asserts on them with readable messages; :class:`Record` is one of those. Both are
-public as ``hookbus.pytest_plugin.Recorder`` and ``Record``; they live here so that
+:class:`BusRecorder` listens to every emission and hook-point call on some buses and
+asserts on them with readable messages; :class:`BusRecord` is one of those. Both are
+public as ``hookbus.pytest_plugin.BusRecorder`` and ``BusRecord``; they live here so that
 code without pytest (the demo, a script) can record too.
 """
 
@@ -33,7 +33,7 @@ from ._handle import HandleGroup
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["Record", "Recorder"]
+__all__ = ["BusRecord", "BusRecorder"]
 
 # The recorder must see a call before any other hook changes it, and its result
 # after every post hook ran: priorities beyond any a user would pick.
@@ -46,7 +46,7 @@ _repr.maxstring = _repr.maxother = 60
 _repr.maxlist = _repr.maxtuple = _repr.maxdict = 6
 
 
-class Record:
+class BusRecord:
     """One emitted event (``kind == "event"``) or one hook-point call (``"call"``).
 
     ``args`` and ``kwargs`` are as the emitter or caller passed them. For a call,
@@ -56,9 +56,9 @@ class Record:
 
     Example:
         >>> import hookbus
-        >>> from hookbus.pytest_plugin import Recorder
+        >>> from hookbus.pytest_plugin import BusRecorder
         >>> bus = hookbus.EventBus()
-        >>> with Recorder(bus) as recorder:
+        >>> with BusRecorder(bus) as recorder:
         ...     bus.emit("saved", "a.txt", size=3)
         >>> record = recorder.records[0]
         >>> record.kind, record.name, record.args, record.kwargs
@@ -122,24 +122,24 @@ class Record:
         return f"<{self.describe()}>"
 
 
-class Recorder:
+class BusRecorder:
     """Records the events emitted and the hook points called on some buses.
 
     It listens with hooks of its own (to ``"*"``, at the extreme priorities), so
     it sees every emission and call that dispatches; those hooks show in
     ``bus.hooks()`` and in traces, but never in ``collect()`` results. A paused
-    name dispatches nothing, so it isn't recorded. ``Recorder()`` with no bus
+    name dispatches nothing, so it isn't recorded. ``BusRecorder()`` with no bus
     records :data:`hookbus.default_bus`. Use it as a context manager, or call
     :meth:`stop`. Names given to the helpers may be glob patterns.
 
     Example:
         >>> import hookbus
-        >>> from hookbus.pytest_plugin import Recorder
+        >>> from hookbus.pytest_plugin import BusRecorder
         >>> bus = hookbus.EventBus()
         >>> @bus.hookable("double")
         ... def double(x):
         ...     return 2 * x
-        >>> with Recorder(bus) as recorder:
+        >>> with BusRecorder(bus) as recorder:
         ...     bus.emit("tick", 1)
         ...     bus.emit("tick", 2)
         ...     double(21)
@@ -155,36 +155,36 @@ class Recorder:
     """
 
     def __init__(self, *buses: EventBus) -> None:
-        self.records: List[Record] = []
+        self.records: List[BusRecord] = []
         self._hooks = HandleGroup()
         self._watched: List[EventBus] = []
         for bus in buses or (default_bus,):
             self.watch(bus)
 
     def watch(self, bus: EventBus) -> None:
-        """Record ``bus`` too (watching a bus twice records it once)."""
+        """BusRecord ``bus`` too (watching a bus twice records it once)."""
         if any(watched is bus for watched in self._watched):
             return
         self._watched.append(bus)
         records = self.records
 
         def on_event(event: str, *args: Any, **kwargs: Any) -> Any:
-            records.append(Record("event", event, args, kwargs, bus))
+            records.append(BusRecord("event", event, args, kwargs, bus))
             return NOT_COLLECTED
 
         def on_pre(ctx: CallContext) -> None:
-            record = Record("call", ctx.name, ctx.args, ctx.kwargs, bus, ctx.target)
+            record = BusRecord("call", ctx.name, ctx.args, ctx.kwargs, bus, ctx.target)
             ctx.data[_RECORD_KEY] = record
             records.append(record)
 
         def on_exception(ctx: CallContext) -> None:
-            record: Optional[Record] = ctx.data.get(_RECORD_KEY)
+            record: Optional[BusRecord] = ctx.data.get(_RECORD_KEY)
             if record is not None:
                 record.exception = ctx.exception
                 record.done = True
 
         def on_post(ctx: CallContext) -> None:
-            record: Optional[Record] = ctx.data.get(_RECORD_KEY)
+            record: Optional[BusRecord] = ctx.data.get(_RECORD_KEY)
             if record is not None:
                 record.result = ctx.result
                 record.recovered = ctx.exception is not None
@@ -206,11 +206,11 @@ class Recorder:
 
     # --- queries --------------------------------------------------------------------
 
-    def events(self, name: Optional[str] = None) -> List[Record]:
+    def events(self, name: Optional[str] = None) -> List[BusRecord]:
         """The recorded emissions, all or those of ``name`` (a name or glob pattern)."""
         return self._select("event", name)
 
-    def calls(self, name: Optional[str] = None) -> List[Record]:
+    def calls(self, name: Optional[str] = None) -> List[BusRecord]:
         """The recorded hook-point calls, all or those of ``name`` (a name or pattern)."""
         return self._select("call", name)
 
@@ -307,7 +307,7 @@ class Recorder:
 
     # --- helpers --------------------------------------------------------------------
 
-    def _select(self, kind: str, name: Optional[str]) -> List[Record]:
+    def _select(self, kind: str, name: Optional[str]) -> List[BusRecord]:
         return [
             record
             for record in self.records
@@ -341,7 +341,7 @@ class Recorder:
             f"{'emission' if kind == 'event' else 'call'} matched:\n" + _listing(found)
         )
 
-    def _require(self, kind: str, name: str) -> List[Record]:
+    def _require(self, kind: str, name: str) -> List[BusRecord]:
         __tracebackhide__ = True
         found = self._select(kind, name)
         if not found:
@@ -368,10 +368,10 @@ class Recorder:
 
     def __repr__(self) -> str:
         state = "recording" if self._hooks.active else "stopped"
-        return f"<Recorder {len(self.records)} records, {state}>"
+        return f"<BusRecorder {len(self.records)} records, {state}>"
 
 
-def _matches(record: Record, name: str) -> bool:
+def _matches(record: BusRecord, name: str) -> bool:
     return record.name == name or fnmatch.fnmatchcase(record.name, name)
 
 
@@ -394,7 +394,7 @@ def _format_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
     )
 
 
-def _listing(records: Sequence[Record], limit: int = 20) -> str:
+def _listing(records: Sequence[BusRecord], limit: int = 20) -> str:
     lines = [f"  {record.describe()}" for record in records[:limit]]
     if len(records) > limit:
         lines.append(f"  ... and {len(records) - limit} more")

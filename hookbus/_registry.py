@@ -8,13 +8,26 @@ are then worked out again at the next dispatch. That is the whole copy-on-write
 scheme: dispatch never locks, never sees a list being changed, and pays for
 matching patterns only once per name. Points hear of a change only after the
 lock is released (see ``_plan.py``).
+
+One idiom holds the lock: ``with self._changing:`` (or, on the hot paths,
+``self._lock.acquire()`` ... ``finally: self._unlock()``). A locked section only
+*notes* what must happen outside the lock: the points whose hooks changed
+(``_stale``) and the user objects it let go of (``_dropped``: removed handles,
+a historic event's past arguments, closed traces). ``_unlock`` releases the lock,
+then lets go of those objects (a finalizer may use the bus) and tells the points
+(they may run any code). No caller notifies, or frees, by hand.
+
+Everything the registry keeps lives here, guarded by that lock: the hooks by
+kind (exact names by name, patterns in one list), the live hook points by name
+(held weakly), the paused names, the plan caches, and the declarations
+(``_declared.Declarations``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
+import weakref
 from inspect import CO_COROUTINE
 from types import FunctionType
 from typing import (
@@ -22,7 +35,7 @@ from typing import (
     Any,
     Callable,
     Dict,
-    Generator,
+    Iterable,
     List,
     Mapping,
     Optional,
@@ -40,12 +53,9 @@ from ._handle import (
     innermost_scope,
     is_async_callable,
 )
-from ._names import Matcher, check_and_cache, check_name
+from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._options import method_name, parse_options
-from ._pause import NO_PAUSES
 from ._plan import Point, PointPlan, event_plan
-from ._points import PointTable, async_hook_error, notify, sync_point_error
-from ._store import HookStore
 from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
@@ -56,19 +66,17 @@ __all__ = ["Registry"]
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
 
-_NO_POINTS: Tuple[Point, ...] = ()
+# A copy of the hooks, for Registry.snapshot: (exact, patterns).
+StoredHooks = Tuple[Dict[str, Dict[str, List[Handle]]], Dict[str, List[Handle]]]
+# Paused names (None: the whole bus) -> open pauses; never changed in place, so a
+# snapshot keeps the one it saw.
+PauseCounts = Dict[Optional[str], int]
+
+_NO_NAMES: Dict[str, List[Handle]] = {}
 
 
-class _Released:
-    """Stands for a lock released early, so that the ``finally`` releasing it is a no-op."""
-
-    __slots__ = ()
-
-    def release(self) -> None:
-        pass
-
-
-_NO_LOCK: Any = _Released()
+def _order(handle: Handle) -> Tuple[int, int]:
+    return (-handle.priority, handle.seq)
 
 
 def _what(kind: str) -> str:
@@ -86,6 +94,38 @@ def _is_async_hook(kind: str, hook: Any) -> bool:
     return is_async_callable(hook)
 
 
+def _async_hook_error(handle: Handle, point_name: str) -> TypeError:
+    """The error for an async hook registered where a sync point would run it."""
+    return TypeError(
+        f"async {handle.kind} hook {handle!r} matches the sync hook point {point_name!r}; "
+        f"async hooks need an async hook point (an 'async def' function). Use a plain "
+        f"'def' hook there."
+    )
+
+
+def _sync_point_error(point_name: str, handle: Handle) -> TypeError:
+    """The error for a sync point made where an async hook would match it."""
+    return TypeError(
+        f"the sync hook point {point_name!r} matches the async hook {handle!r}; async hooks "
+        f"need an async hook point (an 'async def' function)"
+    )
+
+
+class _Changing:
+    """``with registry._changing:``, the lock held the one way (see the module docstring)."""
+
+    __slots__ = ("_registry",)
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+
+    def __enter__(self) -> None:
+        self._registry._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._registry._unlock()
+
+
 class Registry:
     """The hook store and plan cache of one :class:`EventBus` (``bus.registry``).
 
@@ -99,7 +139,8 @@ class Registry:
 
     Methods named ``*_locked`` expect the caller to hold ``_lock``, a plain
     (non-reentrant) lock: nothing that runs with it held may take it again, and
-    nothing with it held calls a point, a user's code, a warning or a logger.
+    nothing with it held calls a point, a user's code, a warning or a logger, or
+    lets go of a user's object (see the module docstring).
 
     Example:
         >>> import hookbus
@@ -123,12 +164,20 @@ class Registry:
         """Event name -> plan, read by ``emit`` without a lock (never replaced, only cleared)."""
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        self._store = HookStore()
-        self._exact, self._patterns = self._store.exact, self._store.patterns  # the hot path's
+        self._changing = _Changing(self)
+        # Hooks by kind: exact names by name, patterns in one list, each in registration
+        # order. Nested dicts rather than (kind, name) keys: a tuple key costs 56 bytes
+        # more per name. Never replaced (the hot path holds them), only changed.
+        self._exact: Dict[str, Dict[str, List[Handle]]] = {}
+        self._patterns: Dict[str, List[Handle]] = {}
         self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
-        self._points = PointTable()
-        self._stale: List[Point] = []  # points to invalidate once the lock is released
-        self._pauses = NO_PAUSES
+        # Live hook points by name, held weakly: a point dies with its wrapper or module.
+        self._points: Dict[str, weakref.WeakSet[Point]] = {}
+        self._sweep_points_at = 64
+        self._stale: List[Point] = []  # points to tell, once the lock is released
+        self._dropped: List[Any] = []  # user objects to let go of, once it is released
+        self._pauses: PauseCounts = {}
+        self._paused_patterns: Dict[str, Matcher] = {}
         self._collected: List[Handle] = []
         self._traces: Tuple[Trace, ...] = ()  # open, in the order they opened
         # Names already checked, with their glob matcher (None for a plain name).
@@ -188,8 +237,7 @@ class Registry:
             or _open_scopes.get()
         ):
             return self._register_checked(handle, scope)
-        lock = self._lock
-        lock.acquire()  # not ``with``: it costs twice as much
+        self._lock.acquire()  # not ``with``: it costs twice as much
         try:
             if not self.checking:  # else a declaration came meanwhile: check the hook
                 if self._collected:
@@ -208,7 +256,7 @@ class Registry:
                 self._event_handles.pop(name, None)
                 return handle
         finally:
-            lock.release()
+            self._unlock()
         return self._register_checked(handle, scope)
 
     def _register_checked(self, handle: Handle, scope: Optional[Scope]) -> Handle:
@@ -222,40 +270,36 @@ class Registry:
         if scope is None and _open_scopes.get():
             scope = innermost_scope(self.bus)
         history: Any = ()
-        lock = self._lock
-        lock.acquire()
+        conflict: Optional[str] = None
+        self._lock.acquire()
         while self._declared_count != declared_count:  # declared meanwhile: check again
-            lock.release()
+            self._unlock()
             declared_count, checking = self._declared_count, True
             check_registration(self, handle)
-            lock.acquire()
+            self._lock.acquire()
         try:
             if self._collected:
                 self._sweep_collected_locked()
             if handle.is_async and kind != "event":
-                conflict = self._points.async_conflict(handle)
-                if conflict is not None:
-                    lock.release()  # the message reads the hook: never under the lock
-                    lock = _NO_LOCK
-                    raise async_hook_error(handle, conflict)
-            handle.seq = next(self._seq)
-            if match is None:
-                self._exact.setdefault(kind, {}).setdefault(name, []).append(handle)
-            else:
-                self._patterns.setdefault(kind, []).append(handle)
-            handle._registered = True
-            self._invalidate_locked(kind, name, match)
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
-            if checking and kind == "event":
-                history = self.declarations.history_for(name, match)
+                conflict = self._async_conflict_locked(handle)
+            if conflict is None:
+                handle.seq = next(self._seq)
+                if match is None:
+                    self._exact.setdefault(kind, {}).setdefault(name, []).append(handle)
+                else:
+                    self._patterns.setdefault(kind, []).append(handle)
+                handle._registered = True
+                self._invalidate_locked(kind, name, match)
+                if checking and kind == "event":
+                    history = self.declarations.history_for(name, match)
         finally:
-            lock.release()
-        if stale:
             try:
-                notify(stale)
+                self._unlock()  # tells the points: one may refuse the hook
             except BaseException:
                 self.unregister(handle)  # all or nothing, even for a point's error
                 raise
+        if conflict is not None:  # raised here: the message reads the hook
+            raise _async_hook_error(handle, conflict)
         if scope is not None:
             scope.add(handle)
         if history:
@@ -264,11 +308,11 @@ class Registry:
 
     def unregister(self, handle: Handle) -> None:
         """``handle.remove()``: unregister one handle known to be this bus's (idempotent)."""
-        lock = self._lock
-        lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
+        self._lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
         try:
             if handle.kind == "event" and handle.match is None and handle._registered:
-                # _drop_locked() inlined for the common case: a call costs a third of the rest
+                # _drop_locked() inlined for the common case: a call costs a third of the
+                # rest. The caller holds the handle, so nothing of the user's goes here.
                 handle._registered = False
                 name = handle.name
                 names = self._exact["event"]
@@ -280,11 +324,8 @@ class Registry:
                 self._event_handles.pop(name, None)
                 return
             self._drop_locked(handle)
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         finally:
-            lock.release()
-        if stale:
-            notify(stale)
+            self._unlock()
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""
@@ -294,30 +335,23 @@ class Registry:
                     f"{handle!r} belongs to the bus {handle.bus.name!r}, not to "
                     f"{self.bus.name!r}; remove it with handle.remove() or through its own bus"
                 )
-        lock = self._lock
-        lock.acquire()
-        try:
-            self._remove_locked(handles)
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        finally:
-            lock.release()
-        if stale:
-            notify(stale)
+        with self._changing:
+            for handle in handles:
+                self._drop_locked(handle)
 
     def clear(self, name: Optional[str] = None) -> None:
         """Unregister every hook, or every hook registered under exactly ``name``."""
-        with self._changing():
-            handles = [h for h in self._store.all() if name is None or h.name == name]
-            self._remove_locked(handles)
+        with self._changing:
+            for handle in self._all_hooks_locked():
+                if name is None or handle.name == name:
+                    self._drop_locked(handle)
 
     def claim(self, handle: Handle) -> bool:
         """Atomically unregister a ``once`` hook; True for the one caller that won."""
-        with self._lock:  # not _changing(): a once hook's dispatch waits for this
+        with self._changing:  # a once hook's dispatch waits for this
             if not handle._registered:
                 return False
-            self._remove_locked([handle])
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        notify(stale)
+            self._drop_locked(handle)
         return True
 
     def forget_collected(self, handle: Handle) -> None:
@@ -330,17 +364,11 @@ class Registry:
         """
         if self._lock.acquire(blocking=False):
             try:
-                self._remove_locked([handle])
-                stale = self._take_stale_locked() if self._stale else _NO_POINTS
+                self._drop_locked(handle)
             finally:
-                self._lock.release()
-            notify(stale)
+                self._unlock()
         else:
             self._collected.append(handle)
-
-    def _remove_locked(self, handles: Sequence[Handle]) -> None:
-        for handle in handles:  # this bus's own: remove() checked those it was given
-            self._drop_locked(handle)
 
     def _drop_locked(self, handle: Handle) -> None:
         if not handle._registered:
@@ -354,26 +382,28 @@ class Registry:
                 del names[handle.name]
         else:
             self._patterns[handle.kind].remove(handle)
+        self._dropped.append(handle)  # it may hold the last reference to the hook
         self._invalidate_locked(handle.kind, handle.name, handle.match)
 
     def _sweep_collected_locked(self) -> None:
         while self._collected:
-            self._remove_locked([self._collected.pop()])
+            self._drop_locked(self._collected.pop())
 
     # --- state: errors, trace, pauses, snapshots ----------------------------------------
 
     def set_errors(self, policy: ErrorPolicy) -> None:
         """Switch the error policy (checked by the caller); every plan is worked out again."""
-        with self._changing():
+        with self._changing:
             self.errors = policy
             self._invalidate_all_locked()
 
     def set_trace(self, trace: Trace, is_open: bool) -> bool:
         """Open or close ``trace`` (traces overlap in any order); False if it already was."""
-        with self._changing():
+        with self._changing:
             if any(each is trace for each in self._traces) == is_open:
                 return False
             others = tuple(each for each in self._traces if each is not trace)
+            self._dropped.append(self._traces)
             self._traces = (*others, trace) if is_open else others
             self.tracer = tracer_for(self._traces)
             self._invalidate_all_locked()
@@ -381,20 +411,38 @@ class Registry:
 
     def pause(self, name: Optional[str], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pauses of ``name`` (a name, a pattern, or None: all)."""
-        with self._changing():
-            self._pauses = self._pauses.changed(name, delta)
+        with self._changing:
+            counts = dict(self._pauses)  # a new dict: a snapshot keeps the one it saw
+            count = counts.get(name, 0) + delta
+            if count:
+                counts[name] = count
+            else:
+                counts.pop(name, None)
+            self._pauses = counts
+            self._paused_patterns = {
+                paused: matcher_for(paused)
+                for paused in counts
+                if paused is not None and is_pattern(paused)
+            }
             self._invalidate_all_locked()
+
+    def _paused_locked(self, name: str) -> bool:
+        """Whether a dispatch of ``name`` is paused: by name, by pattern, or all of them."""
+        pauses = self._pauses
+        if None in pauses or name in pauses:
+            return True
+        return any(match(name) for match in self._paused_patterns.values())
 
     def snapshot(self) -> Tuple[Any, ...]:
         """Everything :meth:`restore` needs to undo later changes (the pytest plugin)."""
-        with self._changing():
+        with self._changing:
             self._sweep_collected_locked()
-            snapshot = (
-                self._store.copy(),
-                self.errors,
-                self._traces,
-                self._pauses,
-            )
+            exact = {
+                kind: {n: list(b) for n, b in names.items()} for kind, names in self._exact.items()
+            }
+            patterns = {kind: list(bucket) for kind, bucket in self._patterns.items()}
+            stored: StoredHooks = (exact, patterns)
+            snapshot = (stored, self.errors, self._traces, self._pauses)
         return snapshot
 
     def restore(self, snapshot: Tuple[Any, ...]) -> None:
@@ -403,33 +451,68 @@ class Registry:
         Hooks added since are unregistered, hooks removed since come back, except
         weakly held ones whose object died meanwhile.
         """
-        stored, errors, traces, pauses = snapshot
-        with self._changing():
+        (exact, patterns), errors, traces, pauses = snapshot
+        with self._changing:
             self._sweep_collected_locked()
-            self._store.restore(stored)
+            now = self._all_hooks_locked()
+            self._dropped.append(now)  # the hooks added since may go with it
+            for handle in now:
+                handle._registered = False
+            buckets = [*(b for names in exact.values() for b in names.values())]
+            for bucket in [*buckets, *patterns.values()]:
+                bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
+                for handle in bucket:
+                    handle._registered = True
+            # The same dict objects: the hot path of register and remove holds them.
+            self._exact.clear()
+            self._exact.update(
+                {kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()}
+            )
+            self._patterns.clear()
+            self._patterns.update({kind: bucket for kind, bucket in patterns.items() if bucket})
+            self._dropped.append(self._traces)
             self.errors, self._traces, self.tracer = errors, traces, tracer_for(traces)
-            self._pauses = pauses
+            self._pauses = pauses  # never changed in place (see pause)
+            self._paused_patterns = {
+                paused: matcher_for(paused)
+                for paused in pauses
+                if paused is not None and is_pattern(paused)
+            }
             self._invalidate_all_locked()
 
     # --- introspection ------------------------------------------------------------------
 
     def hooks(self, name: Optional[str] = None) -> List[Handle]:
         """All hooks (by kind, name, order), or those that would run for ``name``, kind by kind."""
-        with self._changing():
+        with self._changing:
             self._sweep_collected_locked()
-            return self._store.listing(name)
+            every = self._all_hooks_locked()
+            if name is None:
+                return sorted(every, key=lambda h: (h.kind, h.name, -h.priority, h.seq))
+            kinds = sorted({h.kind for h in every})
+            return [h for kind in kinds for h in self._matching_locked(kind, name, False)]
 
     def points(self, name: Optional[str] = None) -> List[Point]:
         """The live hook points named ``name``, or all of them."""
-        with self._lock:
-            return self._points.all() if name is None else self._points.named(name)
+        with self._changing:
+            if name is None:
+                return [point for points in self._points.values() for point in points]
+            return list(self._points.get(name, ()))
+
+    def _all_hooks_locked(self) -> List[Handle]:
+        """Every hook: the exact ones, then the patterns."""
+        handles = [
+            h for names in self._exact.values() for bucket in names.values() for h in bucket
+        ]
+        handles += [h for bucket in self._patterns.values() for h in bucket]
+        return handles
 
     # --- declared events ----------------------------------------------------------------
 
     def commit_declaration(self, declared: Declared, checked: Tuple[Handle, ...]) -> bool:
         """Declare ``declared`` if its event hooks are still ``checked``, the ones checked
         against its spec without the lock; False if they changed (check them again)."""
-        with self._lock:
+        with self._changing:
             if self.declarations.already(declared):
                 return True
             if self._resolve_locked("event", declared.name, paused_ok=True) != checked:
@@ -442,8 +525,8 @@ class Registry:
 
     def forget(self, name: str) -> None:
         """Drop the past emissions of the historic event ``name``."""
-        with self._lock:
-            self.declarations.forget(name)
+        with self._changing:
+            self._dropped.append(self.declarations.forget(name))  # the user's arguments
 
     # --- plans ----------------------------------------------------------------------
 
@@ -455,9 +538,28 @@ class Registry:
         ``literal``: ``name`` is a name even if it holds glob characters (a torch
         module may be called ``"a[0]"``), so patterns that match it apply.
         """
-        if not paused_ok and self._pauses and self._pauses.covers(name):
+        if not paused_ok and self._pauses and self._paused_locked(name):
             return ()
-        return self._store.matching(kind, name, literal)
+        return self._matching_locked(kind, name, literal)
+
+    def _matching_locked(self, kind: str, name: str, literal: bool) -> Tuple[Handle, ...]:
+        """The hooks of ``kind`` for ``name``, exact and by pattern, in dispatch order.
+
+        A ``name`` with glob characters asks for that pattern's own hooks, unless it is
+        ``literal`` (a torch module may be called ``"a[0]"``).
+        """
+        bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
+        patterns = self._patterns.get(kind)
+        if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
+            return tuple(bucket)  # points that ask for all their kinds at each change
+        if not literal and is_pattern(name):  # introspection of a pattern: its own hooks
+            own = [handle for handle in patterns or () if handle.name == name]
+            return tuple(sorted(own, key=_order))
+        if not patterns:
+            return tuple(sorted(bucket, key=_order))
+        handles = [*bucket, *(handle for handle in patterns if handle.match(name))]  # type: ignore[misc]
+        handles.sort(key=_order)
+        return tuple(handles)
 
     def plan_event(self, event: str) -> Any:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
@@ -471,7 +573,7 @@ class Registry:
         """Work out and cache the plan (and the handles) of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
         declarations = self.declarations
-        with self._lock:  # not _changing(): the emit cache missed
+        with self._changing:  # the emit cache missed
             self._sweep_collected_locked()
             declarations.saw_emitted(event)
             handles = self._resolve_locked("event", event)
@@ -483,8 +585,6 @@ class Registry:
             self.event_plans[event] = plan
             if keep_handles:
                 self._event_handles[event] = handles
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        notify(stale)
         return plan, handles
 
     def event_handles(self, event: str) -> Tuple[Handle, ...]:
@@ -503,11 +603,13 @@ class Registry:
         One locked step: a hook registered meanwhile gets the emission either live
         or replayed, never both and never neither.
         """
-        with self._lock:
+        with self._changing:
             self._sweep_collected_locked()
             self.declarations.saw_emitted(event)
             self.declarations.record(event, args, kwargs)
             return self._resolve_locked("event", event)
+
+    # --- hook points ----------------------------------------------------------------
 
     def add_point(self, point: Point) -> None:
         """Keep ``point`` (weakly) by name; refuse it if an async hook matches a sync point."""
@@ -518,21 +620,21 @@ class Registry:
 
         All or nothing: if an async hook matches one sync point, none is added.
         """
-        with self._lock:
-            async_hooks = [h for h in self._store.all() if h.is_async]
+        conflict: Optional[Tuple[Point, Handle]] = None
+        with self._changing:
+            async_hooks = [h for h in self._all_hooks_locked() if h.is_async]
             added: List[Point] = []
-            conflict: Optional[Tuple[Point, Handle]] = None
             for point in points:
-                handle = self._points.add(point, async_hooks)
+                handle = self._add_point_locked(point, async_hooks)
                 if handle is not None:  # all or nothing: forget those added
                     conflict = (point, handle)
                     for kept in added:
-                        self._points.discard(kept)
+                        self._discard_point_locked(kept)
                     break
                 added.append(point)
         if conflict is not None:  # raised here: the message reads the hook's attributes
             refused, handle = conflict
-            raise sync_point_error(refused.name, handle)
+            raise _sync_point_error(refused.name, handle)
 
     def remove_point(self, point: Point) -> None:
         """Forget ``point``: hook changes no longer reach it (idempotent)."""
@@ -540,9 +642,47 @@ class Registry:
 
     def remove_points(self, points: Sequence[Point]) -> None:
         """:meth:`remove_point` for many points, under one lock."""
-        with self._lock:
+        with self._changing:
             for point in points:
-                self._points.discard(point)
+                self._discard_point_locked(point)
+
+    def _add_point_locked(self, point: Point, handles: Iterable[Handle]) -> Optional[Handle]:
+        """Keep ``point``, unless it is sync and one of ``handles`` (all hooks) is async.
+
+        Returns that async handle, keeping nothing, for the caller to raise about
+        once it released the lock (a handle's repr reads the user's callable).
+        """
+        if not point.is_async:
+            for handle in handles:
+                if (
+                    handle.is_async
+                    and handle.kind in point.kinds
+                    and handle.applies_to(point.name)
+                ):
+                    return handle
+        by_name = self._points
+        if point.name not in by_name and len(by_name) >= self._sweep_points_at:
+            # Forget names left with no point, or wrapping under ever-new names
+            # would leak (amortized: at most once per doubling).
+            for name in [name for name, alive in by_name.items() if not alive]:
+                del by_name[name]
+            self._sweep_points_at = 2 * len(by_name) + 64
+        by_name.setdefault(point.name, weakref.WeakSet()).add(point)
+        return None
+
+    def _discard_point_locked(self, point: Point) -> None:
+        points = self._points.get(point.name)
+        if points is not None:
+            points.discard(point)
+            if not points:
+                del self._points[point.name]
+
+    def _async_conflict_locked(self, handle: Handle) -> Optional[str]:
+        """The name of a sync point that the async ``handle`` would apply to, if any."""
+        for point_name, points in self._points.items():
+            if handle.applies_to(point_name) and any(not p.is_async for p in points):
+                return point_name
+        return None
 
     def has_hooks(self, kinds: Sequence[str]) -> bool:
         """Whether any hook of these kinds is registered (under any name or pattern).
@@ -557,19 +697,15 @@ class Registry:
     def plan(self, point: Point) -> Optional[PointPlan]:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
         name = point.name
-        lock = self._lock
-        lock.acquire()  # not _changing(): this runs for each point whose hooks changed
+        self._lock.acquire()  # not ``with``: this runs for each point whose hooks changed
         try:
             if self._collected:
                 self._sweep_collected_locked()
             # A point's name is a name, whatever it holds (a torch module "a[0]").
             hooks = {kind: self._resolve_locked(kind, name, literal=True) for kind in point.kinds}
             plain = self.errors == "raise" and self.tracer is None
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
         finally:
-            lock.release()
-        if stale:
-            notify(stale)
+            self._unlock()
         if not any(hooks.values()):
             return None
         return PointPlan(hooks, plain)
@@ -584,24 +720,42 @@ class Registry:
                 self.event_plans.clear()
                 self._event_handles.clear()
             return
-        self._stale += self._points.affected(name, match)
+        points = self._points
+        if match is None:
+            self._stale += points.get(name, ())
+        else:
+            self._stale += [p for each, ps in points.items() if match(each) for p in ps]
 
     def _invalidate_all_locked(self) -> None:
         self.event_plans.clear()
         self._event_handles.clear()
-        self._stale += self._points.all()
+        self._stale += [point for points in self._points.values() for point in points]
 
-    @contextlib.contextmanager
-    def _changing(self) -> Generator[None, None, None]:
-        """Hold the lock; once it is released, tell the points what changed meanwhile."""
-        with self._lock:
-            yield
-            stale = self._take_stale_locked() if self._stale else _NO_POINTS
-        notify(stale)
+    # --- the one way out of the lock --------------------------------------------------
 
-    def _take_stale_locked(self) -> Sequence[Point]:
-        """The points to invalidate (once the lock is released), each once."""
-        if not self._stale:
-            return _NO_POINTS
-        stale, self._stale = self._stale, []
-        return stale if len(stale) == 1 else tuple(dict.fromkeys(stale))
+    def _unlock(self) -> None:
+        """Release the lock; then let go of what was dropped, and tell the points.
+
+        The end of every locked section (see the module docstring). The dropped
+        objects go first, with no lock held: a finalizer may use the bus. A point
+        is told once, however many changes reached it; a point's error propagates
+        after the others were told.
+        """
+        stale, dropped = self._stale, self._dropped
+        if stale:
+            self._stale = []
+        if dropped:
+            self._dropped = []
+        self._lock.release()
+        if dropped:
+            del dropped[:]  # the last references to the user's objects may go here
+        if not stale:
+            return
+        failure: Optional[BaseException] = None
+        for point in stale if len(stale) == 1 else dict.fromkeys(stale):
+            try:
+                point.invalidate()
+            except BaseException as error:  # rare: a point refused its plan
+                failure = failure or error
+        if failure is not None:
+            raise failure

@@ -28,7 +28,7 @@ from typing import (
 
 from ._handle import HandleGroup
 from ._names import check_name
-from ._priority import PriorityLike, to_priority
+from ._options import PriorityLike, to_priority
 
 if TYPE_CHECKING:
     from ._bus import EventBus

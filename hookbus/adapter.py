@@ -38,9 +38,8 @@ Example:
 
 from __future__ import annotations
 
-from ._arguments import Layout, layout_of
 from ._bus import EventBus
-from ._context import CallContext, rebind, reject_returned
+from ._context import CallContext, Layout, layout_of, rebind, reject_returned
 from ._dispatch import run_phase
 from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined

@@ -351,7 +351,7 @@ def pytest_plugin() -> None:
         print(f"  | {line}".rstrip())
     if importlib.util.find_spec("pytest") is None:
         print("pytest is not installed (pip install pytest, to run the file); here are the")
-        print("same checks, with the Recorder behind bus_recorder:")
+        print("same checks, with the BusRecorder behind bus_recorder:")
         _record_without_pytest()
         return
     with tempfile.TemporaryDirectory() as directory:
@@ -380,12 +380,12 @@ def pytest_plugin() -> None:
 
 
 def _record_without_pytest() -> None:
-    from hookbus._recorder import Recorder  # hookbus.pytest_plugin.Recorder, without pytest
+    from hookbus._recorder import BusRecorder  # hookbus.pytest_plugin.BusRecorder, without pytest
 
     def place_order(order_id: int) -> None:
         hookbus.emit("order.placed", order_id, total="9.99 EUR")
 
-    with Recorder() as recorder:  # records hookbus.default_bus
+    with BusRecorder() as recorder:  # records hookbus.default_bus
         place_order(7)
         recorder.assert_emitted_with("order.placed", 7, total="9.99 EUR")
         print("  assert_emitted_with('order.placed', 7, total='9.99 EUR') passed")

@@ -7,7 +7,7 @@ can ask for:
 * ``default_bus``: :data:`hookbus.default_bus`, isolated: whatever the test
   registers on it (``hookbus.on``, ``@hookbus.pre``, ``hookbus.subscribe``...) is
   gone after the test, and what it removed is back;
-* ``bus_recorder``: a :class:`Recorder` of the default bus (and of ``event_bus``
+* ``bus_recorder``: a :class:`BusRecorder` of the default bus (and of ``event_bus``
   when the test uses it too), with assertion helpers.
 
 To isolate the default bus in every test without asking for the fixture, set
@@ -27,9 +27,9 @@ import pytest
 
 import hookbus
 from hookbus._bus import EventBus
-from hookbus._recorder import Record, Recorder
+from hookbus._recorder import BusRecord, BusRecorder
 
-__all__ = ["Record", "Recorder", "bus_recorder", "default_bus", "event_bus", "isolate"]
+__all__ = ["BusRecord", "BusRecorder", "bus_recorder", "default_bus", "event_bus", "isolate"]
 
 # --- isolating a bus ----------------------------------------------------------------
 
@@ -105,8 +105,8 @@ def default_bus() -> Iterator[EventBus]:
 
 
 @pytest.fixture
-def bus_recorder(request: pytest.FixtureRequest, default_bus: EventBus) -> Iterator[Recorder]:
-    """A :class:`Recorder` of the (isolated) default bus, and of ``event_bus`` if used.
+def bus_recorder(request: pytest.FixtureRequest, default_bus: EventBus) -> Iterator[BusRecorder]:
+    """A :class:`BusRecorder` of the (isolated) default bus, and of ``event_bus`` if used.
 
     Example:
         >>> import hookbus
@@ -119,7 +119,7 @@ def bus_recorder(request: pytest.FixtureRequest, default_bus: EventBus) -> Itera
     buses = [default_bus]
     if "event_bus" in request.fixturenames:
         buses.append(request.getfixturevalue("event_bus"))
-    with Recorder(*buses) as recorder:
+    with BusRecorder(*buses) as recorder:
         yield recorder
 
 

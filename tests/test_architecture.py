@@ -215,3 +215,151 @@ def test_a_plan_worked_out_while_hooks_change_is_not_kept() -> None:
     assert repr(point) == "<HookPoint 'load' unresolved>"  # not the stale plan
     load()
     assert seen == ["late"]
+
+
+# --- one concept per module, one class per concept (issue 17) --------------------------
+
+# In-package bases that hold only methods, each with why it is not a mixin: a class
+# that gets its methods from such a base splits one concept across files.
+_INTERFACES = {
+    "Removable": "the interface of everything remove() undoes: remove() and `with`",
+}
+
+
+def _package_classes() -> List[Tuple[str, ast.ClassDef]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        relative = path.relative_to(ROOT).as_posix()
+        found += [(relative, node) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    return found
+
+
+def _methods_only(node: ast.ClassDef) -> bool:
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if statement.name == "__init__":
+                return False
+            continue
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(statement, ast.Assign) and ast.unparse(statement) == "__slots__ = ()":
+            continue
+        return False
+    return True
+
+
+def test_no_class_gets_its_methods_from_a_methods_only_base() -> None:
+    classes = _package_classes()
+    by_name = {node.name: node for _, node in classes}
+    offenders = [
+        f"{path}: {node.name}({ast.unparse(base)})"
+        for path, node in classes
+        for base in node.bases
+        if isinstance(base, ast.Name)
+        and base.id in by_name
+        and base.id not in _INTERFACES
+        and _methods_only(by_name[base.id])
+    ]
+    assert not offenders, "classes assembled from methods-only bases:\n" + "\n".join(offenders)
+
+
+def test_the_methods_only_check_finds_a_mixin() -> None:
+    mixin, interface = ast.parse("class M:\n    def f(self): ...\nclass I:\n    x: int = 0\n").body
+    assert _methods_only(mixin)  # type: ignore[arg-type]
+    assert not _methods_only(interface)  # type: ignore[arg-type]
+
+
+def test_no_module_reaches_its_real_class_through_a_cast_of_self() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT).as_posix()}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "cast(" in line and ", self)" in line
+    ]
+    assert not offenders, offenders
+
+
+def _stems() -> List[str]:
+    return sorted(
+        path.stem.lstrip("_") for path in PACKAGE.rglob("*.py") if path.stem != "__init__"
+    )
+
+
+def _confusable(first: str, second: str) -> bool:
+    """Stems that differ only by a suffix: ``stat``/``stats``, ``declared``/``declaring``."""
+    common = next(
+        (i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second))
+    )
+    return common >= 4 and common >= min(len(first), len(second)) - 3
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "confusable"),
+    [
+        ("stat", "stats", True),
+        ("wrapper", "wrappers", True),
+        ("declared", "declaring", True),
+        ("registry", "register", True),
+        ("handle", "hookpoint", False),
+        ("trace", "training", False),
+    ],
+)
+def test_the_stem_check_tells_confusable_names(first: str, second: str, confusable: bool) -> None:
+    assert _confusable(first, second) is confusable
+
+
+def test_no_two_modules_share_a_stem() -> None:
+    stems = _stems()
+    pairs = [
+        (first, second)
+        for index, first in enumerate(stems)
+        for second in stems[index + 1 :]
+        if first == second or _confusable(first, second)
+    ]
+    assert not pairs, f"module names a reader could confuse: {pairs}"
+
+
+def test_the_package_stays_about_thirty_modules() -> None:
+    modules = sorted(path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py"))
+    assert len(modules) <= 32, modules
+
+
+def test_a_context_is_a_call_context_and_refuses_pickling_clearly() -> None:
+    import pickle
+
+    bus = EventBus()
+    seen: List[object] = []
+
+    @bus.hookable("load")
+    def load(key: str) -> str:
+        return key
+
+    bus.pre("load", seen.append)
+    load("a")
+    (ctx,) = seen
+    assert type(ctx) is hookbus.CallContext
+    with pytest.raises(TypeError, match=r"cannot be pickled.*ctx\.args, ctx\.kwargs"):
+        pickle.dumps(ctx)
+
+
+def _imports(path: Path) -> List[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names += [f"{base}.{alias.name}" for alias in node.names]
+    return names
+
+
+def test_the_example_adapter_uses_only_the_public_seam() -> None:
+    used = _imports(ROOT / "examples" / "method_hooks.py")
+    of_hookbus = sorted({name for name in used if name.startswith("hookbus")})
+    assert of_hookbus == [
+        "hookbus",
+        "hookbus.adapter",
+    ]  # import hookbus; from hookbus import adapter
+    private = [name for name in used if "._" in name]
+    assert not private, private

@@ -23,7 +23,7 @@ needs_torch = [
     pytest.mark.skipif(not HAS_TORCH, reason="the example needs PyTorch (pip install torch)"),
 ]
 
-CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py"]
+CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py", "method_hooks.py"]
 TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture.py"]
 # Run by torchrun on 2 CPU processes (gloo), as their docstrings say.
 DISTRIBUTED_EXAMPLES = ["distributed_stats.py"]

@@ -21,7 +21,7 @@ def _fields(obj: object) -> dict:
 
 @pytest.mark.parametrize("is_async", [False, True])
 @pytest.mark.parametrize("match", [None, matcher_for("a.*")])
-def test_plain_handle_builds_what_handle_init_builds(is_async: bool, match: Any) -> None:
+def test_handle_plain_builds_what_handle_init_builds(is_async: bool, match: Any) -> None:
     bus = EventBus()
     fast = Handle.plain(bus, "event", "a.b", print, is_async, match)
     slow = Handle(bus, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
@@ -30,7 +30,7 @@ def test_plain_handle_builds_what_handle_init_builds(is_async: bool, match: Any)
 
 
 @pytest.mark.parametrize("phase", ["pre", "post", "grad"])
-def test_new_context_builds_what_call_context_init_builds(phase: str) -> None:
+def test_for_call_builds_what_call_context_init_builds(phase: str) -> None:
     args, kwargs, target = (1, 2), {"k": 3}, object()
     fast = CallContext.for_call("point", target, args, kwargs, 7, phase)
     slow = CallContext("point", target, args, kwargs, 7, phase)

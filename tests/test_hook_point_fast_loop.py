@@ -1,6 +1,6 @@
 """The hook-point wrapper's direct loop does what its slow twin, ``call_with_hooks``, does.
 
-Plain sync hooks run in the wrapper's own inline loop (``_wrapper.py``); an open
+Plain sync hooks run in the wrapper's own inline loop (``_hookpoint.py``); an open
 trace sends the same calls to the general loop (``_dispatch.call_with_hooks``).
 For every mix of hook behaviours, both give the same calls, result and error.
 """

@@ -12,7 +12,7 @@ from typing import Any, List
 import pytest
 
 import hookbus
-from hookbus.pytest_plugin import Recorder, isolate
+from hookbus.pytest_plugin import BusRecorder, isolate
 
 pytest_plugins = ["pytester"]
 
@@ -182,7 +182,7 @@ def test_isolate_does_not_bring_back_a_weak_hook_whose_object_died() -> None:
 
 def test_the_recorder_captures_events_with_their_arguments() -> None:
     bus = hookbus.EventBus()
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("train.after_iter", 0, loss=0.5)
         bus.emit("train.after_iter", 1, loss=0.25)
         bus.emit("eval.done")
@@ -200,7 +200,7 @@ def test_the_recorder_does_not_change_what_collect_returns() -> None:
     bus = hookbus.EventBus()
     bus.on("formats", lambda: "csv")
     bus.on("formats", lambda: "json", priority="HIGH")
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         assert bus.collect("formats") == ["json", "csv"]
         assert asyncio.run(bus.collect_async("formats")) == ["json", "csv"]
     assert recorder.names() == ["formats", "formats"]
@@ -213,7 +213,7 @@ def test_the_recorder_names_events_on_every_dispatch_path() -> None:
     async def emit_async() -> None:
         await bus.emit_async("async.emit", 1)
 
-    with Recorder(bus, fast) as recorder:
+    with BusRecorder(bus, fast) as recorder:
         fast.emit("fast", 1)
         fast.emit("fast.kw", x=1)
         bus.emit("slow", 2)
@@ -238,7 +238,7 @@ def test_the_recorder_captures_calls_results_and_errors() -> None:
         return int(text)
 
     bus.post("double", lambda ctx: setattr(ctx, "result", ctx.result + 1))
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         assert double(4) == 9
         with pytest.raises(ValueError, match="x"):
             parse("x")
@@ -269,7 +269,7 @@ def test_the_recorder_sees_arguments_as_the_caller_passed_them() -> None:
     def shout(ctx: hookbus.CallContext) -> None:
         ctx.args = (ctx.args[0].upper(),)
 
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         assert greet("ada") == "hi ADA"
     recorder.assert_called_with("greet", "ada")
     recorder.assert_returned("greet", "hi ADA")
@@ -277,14 +277,14 @@ def test_the_recorder_sees_arguments_as_the_caller_passed_them() -> None:
 
 def test_watching_a_bus_twice_records_it_once() -> None:
     bus = hookbus.EventBus()
-    with Recorder(bus, bus) as recorder:
+    with BusRecorder(bus, bus) as recorder:
         recorder.watch(bus)
         bus.emit("once")
     assert recorder.names() == ["once"]
 
 
 def test_a_recorder_without_buses_records_the_default_bus() -> None:
-    with Recorder() as recorder:
+    with BusRecorder() as recorder:
         hookbus.emit("test_pytest_plugin.default")
     recorder.assert_emitted("test_pytest_plugin.default", times=1)
     assert hookbus.hooks() == []
@@ -301,7 +301,7 @@ def failure(check: Any, *args: Any, **kwargs: Any) -> str:
 
 def test_count_failures_list_what_was_emitted() -> None:
     bus = hookbus.EventBus()
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("train.after_iter", step=0)
         bus.emit("train.after_iter", step=1)
     recorder.assert_emitted("train.after_iter")
@@ -318,7 +318,7 @@ def test_count_failures_list_what_was_emitted() -> None:
 
 def test_a_missing_name_suggests_the_close_one() -> None:
     bus = hookbus.EventBus()
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("train.after_iter")
         bus.emit("train.after_iter")
         bus.emit("before_run")
@@ -333,7 +333,7 @@ def test_a_missing_name_suggests_the_close_one() -> None:
 
 def test_argument_failures_show_the_wanted_and_the_recorded_arguments() -> None:
     bus = hookbus.EventBus()
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("saved", "a.txt", size=3)
     recorder.assert_emitted_with("saved", "a.txt", size=3)
     assert failure(recorder.assert_emitted_with, "saved", "b.txt") == (
@@ -349,7 +349,7 @@ def test_result_and_error_assertions() -> None:
     def div(a: int, b: int) -> float:
         return a / b
 
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         div(1, 2)
         with pytest.raises(ZeroDivisionError):
             div(1, 0)
@@ -376,7 +376,7 @@ def test_order_assertions() -> None:
     @bus.hookable("step")
     def step() -> None: ...
 
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("before_run")
         step()
         bus.emit("after_iter")
@@ -400,7 +400,7 @@ def test_arguments_that_compare_ambiguously_are_not_a_match() -> None:
 
     bus = hookbus.EventBus()
     value = Ambiguous()
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("tensor", value)
     recorder.assert_emitted_with("tensor", value)  # the same object matches
     assert "no emission matched" in failure(recorder.assert_emitted_with, "tensor", Ambiguous())
@@ -408,7 +408,7 @@ def test_arguments_that_compare_ambiguously_are_not_a_match() -> None:
 
 def test_long_arguments_are_shortened_in_messages() -> None:
     bus = hookbus.EventBus()
-    with Recorder(bus) as recorder:
+    with BusRecorder(bus) as recorder:
         bus.emit("big", list(range(1000)), "x" * 500)
     line = recorder.records[0].describe()
     assert len(line) < 200

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._arguments import Layout, layout_of
-from .._context import CallContext, rebind, reject_returned
+from .._context import CallContext, Layout, layout_of, rebind, reject_returned
 from .._dispatch import run_phase
 from .._errors import add_note, describe
 from .._handle import where_defined

@@ -11,7 +11,6 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
-    ClassVar,
     Dict,
     Optional,
     Tuple,
@@ -22,8 +21,7 @@ from typing import (
 
 from typing_extensions import ParamSpec
 
-from ._arguments import Layout, layout_of
-from ._context import CallContext
+from ._context import CallContext, Layout, layout_of
 from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import where_defined
 from ._names import check_name
@@ -99,7 +97,7 @@ class HookPoint:
     kinds: Tuple[str, ...] = ("pre", "post", "exception")
     """The hook kinds that apply to this point."""
 
-    skip_refusal: ClassVar[Optional[str]] = None
+    skip_refusal: Optional[str] = None  # the call can always be skipped (Point protocol)
     """Why ``ctx.skip()`` can't work at this point, or ``None`` when it can."""
 
     def __init__(

@@ -1,0 +1,163 @@
+"""No user object is let go of while the bus lock is held.
+
+A hook, a ``target`` or a historic event's argument may have a finalizer
+(``__del__``, ``weakref.finalize``) that uses the bus: it registers a hook,
+lists them, or emits. If the last reference to such an object went while the
+bus's (non-reentrant) lock was held, that finalizer would deadlock the bus. Each
+test below drops the last reference through one removal path, with the garbage
+collector off (so reference counting frees the object at once, where it
+happens), in a thread with a timeout: a deadlock fails the test instead of
+hanging the suite.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any, Callable, Iterator, List
+
+import pytest
+
+import hookbus
+from hookbus.pytest_plugin import isolate
+
+
+class UsesTheBusWhenFreed:
+    """An object whose finalizer registers and removes a hook on ``bus``."""
+
+    def __init__(self, bus: hookbus.EventBus, log: List[str]) -> None:
+        self.bus = bus
+        self.log = log
+
+    def __call__(self, *args: Any) -> None:
+        return None
+
+    def __del__(self) -> None:
+        self.bus.on("finalized", print).remove()  # takes the bus lock
+        self.log.append("finalized")
+
+
+@pytest.fixture(autouse=True)
+def _no_collector() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _finishes(action: Callable[[], None], timeout: float = 10.0) -> None:
+    errors: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as error:  # reported in the test's own thread
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "deadlock: a finalizer ran under the bus lock"
+    if errors:
+        raise errors[0]
+
+
+def test_clear_lets_go_of_hooks_after_releasing_the_lock() -> None:
+    bus, log = hookbus.EventBus(), []
+    bus.on("tick", UsesTheBusWhenFreed(bus, log))
+    _finishes(bus.clear)
+    assert log == ["finalized"]
+    assert bus.hooks() == []
+
+
+def test_clear_of_one_name_lets_go_of_its_hooks_after_releasing_the_lock() -> None:
+    bus, log = hookbus.EventBus(), []
+    bus.pre("load.*", UsesTheBusWhenFreed(bus, log))
+    _finishes(lambda: bus.clear("load.*"))
+    assert log == ["finalized"]
+
+
+def test_a_removed_handles_target_goes_after_the_lock_is_released() -> None:
+    bus, log = hookbus.EventBus(), []
+    bus.on("tick", print, target=UsesTheBusWhenFreed(bus, log))
+    _finishes(bus.clear)
+    assert log == ["finalized"]
+
+
+def test_forget_lets_go_of_past_arguments_after_releasing_the_lock() -> None:
+    # Issue 20, item 16: forget() dropped the history under the lock.
+    bus, log = hookbus.EventBus(), []
+
+    @bus.event(historic=True)
+    def started(config: object) -> None: ...
+
+    started.emit(UsesTheBusWhenFreed(bus, log))
+    _finishes(lambda: bus.forget("started"))
+    assert log == ["finalized"]
+
+
+def test_isolate_lets_go_of_the_tests_hooks_after_releasing_the_lock() -> None:
+    # Issue 20, item 17: isolate() (the default_bus fixture) restored under the lock.
+    bus, log = hookbus.EventBus(), []
+
+    def a_test() -> None:
+        with isolate(bus):
+            bus.on("tick", UsesTheBusWhenFreed(bus, log))
+
+    _finishes(a_test)
+    assert log == ["finalized"]
+    assert bus.hooks() == []
+
+
+def test_a_scope_lets_go_of_its_hooks_after_releasing_the_lock() -> None:
+    bus, log = hookbus.EventBus(), []
+
+    def scoped() -> None:
+        with bus.scope():
+            bus.post("load", UsesTheBusWhenFreed(bus, log))
+
+    _finishes(scoped)
+    assert log == ["finalized"]
+
+
+def test_a_once_hook_goes_after_its_dispatch_released_the_lock() -> None:
+    bus, log = hookbus.EventBus(), []
+    bus.on("tick", UsesTheBusWhenFreed(bus, log), once=True)
+    _finishes(lambda: bus.emit("tick"))
+    assert log == ["finalized"]
+
+
+def test_a_weak_hooks_sender_target_goes_after_the_lock_is_released() -> None:
+    bus, log = hookbus.EventBus(), []
+
+    class Listener:
+        def on_tick(self, *args: Any) -> None:
+            return None
+
+    listener = Listener()
+    bus.on("tick", listener.on_tick, weak=True, target=UsesTheBusWhenFreed(bus, log))
+
+    def drop() -> None:
+        nonlocal listener
+        del listener  # the weakref callback unregisters the hook, dropping its target
+
+    _finishes(drop)
+    _finishes(lambda: bus.emit("tick"))  # and any sweep left for later
+    assert log == ["finalized"]
+
+
+def test_handle_remove_lets_go_of_the_hook_after_releasing_the_lock() -> None:
+    bus, log = hookbus.EventBus(), []
+    _finishes(lambda: bus.on("tick", UsesTheBusWhenFreed(bus, log)).remove())
+    assert log == ["finalized"]
+
+
+def test_a_restored_snapshot_lets_go_of_later_hooks_after_releasing_the_lock() -> None:
+    bus, log = hookbus.EventBus(), []
+    snapshot = bus.registry.snapshot()
+    bus.exception("load", UsesTheBusWhenFreed(bus, log))
+    _finishes(lambda: bus.registry.restore(snapshot))
+    assert log == ["finalized"]
