@@ -48,6 +48,7 @@ __all__ = [
     "Trace",
     "TraceRecord",
     "UnknownNameError",
+    "around",
     "check_pending",
     "clear",
     "collect",
@@ -94,6 +95,7 @@ check_pending = default_bus.check_pending
 pre = default_bus.pre
 post = default_bus.post
 exception = default_bus.exception
+around = default_bus.around
 hookable = default_bus.hookable
 wrap = default_bus.wrap
 scope = default_bus.scope

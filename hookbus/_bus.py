@@ -16,16 +16,19 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Dict,
     Iterable,
     List,
     NamedTuple,
     Optional,
+    Tuple,
     TypeVar,
     overload,
 )
 
 from typing_extensions import ParamSpec, Unpack
 
+from ._context import CallContext
 from ._declared import (
     Declared,
     Event,
@@ -35,7 +38,13 @@ from ._declared import (
     declare,
     unmatched,
 )
-from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
+from ._dispatch import (
+    call_with_hooks,
+    call_with_hooks_async,
+    check_event_result,
+    dispatch_event,
+    dispatch_event_async,
+)
 from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
 from ._hookpoint import Decorator, make_hookable
@@ -184,6 +193,7 @@ class EventBus:
         self.registry.declarations.strict = self.registry.checking = strict
         # emit's hot path reads the plan cache directly (the registry never replaces it).
         self._plans = self.registry.event_plans
+        self._emissions = itertools.count()  # call_index of the emissions that around hooks see
 
     # --- the fast path --------------------------------------------------------------
 
@@ -208,10 +218,7 @@ class EventBus:
             plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
-                handles = plan.handles
-                if plan.declared is not None:  # check the arguments, record history
-                    handles = checked_handles(self.registry, event, args, kwargs)
-                dispatch_event(self.registry, event, handles, args, kwargs, None)
+                self._dispatch(event, args, kwargs, None)
             return
         hook = None
         try:
@@ -243,15 +250,70 @@ class EventBus:
             >>> bus.collect("plugins")
             ['json', 'csv']
         """
-        results: List[Any] = []
+        return self._dispatch(event, args, kwargs, [])  # type: ignore[no-any-return]
+
+    def _dispatch(
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        results: Optional[List[Any]],
+        first: bool = False,
+    ) -> Any:
+        """Every dispatch of an event but emit's fast loop (``results``: collect them).
+
+        A declared event's arguments are checked first; its around hooks, if any,
+        wrap the whole emission (``_dispatch.call_with_hooks``), and may replace
+        the arguments before and the result after. Returns what ``emit`` (None),
+        ``collect`` (the list) or ``first`` (the first result not None) returns.
+        """
         registry = self.registry
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
             else registry.event_handles(event)
         )
-        dispatch_event(registry, event, handles, args, kwargs, results)
-        return results
+        around = registry.event_hooks(event)[1]
+
+        def emission(*args: Any, **kwargs: Any) -> Any:
+            collected: Optional[List[Any]] = None if results is None else []
+            dispatch_event(registry, event, handles, args, kwargs, collected, first)
+            if first:  # None, or the one that stopped the loop
+                return collected[-1] if collected else None
+            return collected
+
+        if around is None:
+            return emission(*args, **kwargs)
+        sender = args[0] if args else None
+        ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
+        return call_with_hooks(registry, around, ctx, emission)
+
+    async def _dispatch_async(
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        results: Optional[List[Any]],
+    ) -> Any:
+        """:meth:`_dispatch` for ``emit_async`` and ``collect_async``."""
+        registry = self.registry
+        handles = (
+            checked_handles(registry, event, args, kwargs)
+            if registry.checking
+            else registry.event_handles(event)
+        )
+        around = registry.event_hooks(event)[1]
+
+        async def emission(*args: Any, **kwargs: Any) -> Any:
+            collected: Optional[List[Any]] = None if results is None else []
+            await dispatch_event_async(registry, event, handles, args, kwargs, collected)
+            return collected
+
+        if around is None:
+            return await emission(*args, **kwargs)
+        sender = args[0] if args else None
+        ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
+        return await call_with_hooks_async(registry, around, ctx, emission)
 
     async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         """Call every hook of ``event`` in order, awaiting those that return awaitables.
@@ -269,13 +331,7 @@ class EventBus:
             >>> asyncio.run(bus.emit_async("signup", "ada"))
             notified ada
         """
-        registry = self.registry
-        handles = (
-            checked_handles(registry, event, args, kwargs)
-            if registry.checking  # a declared name's arguments are checked first
-            else registry.event_handles(event)
-        )
-        await dispatch_event_async(registry, event, handles, args, kwargs, None)
+        await self._dispatch_async(event, args, kwargs, None)
 
     async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit_async`, but return the hooks' (awaited) results in call order.
@@ -289,15 +345,7 @@ class EventBus:
             >>> asyncio.run(bus.collect_async("calc", 21))
             [42]
         """
-        results: List[Any] = []
-        registry = self.registry
-        handles = (
-            checked_handles(registry, event, args, kwargs)
-            if registry.checking  # a declared name's arguments are checked first
-            else registry.event_handles(event)
-        )
-        await dispatch_event_async(registry, event, handles, args, kwargs, results)
-        return results
+        return await self._dispatch_async(event, args, kwargs, [])  # type: ignore[no-any-return]
 
     # --- registration --------------------------------------------------------------
 
@@ -419,6 +467,58 @@ class EventBus:
         if hook is not None:
             return self.registry.register("exception", name, hook, options)
         return decorator(self.registry, "exception", name, options)
+
+    @overload
+    def around(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
+    @overload
+    def around(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
+
+    def around(self, name: str, hook: Any = None, /, **options: Any) -> Any:
+        """Register a hook that runs around every call of ``name``, with teardown guaranteed.
+
+        The hook is a generator function taking ``ctx``, as in
+        ``contextlib.contextmanager`` and pluggy's wrappers: the code before its one
+        ``yield`` runs before the call (and before every pre hook), the code after it
+        once the call and its other hooks are done, whatever happened. If they
+        raised, the error is raised at the ``yield``, so ``try``/``except``/``finally``
+        work as usual: let it go on, raise another (outer hooks see that one), or
+        swallow it with ``ctx.recover(value)`` (catching it without ``recover`` does
+        not swallow it). After a success, ``ctx.result`` can be read and replaced.
+        Higher priority is outer. ``KeyboardInterrupt`` and other
+        ``BaseException`` errors are raised at the ``yield`` too, and always go on.
+
+        On an event, an around hook wraps the whole emission: every event hook
+        runs at its ``yield``, and ``ctx.result`` is what ``collect`` or ``first``
+        return (``None`` for ``emit``). On an ``async def`` point and for
+        ``emit_async``, it may be an async generator (``async def`` with ``yield``).
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("load")
+            ... def load(path):
+            ...     if not path:
+            ...         raise FileNotFoundError("no path")
+            ...     return path.upper()
+            >>> @bus.around("load")
+            ... def span(ctx):
+            ...     print("open span")
+            ...     try:
+            ...         yield
+            ...         ctx.result = ctx.result + "!"
+            ...     finally:
+            ...         print("close span")
+            >>> load("a")
+            open span
+            close span
+            'A!'
+            >>> load("")
+            Traceback (most recent call last):
+            FileNotFoundError: no path
+        """
+        if hook is not None:
+            return self.registry.register("around", name, hook, options)
+        return decorator(self.registry, "around", name, options)
 
     def subscribe(
         self,
@@ -572,15 +672,7 @@ class EventBus:
             >>> bus.first("loader", "a.csv")
             'csv reader for a.csv'
         """
-        results: List[Any] = []
-        registry = self.registry
-        handles = (
-            checked_handles(registry, event, args, kwargs)
-            if registry.checking
-            else registry.event_handles(event)
-        )
-        dispatch_event(registry, event, handles, args, kwargs, results, True)
-        return results[-1] if results else None  # None, or the one that stopped the loop
+        return self._dispatch(event, args, kwargs, [], first=True)
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...

@@ -51,6 +51,7 @@ from ._spec import (
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._context import CallContext
     from ._handle import Handle
     from ._registry import Registry
 
@@ -710,6 +711,32 @@ class Event(Generic[P]):
         if hook is None:
             return self.bus.on(self.name, **options)
         return self.bus.on(self.name, hook, **options)
+
+    def around(
+        self, hook: Callable[[CallContext], Any], /, **options: Unpack[HookOptions]
+    ) -> Handle:
+        """Register an around hook for this event: it wraps every emission whole.
+
+        A generator function taking ``ctx`` (``ctx.args`` and ``ctx.kwargs`` are the
+        emitted arguments); see :meth:`EventBus.around`.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.event
+            ... def saved(path: str) -> None: ...
+            >>> def timed(ctx):
+            ...     print("before", ctx.args)
+            ...     yield
+            ...     print("after")
+            >>> _ = saved.around(timed)
+            >>> _ = saved.on(lambda path: print("saved", path))
+            >>> saved.emit("a.txt")
+            before ('a.txt',)
+            saved a.txt
+            after
+        """
+        return self.bus.around(self.name, hook, **options)
 
     def hooks(self) -> List[Handle]:
         """The hooks that run for this event, in order, as handles.

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import inspect
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, cast
 
 from ._context import CallContext, reject_returned
 from ._errors import add_note, describe, handle_error, raise_collected
@@ -77,6 +77,8 @@ __all__ = [
     "dispatch_event",
     "dispatch_event_async",
     "recover_or_raise",
+    "resume_arounds",
+    "run_phase",
 ]
 
 
@@ -184,16 +186,18 @@ async def dispatch_event_async(
     raise_collected(errors, event)
 
 
-# --- hook points -------------------------------------------------------------------
+# --- hooks around a call ---------------------------------------------------------
 
 
 def run_phase(registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext) -> None:
     """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
 
-    Exception hooks stop at the first that recovers; an error raised by an
-    exception hook always propagates (raising is how it replaces the error).
+    In the exception phase every hook runs, until one recovers: a hook that
+    raises replaces the error (``ctx.exception``) for the hooks after it, and the
+    caller raises whatever error is left.
     """
-    policy = "raise" if ctx.phase == "exception" else registry.errors
+    phase = ctx.phase
+    policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
     for handle in handles:
@@ -206,6 +210,10 @@ def run_phase(registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext)
             if returned is not None:
                 reject_returned(handle, ctx, returned)
         except Exception as error:
+            if phase == "exception":  # raising is how an exception hook replaces the error
+                add_note(error, describe(handle, ctx.name))
+                _replace_error(ctx, error)
+                continue
             if policy == "raise":
                 add_note(error, describe(handle, ctx.name))
                 raise
@@ -213,7 +221,7 @@ def run_phase(registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext)
             continue
         finally:
             if tracer is not None:
-                tracer._record(ctx.name, ctx.phase, handle, perf_counter_ns() - start)
+                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
         if ctx._recovered:
             break
     raise_collected(errors, ctx.name)
@@ -223,7 +231,8 @@ async def run_phase_async(
     registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext
 ) -> None:
     """Like :func:`run_phase`, awaiting async hooks."""
-    policy = "raise" if ctx.phase == "exception" else registry.errors
+    phase = ctx.phase
+    policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
     for handle in handles:
@@ -238,6 +247,10 @@ async def run_phase_async(
             if returned is not None:
                 reject_returned(handle, ctx, returned)
         except Exception as error:
+            if phase == "exception":
+                add_note(error, describe(handle, ctx.name))
+                _replace_error(ctx, error)
+                continue
             if policy == "raise":
                 add_note(error, describe(handle, ctx.name))
                 raise
@@ -245,18 +258,31 @@ async def run_phase_async(
             continue
         finally:
             if tracer is not None:
-                tracer._record(ctx.name, ctx.phase, handle, perf_counter_ns() - start)
+                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
         if ctx._recovered:
             break
     raise_collected(errors, ctx.name)
 
 
-def recover_or_raise(
-    registry: Registry, plan: PointPlan, ctx: CallContext, error: Exception
-) -> Any:
-    """The call raised ``error``: exception hooks, then if one recovered, post hooks.
+def _replace_error(ctx: CallContext, error: Exception) -> None:
+    """An exception hook raised ``error``: it is the call's error from now on."""
+    if error.__context__ is None and error is not ctx._exception:
+        error.__context__ = ctx._exception  # shown as "during handling of ..."
+    ctx._exception = error
 
-    Returns what the call then returns, or raises. Whatever happens, the context
+
+def recover_or_raise(
+    registry: Registry,
+    plan: PointPlan,
+    ctx: CallContext,
+    error: Exception,
+    posts_ran: bool = False,
+) -> Any:
+    """A pre hook, the call or (``posts_ran``) a post hook raised ``error``: run the
+    exception hooks, then, if one recovered, the post hooks (unless they ran).
+
+    Returns what the call then returns, or raises the error left (the original, or
+    what the last exception hook raised instead). Whatever happens, the context
     lets go of the error before this returns or raises: the error's traceback
     holds the frame that holds the context, so keeping it would make a reference
     cycle that keeps the call's arguments alive until the garbage collector runs.
@@ -265,37 +291,41 @@ def recover_or_raise(
     ctx._exception = error
     try:
         run_phase(registry, plan.exception, ctx)
-        if ctx._recovered and plan.post:
+        if ctx._recovered and plan.post and not posts_ran:
             ctx.phase = "post"
             run_phase(registry, plan.post, ctx)
     finally:
-        ctx._exception = None
+        left, ctx._exception = ctx._exception, None
     if not ctx._recovered:
         try:
-            raise error
+            raise cast(BaseException, left)
         finally:
-            del error  # this frame is in the error's traceback: no cycle through it
+            del error, left  # this frame is in the error's traceback: no cycle through it
     return ctx._result
 
 
 async def recover_or_raise_async(
-    registry: Registry, plan: PointPlan, ctx: CallContext, error: Exception
+    registry: Registry,
+    plan: PointPlan,
+    ctx: CallContext,
+    error: Exception,
+    posts_ran: bool = False,
 ) -> Any:
     """:func:`recover_or_raise`, awaiting async hooks."""
     ctx.phase = "exception"
     ctx._exception = error
     try:
         await run_phase_async(registry, plan.exception, ctx)
-        if ctx._recovered and plan.post:
+        if ctx._recovered and plan.post and not posts_ran:
             ctx.phase = "post"
             await run_phase_async(registry, plan.post, ctx)
     finally:
-        ctx._exception = None
+        left, ctx._exception = ctx._exception, None
     if not ctx._recovered:
         try:
-            raise error
+            raise cast(BaseException, left)
         finally:
-            del error  # this frame is in the error's traceback: no cycle through it
+            del error, left  # this frame is in the error's traceback: no cycle through it
     return ctx._result
 
 
@@ -306,36 +336,122 @@ def call_with_hooks(
     fn: Callable[..., Any],
     bound: bool = False,
 ) -> Any:
-    """Pre hooks, the call, then exception hooks (if it raised) and post hooks.
+    """The whole sequence of one hooked call, top to bottom.
 
-    The general loop, for plans the wrapper's fast loop can't run (``_hookpoint.py``,
-    ``make_hookable``). ``bound``: ``fn`` takes ``ctx.target`` (self or cls) first.
+    1. Around hooks, outermost (highest priority) first, run up to their ``yield``.
+    2. Pre hooks, in order; the first error ends the phase.
+    3. The call, unless a pre hook called ``ctx.skip(value)``. ``bound``: ``fn``
+       takes ``ctx.target`` (self or cls) first.
+    4. If 2 or 3 raised, the exception hooks (:func:`recover_or_raise`); else the
+       post hooks, and if one of them raises, the exception hooks then.
+    5. Around hooks, innermost first, resume at their ``yield``
+       (:func:`resume_arounds`): with the result, or with the error raised there.
+
+    For the plans the hook point's direct loop can't run (``_hookpoint.py``), and
+    for an event's around hooks (``fn`` then runs the event hooks).
     """
     if plan.has_async:
-        hooks = [h for h in plan.pre + plan.post + plan.exception if h.is_async]
+        hooks = [h for h in plan.around + plan.pre + plan.post + plan.exception if h.is_async]
         raise TypeError(
             f"hook point {ctx.name!r} is sync but has async hooks ({hooks!r}); "
             f"async hooks need an async hook point (an 'async def' function)"
         )
-    if plan.pre:
-        run_phase(registry, plan.pre, ctx)
-    if ctx._skipped:
-        result = ctx._result
-    else:
+    started: List[Tuple[Handle, Any]] = []
+    try:
+        for handle in plan.around:  # 1.
+            hook = handle.runner(ctx.target, ctx.name)
+            if hook is not None:
+                around = hook(ctx)
+                try:
+                    next(around)
+                except StopIteration:
+                    raise _did_not_yield(handle, ctx) from None
+                started.append((handle, around))
         try:
-            if bound:
+            if plan.pre:  # 2.
+                run_phase(registry, plan.pre, ctx)
+            if ctx._skipped:  # 3.
+                result = ctx._result
+            elif bound:
                 result = fn(ctx.target, *ctx._args, **ctx._kwargs)
             else:
                 result = fn(*ctx._args, **ctx._kwargs)
-        except Exception as error:
+        except Exception as error:  # 4.
             if not plan.exception:
                 raise
-            return recover_or_raise(registry, plan, ctx, error)
-    if plan.post:
-        ctx.phase = "post"
-        ctx._result = result
-        run_phase(registry, plan.post, ctx)
-        return ctx._result
+            result = recover_or_raise(registry, plan, ctx, error)
+        else:
+            if plan.post:
+                ctx.phase = "post"
+                ctx._result = result
+                try:
+                    run_phase(registry, plan.post, ctx)
+                except Exception as error:
+                    if not plan.exception:
+                        raise
+                    result = recover_or_raise(registry, plan, ctx, error, posts_ran=True)
+                else:
+                    result = ctx._result
+    except BaseException as error:
+        if not started:
+            raise
+        return resume_arounds(started, ctx, None, error)  # 5.
+    if started:
+        return resume_arounds(started, ctx, result, None)  # 5.
+    return result
+
+
+def resume_arounds(
+    started: List[Tuple[Handle, Any]],
+    ctx: CallContext,
+    result: Any,
+    error: Optional[BaseException],
+) -> Any:
+    """Resume the started around hooks, innermost first; return the result or raise.
+
+    Each resumes with the outcome the ones inside it left: ``ctx.result`` after a
+    success, or the error raised at its ``yield``. A hook that raises replaces the
+    error; one that calls ``ctx.recover(value)`` swallows an ``Exception``
+    (a ``BaseException`` always goes on). Every started hook is resumed exactly
+    once, whatever the others do.
+    """
+    for handle, around in reversed(started):
+        if error is None:
+            ctx.phase = "post"
+            ctx._result = result
+            try:
+                around.send(None)
+            except StopIteration:
+                result = ctx._result
+                continue
+            except BaseException as failure:
+                add_note(failure, describe(handle, ctx.name))
+                error = failure
+                continue
+        else:
+            ctx.phase = "exception"
+            ctx._exception = error
+            ctx._recovered = False
+            try:
+                around.throw(error)
+            except StopIteration:
+                if ctx._recovered and isinstance(error, Exception):
+                    error, result = None, ctx._result
+                continue  # caught without ctx.recover(): the error goes on
+            except BaseException as failure:
+                if failure is not error:
+                    add_note(failure, describe(handle, ctx.name))
+                error = failure
+                continue
+            finally:
+                ctx._exception = None
+        around.close()  # it yielded a second time: end it (its finally blocks run)
+        error = _yielded_twice(handle, ctx, error)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: no cycle through it
     return result
 
 
@@ -347,23 +463,127 @@ async def call_with_hooks_async(
     bound: bool = False,
 ) -> Any:
     """:func:`call_with_hooks` for ``async def`` callables; hooks may be sync or async."""
-    if plan.pre:
-        await run_phase_async(registry, plan.pre, ctx)
-    if ctx._skipped:
-        result = ctx._result
-    else:
+    started: List[Tuple[Handle, Any]] = []
+    try:
+        for handle in plan.around:  # 1.
+            hook = handle.runner(ctx.target, ctx.name)
+            if hook is not None:
+                around = hook(ctx)
+                try:
+                    if inspect.isasyncgen(around):
+                        await around.__anext__()
+                    else:
+                        next(around)
+                except (StopIteration, StopAsyncIteration):
+                    raise _did_not_yield(handle, ctx) from None
+                started.append((handle, around))
         try:
-            if bound:
+            if plan.pre:  # 2.
+                await run_phase_async(registry, plan.pre, ctx)
+            if ctx._skipped:  # 3.
+                result = ctx._result
+            elif bound:
                 result = await fn(ctx.target, *ctx._args, **ctx._kwargs)
             else:
                 result = await fn(*ctx._args, **ctx._kwargs)
-        except Exception as error:
+        except Exception as error:  # 4.
             if not plan.exception:
                 raise
-            return await recover_or_raise_async(registry, plan, ctx, error)
-    if plan.post:
-        ctx.phase = "post"
-        ctx._result = result
-        await run_phase_async(registry, plan.post, ctx)
-        return ctx._result
+            result = await recover_or_raise_async(registry, plan, ctx, error)
+        else:
+            if plan.post:
+                ctx.phase = "post"
+                ctx._result = result
+                try:
+                    await run_phase_async(registry, plan.post, ctx)
+                except Exception as error:
+                    if not plan.exception:
+                        raise
+                    result = await recover_or_raise_async(
+                        registry, plan, ctx, error, posts_ran=True
+                    )
+                else:
+                    result = ctx._result
+    except BaseException as error:
+        if not started:
+            raise
+        return await resume_arounds_async(started, ctx, None, error)  # 5.
+    if started:
+        return await resume_arounds_async(started, ctx, result, None)  # 5.
     return result
+
+
+async def resume_arounds_async(
+    started: List[Tuple[Handle, Any]],
+    ctx: CallContext,
+    result: Any,
+    error: Optional[BaseException],
+) -> Any:
+    """:func:`resume_arounds` for async points: async generators are awaited."""
+    for handle, hook_run in reversed(started):
+        around: Any = hook_run  # a generator or an async generator
+        is_async = inspect.isasyncgen(around)
+        if error is None:
+            ctx.phase = "post"
+            ctx._result = result
+            try:
+                if is_async:
+                    await cast(Any, around).asend(None)
+                else:
+                    around.send(None)
+            except (StopIteration, StopAsyncIteration):
+                result = ctx._result
+                continue
+            except BaseException as failure:
+                add_note(failure, describe(handle, ctx.name))
+                error = failure
+                continue
+        else:
+            ctx.phase = "exception"
+            ctx._exception = error
+            ctx._recovered = False
+            try:
+                if is_async:
+                    await around.athrow(error)
+                else:
+                    around.throw(error)
+            except (StopIteration, StopAsyncIteration):
+                if ctx._recovered and isinstance(error, Exception):
+                    error, result = None, ctx._result
+                continue
+            except BaseException as failure:
+                if failure is not error:
+                    add_note(failure, describe(handle, ctx.name))
+                error = failure
+                continue
+            finally:
+                ctx._exception = None
+        if is_async:
+            await around.aclose()
+        else:
+            around.close()
+        error = _yielded_twice(handle, ctx, error)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error
+    return result
+
+
+def _did_not_yield(handle: Handle, ctx: CallContext) -> RuntimeError:
+    return RuntimeError(
+        f"around hook {handle!r} on {ctx.name!r} returned without yielding; an around "
+        f"hook yields exactly once, where the call runs"
+    )
+
+
+def _yielded_twice(
+    handle: Handle, ctx: CallContext, error: Optional[BaseException]
+) -> RuntimeError:
+    twice = RuntimeError(
+        f"around hook {handle!r} on {ctx.name!r} yielded a second time; an around hook "
+        f"yields exactly once, where the call runs (it was closed)"
+    )
+    twice.__cause__ = error  # the call's own error, if any
+    return twice

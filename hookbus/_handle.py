@@ -78,7 +78,8 @@ class Handle(Removable):
 
     Attributes:
         bus: the :class:`EventBus` the hook is registered on.
-        kind: ``"event"``, ``"pre"``, ``"post"`` or ``"exception"`` (torch adds more).
+        kind: ``"event"``, ``"around"``, ``"pre"``, ``"post"`` or ``"exception"`` (torch
+            adds more).
         name: the event or hook-point name, or the glob pattern, it was registered for.
         priority: higher runs first; ties run in registration order.
         once: whether it removes itself after its first call.
@@ -359,6 +360,12 @@ class Scope(HandleGroup):
     ) -> Handle:
         """Register an exception hook in this scope (see :meth:`EventBus.exception`)."""
         return self.bus.registry.register("exception", name, hook, options, scope=self)
+
+    def around(
+        self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]
+    ) -> Handle:
+        """Register an around hook in this scope (see :meth:`EventBus.around`)."""
+        return self.bus.registry.register("around", name, hook, options, scope=self)
 
     def __enter__(self) -> Self:
         if self._opening is not None:

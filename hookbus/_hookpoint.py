@@ -94,7 +94,7 @@ class HookPoint:
         "where",
     )
 
-    kinds: Tuple[str, ...] = ("pre", "post", "exception")
+    kinds: Tuple[str, ...] = ("around", "pre", "post", "exception")
     """The hook kinds that apply to this point."""
 
     skip_refusal: Optional[str] = None  # the call can always be skipped (Point protocol)
@@ -367,26 +367,25 @@ def make_hookable(
             ctx = CallContext.for_call(
                 point_name, target, args, kwargs, next(counter), "pre", point
             )
-            for hook in plan.pre_hooks:
-                try:
-                    returned = hook(ctx)
-                    if returned is not None:
-                        plan.refuse(hook, ctx, returned)
-                except Exception as error:
-                    plan.blame(error, hook, ctx)
-                    raise
-            if ctx._skipped:
-                result = ctx._result
-            else:
-                try:
-                    if bound:
-                        result = call(target, *ctx._args, **ctx._kwargs)
-                    else:
-                        result = call(*ctx._args, **ctx._kwargs)
-                except Exception as error:
-                    if not plan.exception:
+            try:
+                for hook in plan.pre_hooks:
+                    try:
+                        returned = hook(ctx)
+                        if returned is not None:
+                            plan.refuse(hook, ctx, returned)
+                    except Exception as error:
+                        plan.blame(error, hook, ctx)
                         raise
-                    return recover_or_raise(registry, plan, ctx, error)
+                if ctx._skipped:
+                    result = ctx._result
+                elif bound:
+                    result = call(target, *ctx._args, **ctx._kwargs)
+                else:
+                    result = call(*ctx._args, **ctx._kwargs)
+            except Exception as error:  # of a pre hook or the call: the exception hooks
+                if not plan.exception:
+                    raise
+                return recover_or_raise(registry, plan, ctx, error)
             if not plan.post_hooks:
                 return result
             ctx.phase = "post"
@@ -398,7 +397,9 @@ def make_hookable(
                         plan.refuse(hook, ctx, returned)
                 except Exception as error:
                     plan.blame(error, hook, ctx)
-                    raise
+                    if not plan.exception:
+                        raise
+                    return recover_or_raise(registry, plan, ctx, error, posts_ran=True)
             return ctx._result
 
         def call_general(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:

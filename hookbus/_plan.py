@@ -148,8 +148,8 @@ class PointPlan:
     """
 
     __slots__ = (
-        "direct", "exception", "fast", "has_async", "hooks", "post", "post_hooks", "pre",
-        "pre_hooks",
+        "around", "direct", "exception", "fast", "has_async", "hooks", "post", "post_hooks",
+        "pre", "pre_hooks",
     )  # fmt: skip
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
@@ -160,9 +160,15 @@ class PointPlan:
         self.pre: Hooks = hooks.get("pre", ())
         self.post: Hooks = hooks.get("post", ())
         self.exception: Hooks = hooks.get("exception", ())
+        self.around: Hooks = hooks.get("around", ())
         self.has_async = any(h.is_async for handles in hooks.values() for h in handles)
         pre_hooks, post_hooks = self.fast.get("pre", ()), self.fast.get("post", ())
-        self.direct = not self.has_async and pre_hooks is not None and post_hooks is not None
+        self.direct = (
+            not self.has_async
+            and not self.around
+            and pre_hooks is not None
+            and post_hooks is not None
+        )
         self.pre_hooks: Tuple[Callable[..., Any], ...] = pre_hooks or ()
         self.post_hooks: Tuple[Callable[..., Any], ...] = post_hooks or ()
 

@@ -25,6 +25,8 @@ kind (exact names by name, patterns in one list), the live hook points by name
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import threading
 import weakref
@@ -50,12 +52,13 @@ from ._handle import (
     Handle,
     Scope,
     _open_scopes,
+    hook_name,
     innermost_scope,
     is_async_callable,
 )
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._options import method_name, parse_options
-from ._plan import Point, PointPlan, event_plan
+from ._plan import EventPlan, Point, PointPlan, event_plan
 from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
@@ -108,6 +111,33 @@ def _sync_point_error(point_name: str, handle: Handle) -> TypeError:
     return TypeError(
         f"the sync hook point {point_name!r} matches the async hook {handle!r}; async hooks "
         f"need an async hook point (an 'async def' function)"
+    )
+
+
+def _around_is_async(handle: Handle) -> bool:
+    """Whether the around hook of ``handle`` is an async generator; refuse any other shape.
+
+    Checked at registration: an around hook that cannot yield would fail only at
+    the first call of what it wraps.
+    """
+    hook: Any = handle.hook
+    inner = hook
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    if not inspect.isfunction(inner) and not inspect.ismethod(inner) and callable(inner):
+        inner = type(inner).__call__  # a callable object: its method says
+    if inspect.isasyncgenfunction(inner):
+        return True
+    if inspect.isgeneratorfunction(inner):
+        return False
+    raise TypeError(
+        f"around() needs a generator function, got {hook_name(hook)} "
+        f"({type(hook).__name__}); an around hook yields once, where the call runs:\n"
+        f"    def hook(ctx):\n"
+        f"        ...  # before the call\n"
+        f"        yield\n"
+        f"        ...  # after it (an error of the call is raised at the yield)\n"
+        f"'async def' with 'yield' for async hook points and emit_async"
     )
 
 
@@ -170,7 +200,8 @@ class Registry:
         # more per name. Never replaced (the hot path holds them), only changed.
         self._exact: Dict[str, Dict[str, List[Handle]]] = {}
         self._patterns: Dict[str, List[Handle]] = {}
-        self._event_handles: Dict[str, Tuple[Handle, ...]] = {}
+        # Event name -> its hooks and its around hooks' plan (None: none), for the slow paths.
+        self._event_hooks: Dict[str, Tuple[Tuple[Handle, ...], Optional[PointPlan]]] = {}
         # Live hook points by name, held weakly: a point dies with its wrapper or module.
         self._points: Dict[str, weakref.WeakSet[Point]] = {}
         self._sweep_points_at = 64
@@ -253,7 +284,7 @@ class Registry:
                     bucket.append(handle)
                 handle._registered = True
                 self.event_plans.pop(name, None)  # _invalidate_locked() for an event name
-                self._event_handles.pop(name, None)
+                self._event_hooks.pop(name, None)
                 return handle
         finally:
             self._unlock()
@@ -263,6 +294,8 @@ class Registry:
         """:meth:`register` of every case but the common one: specs, strict names,
         scopes, patterns, async hooks, and hook points to tell of the change."""
         kind, name, match = handle.kind, handle.name, handle.match
+        if kind == "around":
+            handle.is_async = _around_is_async(handle)
         declared_count = self._declared_count
         checking = self.checking
         if checking:  # specs and strict names: checked before the lock is taken
@@ -321,7 +354,7 @@ class Registry:
                 if not bucket:
                     del names[name]
                 self.event_plans.pop(name, None)
-                self._event_handles.pop(name, None)
+                self._event_hooks.pop(name, None)
                 return
             self._drop_locked(handle)
         finally:
@@ -569,31 +602,40 @@ class Registry:
 
     def _replan_event(
         self, event: str, *, keep_handles: bool = True
-    ) -> Tuple[Any, Tuple[Handle, ...]]:
-        """Work out and cache the plan (and the handles) of ``event``; return both."""
+    ) -> Tuple[Any, Tuple[Tuple[Handle, ...], Optional[PointPlan]]]:
+        """Work out and cache the plan (and the hooks) of ``event``; return both."""
         check_name(event, "event name", allow_pattern=False)
         declarations = self.declarations
         with self._changing:  # the emit cache missed
             self._sweep_collected_locked()
             declarations.saw_emitted(event)
             handles = self._resolve_locked("event", event)
+            arounds = self._resolve_locked("around", event)
             plain = self.errors == "raise" and self.tracer is None
-            plan = event_plan(handles, plain, declarations.specs.get(event))
+            declared = declarations.specs.get(event)
+            # Around hooks wrap the whole emission: the full loop runs it.
+            plan = event_plan(handles, plain, declared) if not arounds else EventPlan(handles)
+            around = PointPlan({"around": arounds}, plain) if arounds else None
             if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
                 self.event_plans.clear()
-                self._event_handles.clear()
+                self._event_hooks.clear()
             self.event_plans[event] = plan
             if keep_handles:
-                self._event_handles[event] = handles
-        return plan, handles
+                self._event_hooks[event] = (handles, around)
+        return plan, (handles, around)
+
+    def event_hooks(self, event: str) -> Tuple[Tuple[Handle, ...], Optional[PointPlan]]:
+        """The handles of ``event`` in order, and the plan of its around hooks (``None``
+        when it has none): what the slow loops run (emit_async, collect, first)."""
+        hooks = self._event_hooks.get(event)
+        if hooks is None:
+            # Not re-read from the cache: another thread may clear it at once.
+            hooks = self._replan_event(event)[1]
+        return hooks
 
     def event_handles(self, event: str) -> Tuple[Handle, ...]:
-        """The handles of ``event``, in order (for the slow loops: emit_async, collect)."""
-        handles = self._event_handles.get(event)
-        if handles is None:
-            # Not re-read from the cache: another thread may clear it at once.
-            handles = self._replan_event(event)[1]
-        return handles
+        """The handles of ``event``, in order (its around hooks aside)."""
+        return self.event_hooks(event)[0]
 
     def record_emission(
         self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
@@ -712,14 +754,15 @@ class Registry:
 
     def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Forget the plans that a change of hooks for ``name`` (or a pattern) affects."""
-        if kind == "event":
+        if kind == "event" or kind == "around":  # an around hook wraps events and points
             if match is None:
                 self.event_plans.pop(name, None)
-                self._event_handles.pop(name, None)
+                self._event_hooks.pop(name, None)
             else:
                 self.event_plans.clear()
-                self._event_handles.clear()
-            return
+                self._event_hooks.clear()
+            if kind == "event":
+                return
         points = self._points
         if match is None:
             self._stale += points.get(name, ())
@@ -728,7 +771,7 @@ class Registry:
 
     def _invalidate_all_locked(self) -> None:
         self.event_plans.clear()
-        self._event_handles.clear()
+        self._event_hooks.clear()
         self._stale += [point for points in self._points.values() for point in points]
 
     # --- the one way out of the lock --------------------------------------------------

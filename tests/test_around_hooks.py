@@ -1,0 +1,536 @@
+"""Around hooks, and teardown that always runs (issue 18).
+
+The first tests are the regressions: each failed on the code before around hooks
+(an error in a later pre hook, in a post hook, or in an exception hook dropped the
+hooks that would have closed what an earlier one opened). Then around hooks
+themselves, their bad shapes, events, async, and a property: whatever raises
+where, every around hook that started finishes exactly once, innermost first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Generator, Iterator, List, Optional, Tuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hookbus
+from hookbus import CallContext, EventBus
+
+Around = Generator[None, None, None]
+
+
+# --- regressions: teardown that the old dispatch skipped ---------------------------
+
+
+def test_an_error_in_a_later_pre_hook_still_reaches_the_exception_hooks() -> None:
+    bus = EventBus()
+    spans: List[str] = []
+
+    @bus.hookable("load")
+    def load() -> str:
+        return "data"
+
+    bus.pre("load", lambda ctx: spans.append("open"), priority=10)
+
+    @bus.pre("load")
+    def refuse(ctx: CallContext) -> None:
+        raise PermissionError("denied")
+
+    bus.post("load", lambda ctx: spans.append("close"))
+    bus.exception("load", lambda ctx: spans.append("close"))
+    with pytest.raises(PermissionError):
+        load()
+    assert spans == ["open", "close"]
+
+
+def test_an_error_in_a_post_hook_reaches_the_exception_hooks() -> None:
+    bus = EventBus()
+    seen: List[str] = []
+
+    @bus.hookable("load")
+    def load() -> str:
+        return "data"
+
+    @bus.post("load")
+    def broken(ctx: CallContext) -> None:
+        raise ValueError("bad result")
+
+    @bus.exception("load")
+    def cleanup(ctx: CallContext) -> None:
+        seen.append(type(ctx.exception).__name__)
+
+    with pytest.raises(ValueError, match="bad result"):
+        load()
+    assert seen == ["ValueError"]
+
+
+def test_a_post_hook_error_can_be_recovered_once() -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load() -> str:
+        return "data"
+
+    bus.post("load", lambda ctx: (_ for _ in ()).throw(ValueError("bad")))
+    bus.exception("load", lambda ctx: ctx.recover("fallback"))
+    assert load() == "fallback"
+
+
+def test_every_exception_hook_runs_and_sees_the_replacement_error() -> None:
+    bus = EventBus()
+    seen: List[Tuple[str, str]] = []
+
+    @bus.hookable("fetch")
+    def fetch() -> None:
+        raise ConnectionError("offline")
+
+    @bus.exception("fetch", priority=10)
+    def translate(ctx: CallContext) -> None:
+        seen.append(("translate", type(ctx.exception).__name__))
+        raise LookupError("not found") from ctx.exception
+
+    @bus.exception("fetch")
+    def cleanup(ctx: CallContext) -> None:
+        seen.append(("cleanup", type(ctx.exception).__name__))
+
+    with pytest.raises(LookupError) as info:
+        fetch()
+    assert seen == [("translate", "ConnectionError"), ("cleanup", "LookupError")]
+    assert isinstance(info.value.__cause__, ConnectionError)
+
+
+@pytest.mark.parametrize("errors", ["raise", "collect", "log"])
+def test_a_cleanup_exception_hook_after_a_failing_one_runs_under_every_policy(
+    errors: Any,
+) -> None:
+    bus = EventBus(errors=errors)
+    ran: List[str] = []
+
+    @bus.hookable("f")
+    def f() -> None:
+        raise KeyError("k")
+
+    bus.exception("f", lambda ctx: (_ for _ in ()).throw(RuntimeError("hook")), priority=1)
+    bus.exception("f", lambda ctx: ran.append("cleanup"))
+    with pytest.raises(RuntimeError):
+        f()
+    assert ran == ["cleanup"]
+
+
+def test_an_around_hook_sees_keyboard_interrupt_and_lets_it_go_on() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("work")
+    def work() -> None:
+        raise KeyboardInterrupt
+
+    @bus.around("work")
+    def span(ctx: CallContext) -> Around:
+        log.append("open")
+        try:
+            yield
+        except BaseException as error:
+            log.append(type(error).__name__)
+            ctx.recover("ignored")  # a BaseException always goes on
+            raise
+        finally:
+            log.append("close")
+
+    bus.exception("work", lambda ctx: log.append("exception hook"))
+    with pytest.raises(KeyboardInterrupt):
+        work()
+    assert log == ["open", "KeyboardInterrupt", "close"]  # exception hooks: Exception only
+
+
+# --- around hooks ---------------------------------------------------------------------
+
+
+def _point(bus: EventBus, log: List[str], fail: Optional[BaseException] = None) -> Any:
+    @bus.hookable("job")
+    def job(x: int) -> int:
+        log.append(f"call {x}")
+        if fail is not None:
+            raise fail
+        return x * 10
+
+    return job
+
+
+def test_around_hooks_nest_by_priority_around_pre_and_post_hooks() -> None:
+    bus, log = EventBus(), []
+    job = _point(bus, log)
+
+    def named(name: str) -> Callable[[CallContext], Around]:
+        def around(ctx: CallContext) -> Around:
+            log.append(f"{name} before")
+            yield
+            log.append(f"{name} after {ctx.result}")
+
+        return around
+
+    bus.around("job", named("inner"))
+    bus.around("job", named("outer"), priority=5)
+    bus.pre("job", lambda ctx: log.append("pre"), priority=100)
+    bus.post("job", lambda ctx: log.append("post"), priority=-100)
+    assert job(1) == 10
+    assert log == [
+        "outer before", "inner before", "pre", "call 1", "post",
+        "inner after 10", "outer after 10",
+    ]  # fmt: skip
+
+
+def test_an_around_hook_replaces_arguments_and_result() -> None:
+    bus, log = EventBus(), []
+    job = _point(bus, log)
+
+    @bus.around("job")
+    def double_in_add_out(ctx: CallContext) -> Around:
+        ctx.args = (ctx.args[0] * 2,)
+        yield
+        ctx.result = ctx.result + 1
+
+    assert job(3) == 61
+    assert log == ["call 6"]
+
+
+def test_an_around_hook_translates_an_error() -> None:
+    bus = EventBus()
+    job = _point(bus, [], fail=ConnectionError("down"))
+
+    @bus.around("job")
+    def translate(ctx: CallContext) -> Around:
+        try:
+            yield
+        except ConnectionError as error:
+            raise TimeoutError("retry later") from error
+
+    with pytest.raises(TimeoutError) as info:
+        job(1)
+    assert isinstance(info.value.__cause__, ConnectionError)
+    assert any("around hook" in note for note in info.value.__notes__)
+
+
+def test_an_around_hook_recovers_and_outer_ones_see_the_result() -> None:
+    bus, seen = EventBus(), []
+    job = _point(bus, [], fail=ConnectionError("down"))
+
+    @bus.around("job", priority=1)
+    def outer(ctx: CallContext) -> Around:
+        yield
+        seen.append(ctx.result)
+
+    @bus.around("job")
+    def inner(ctx: CallContext) -> Around:
+        try:
+            yield
+        except ConnectionError:
+            ctx.recover("cached")
+
+    assert job(1) == "cached"
+    assert seen == ["cached"]
+
+
+def test_catching_the_error_without_recover_does_not_swallow_it() -> None:
+    bus = EventBus()
+    job = _point(bus, [], fail=ValueError("bad"))
+
+    @bus.around("job")
+    def careless(ctx: CallContext) -> Around:
+        try:
+            yield
+        except ValueError:
+            pass  # no ctx.recover(value): the error goes on
+
+    with pytest.raises(ValueError, match="bad"):
+        job(1)
+
+
+def test_teardown_runs_after_a_skip() -> None:
+    bus, log = EventBus(), []
+    job = _point(bus, log)
+
+    @bus.around("job")
+    def span(ctx: CallContext) -> Around:
+        yield
+        log.append(f"after, skipped={ctx.skipped} result={ctx.result}")
+
+    bus.pre("job", lambda ctx: ctx.skip(-1))
+    assert job(1) == -1
+    assert log == ["after, skipped=True result=-1"]
+
+
+def test_an_around_hook_that_yields_twice_is_closed_and_named() -> None:
+    bus, log = EventBus(), []
+    job = _point(bus, [], fail=KeyError("k"))
+
+    @bus.around("job")
+    def greedy(ctx: CallContext) -> Around:
+        try:
+            yield
+        except KeyError:
+            yield
+        finally:
+            log.append("closed")
+
+    with pytest.raises(RuntimeError, match="greedy.*yielded a second time") as info:
+        job(1)
+    assert isinstance(info.value.__cause__, KeyError)
+    assert log == ["closed"]
+
+
+def test_an_around_hook_that_never_yields_is_named_and_outer_ones_finish() -> None:
+    bus, log = EventBus(), []
+    job = _point(bus, log)
+
+    @bus.around("job", priority=1)
+    def outer(ctx: CallContext) -> Around:
+        try:
+            yield
+        finally:
+            log.append("outer closed")
+
+    @bus.around("job")
+    def lazy(ctx: CallContext) -> Around:
+        if ctx.args[0] > 0:
+            return
+        yield
+
+    with pytest.raises(RuntimeError, match="lazy.*returned without yielding"):
+        job(1)
+    assert log == ["outer closed"]  # and the call never ran
+
+
+@pytest.mark.parametrize("hook", [lambda ctx: None, print, 3])
+def test_an_around_hook_that_is_not_a_generator_is_refused_at_registration(hook: Any) -> None:
+    bus = EventBus()
+    with pytest.raises(TypeError, match=r"around\(\) needs a (generator function|callable)"):
+        bus.around("job", hook)
+    assert bus.hooks() == []
+
+
+def test_an_async_around_hook_is_refused_on_a_sync_point() -> None:
+    bus = EventBus()
+    job = _point(bus, [])  # kept: the registry holds points weakly
+
+    async def span(ctx: CallContext) -> Any:
+        yield
+
+    with pytest.raises(TypeError, match="async"):
+        bus.around("job", span)
+    assert bus.hooks() == []
+    assert job(1) == 10
+
+
+def test_around_hooks_on_an_async_point_may_be_async_or_sync() -> None:
+    bus, log = EventBus(), []
+
+    @bus.hookable("fetch")
+    async def fetch(url: str) -> str:
+        await asyncio.sleep(0)
+        log.append("fetch")
+        return url.upper()
+
+    @bus.around("fetch", priority=1)
+    async def timed(ctx: CallContext) -> Any:
+        log.append("async before")
+        yield
+        log.append("async after")
+        ctx.result = ctx.result + "!"
+
+    @bus.around("fetch")
+    def plain(ctx: CallContext) -> Around:
+        log.append("sync before")
+        yield
+        log.append("sync after")
+
+    assert asyncio.run(fetch("a")) == "A!"
+    assert log == ["async before", "sync before", "fetch", "sync after", "async after"]
+
+
+def test_options_once_target_and_a_handle() -> None:
+    bus, log = EventBus(), []
+    job = _point(bus, log)
+
+    def span(ctx: CallContext) -> Around:
+        log.append("span")
+        yield
+
+    handle = bus.around("job", span, once=True)
+    job(1)
+    job(2)
+    assert log == ["span", "call 1", "call 2"]
+    assert not handle.active
+    with bus.scope() as scope:
+        scope.around("job", span)
+        job(3)
+    job(4)
+    assert log[-3:] == ["span", "call 3", "call 4"]
+
+
+def test_around_hooks_wrap_a_whole_emission() -> None:
+    bus, log = EventBus(), []
+    bus.on("plugins", lambda: "csv")
+    bus.on("plugins", lambda: "json")
+
+    @bus.around("plugins")
+    def sort_them(ctx: CallContext) -> Around:
+        log.append("before")
+        yield
+        if isinstance(ctx.result, list):
+            ctx.result = sorted(ctx.result, reverse=True)
+
+    assert bus.collect("plugins") == ["json", "csv"]
+    assert bus.first("plugins") == "csv"
+    assert bus.emit("plugins") is None
+    assert log == ["before"] * 3
+
+
+def test_an_around_hook_on_an_event_sees_an_event_hooks_error() -> None:
+    bus, log = EventBus(), []
+
+    @bus.on("save")
+    def broken(path: str) -> None:
+        raise OSError("disk full")
+
+    @bus.around("save")
+    def span(ctx: CallContext) -> Around:
+        try:
+            yield
+        except OSError as error:
+            log.append(f"{ctx.name} {ctx.args} {error}")
+            raise
+
+    with pytest.raises(OSError, match="disk full"):
+        bus.emit("save", "a.txt")
+    assert log == ["save ('a.txt',) disk full"]
+
+
+def test_a_declared_events_around_hook_and_emit_async() -> None:
+    bus, log = EventBus(), []
+
+    @bus.event
+    def saved(path: str) -> None: ...
+
+    async def timed(ctx: CallContext) -> Any:
+        log.append("before")
+        yield
+        log.append("after")
+
+    saved.around(timed)
+    saved.on(lambda path: log.append(path))
+    asyncio.run(saved.emit_async("a.txt"))
+    assert log == ["before", "a.txt", "after"]
+    with pytest.raises(TypeError):
+        saved.emit(3, 4)  # the arguments are checked before any hook, around ones too
+
+
+def test_the_module_level_around_is_the_default_bus() -> None:
+    assert hookbus.around == hookbus.default_bus.around
+
+
+# --- the property: every started around hook finishes once, innermost first -------
+
+# Where an error is raised: the call, an around hook's set-up or teardown, a pre,
+# post or exception hook; and of which kind.
+PLACES = st.sampled_from(
+    ["none", "call", "pre", "post", "exception", "around-setup", "around-teardown"]
+)
+KINDS = st.sampled_from([ValueError, KeyboardInterrupt])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    arounds=st.integers(min_value=0, max_value=4),
+    pres=st.integers(min_value=0, max_value=2),
+    posts=st.integers(min_value=0, max_value=2),
+    exceptions=st.integers(min_value=0, max_value=2),
+    place=PLACES,
+    which=st.integers(min_value=0, max_value=3),
+    kind=KINDS,
+    recover=st.booleans(),
+)
+def test_every_started_around_hook_finishes_once_in_reverse_order(
+    arounds: int,
+    pres: int,
+    posts: int,
+    exceptions: int,
+    place: str,
+    which: int,
+    kind: type,
+    recover: bool,
+) -> None:
+    bus = EventBus()
+    started: List[int] = []
+    finished: List[int] = []
+
+    def boom() -> None:
+        raise kind("boom")
+
+    @bus.hookable("f")
+    def f() -> str:
+        if place == "call":
+            boom()
+        return "ok"
+
+    def make_around(index: int) -> Callable[[CallContext], Around]:
+        def around(ctx: CallContext) -> Around:
+            if place == "around-setup" and index == which:
+                boom()
+            started.append(index)
+            try:
+                yield
+            finally:
+                finished.append(index)
+                if place == "around-teardown" and index == which:
+                    boom()
+
+        return around
+
+    def make_hook(kind_name: str, index: int) -> Callable[[CallContext], None]:
+        def hook(ctx: CallContext) -> None:
+            if place == kind_name and index == which:
+                boom()
+            if kind_name == "exception" and recover:
+                ctx.recover("recovered")
+
+        return hook
+
+    for index in range(arounds):
+        bus.around("f", make_around(index), priority=-index)  # 0 is outermost
+    for index in range(pres):
+        bus.pre("f", make_hook("pre", index))
+    for index in range(posts):
+        bus.post("f", make_hook("post", index))
+    for index in range(exceptions):
+        bus.exception("f", make_hook("exception", index))
+
+    try:
+        f()
+    except (ValueError, KeyboardInterrupt, RuntimeError):
+        pass
+    assert finished == list(reversed(started))  # each once, innermost first
+    assert started == sorted(started)
+
+
+def test_a_pluggy_style_wrapper_around_every_implementation() -> None:
+    # pluggy: @hookimpl(wrapper=True) def hook(): result = yield; return result
+    bus = EventBus()
+    calls: List[str] = []
+    bus.on("setup", lambda: calls.append("impl 1") or 1)
+    bus.on("setup", lambda: calls.append("impl 2") or 2)
+
+    @bus.around("setup")
+    def wrapper(ctx: CallContext) -> Iterator[None]:
+        calls.append("wrapper before")
+        try:
+            yield
+            ctx.result = [r * 10 for r in ctx.result]
+        finally:
+            calls.append("wrapper after")
+
+    assert bus.collect("setup") == [10, 20]
+    assert calls == ["wrapper before", "impl 1", "impl 2", "wrapper after"]
