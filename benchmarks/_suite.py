@@ -226,6 +226,35 @@ def hand_written(
     return wrapper
 
 
+def _noop_around(ctx: Any) -> Any:
+    yield
+
+
+def hand_written_around(
+    fn: Callable[..., Any], around: Callable[[Any], Any]
+) -> Callable[..., Any]:
+    """A decorator running a contextmanager-style generator around the call, by hand:
+    the floor of the around-hook line (set-up, the call, teardown; errors thrown in)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = HandContext(args, kwargs)
+        gen = around(ctx)
+        next(gen)
+        try:
+            ctx.result = fn(*ctx.args, **ctx.kwargs)
+        except Exception as error:
+            gen.throw(error)
+            raise
+        try:
+            next(gen)
+        except StopIteration:
+            return ctx.result
+        raise RuntimeError("the generator yielded twice")
+
+    return wrapper
+
+
 def call_cases() -> List[Case]:
     """Row 3: a call through a hook point, and what a user would write by hand."""
     bus = hookbus.EventBus()
@@ -233,7 +262,11 @@ def call_cases() -> List[Case]:
     hooked = bus.wrap(_target, "call.hooked")
     bus.pre("call.hooked", _noop_hook)
     bus.post("call.hooked", _noop_hook)
+    around = bus.wrap(_target, "call.around")
+    bus.around("call.around", _noop_around)
     return [
+        Case("call/hand around", "fn(1)", {"fn": hand_written_around(_target, _noop_around)}),
+        Case("call/hookbus around", "fn(1)", {"fn": around}),
         Case("call/bare", "fn(1)", {"fn": _target}),
         Case("call/wraps", "fn(1)", {"fn": passthrough(_target)}),
         Case("call/hand", "fn(1)", {"fn": hand_written(_target, _noop_hook, _noop_hook)}),
@@ -268,6 +301,20 @@ def call_lines() -> List[Line]:
             "call/hand",
             "<= 2.0x hand-written",
             _at_most("call/hookbus hooked", "call/hand", 2.0),
+        ),
+        Line(
+            row,
+            "floor: hand-written decorator running a generator around the call",
+            "call/hand around",
+            "call/hand around",
+        ),
+        Line(
+            row,
+            "**hookbus** hook point, 1 around hook",
+            "call/hookbus around",
+            "call/hand around",
+            "<= 2.0x hand-written",
+            _at_most("call/hookbus around", "call/hand around", 2.0),
         ),
         Line(
             row,

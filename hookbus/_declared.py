@@ -15,9 +15,10 @@ the slow checks (``inspect.signature``, which may run user code) without it.
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 from inspect import Signature
-from types import CoroutineType, FunctionType
+from types import FunctionType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -36,8 +37,8 @@ from typing import (
 
 from typing_extensions import Concatenate, Literal, ParamSpec, Protocol, Unpack
 
-from ._dispatch import check_event_result, dispatch_event
-from ._errors import HookError, note_fast_error, raise_collected
+from ._dispatch import dispatch_event
+from ._errors import HookError, raise_collected
 from ._handle import hook_name, where_defined
 from ._names import Matcher
 from ._options import HookOptions
@@ -491,36 +492,6 @@ class EventDecorator(Protocol):
     def __call__(self, stub: Callable[P, Any], /) -> Event[P]: ...
 
 
-def _emitter(bus: EventBus, name: str) -> Callable[..., None]:
-    """``Event.emit``: ``bus.emit(name, ...)`` with the name bound, only faster.
-
-    A copy of ``EventBus.emit``'s fast loop without keywords (its kwargs, slow
-    and uncached cases go to ``bus.emit`` itself): forwarding every call to
-    ``bus.emit`` would cost a fifth more. Parity: ``tests/test_fast_copies.py``.
-    """
-    plans = bus.registry.event_plans  # never replaced, only cleared
-    registry = bus.registry
-    emit = bus.emit
-
-    def emit_event(*args: Any, **kwargs: Any) -> None:
-        plan: Any = plans.get(name)
-        if kwargs or plan.__class__ is not tuple:
-            return emit(name, *args, **kwargs)
-        hook = None
-        try:
-            for hook in plan:
-                result = hook(*args)
-                if result is not None and result.__class__ is CoroutineType:
-                    check_event_result(result, name)
-        except Exception as error:
-            note_fast_error(registry, error, name, hook, args, {})
-            raise
-        return None
-
-    emit_event.__name__ = emit_event.__qualname__ = "emit"
-    return emit_event
-
-
 class Event(Generic[P]):
     """A declared event: its name, its spec, and its bus's methods with typed arguments.
 
@@ -568,7 +539,9 @@ class Event(Generic[P]):
         self.__module__ = stub.__module__
         self.__wrapped__ = stub
         # An instance attribute over the method below: the same call, only faster.
-        self.__dict__["emit"] = _emitter(bus, name)
+        # bus.emit with the name bound: a C-level partial costs less than a method
+        # forwarding to it, or a copy of its loop (tests/test_fast_copies.py).
+        self.__dict__["emit"] = functools.partial(bus.emit, name)
 
     # --- emitting ---------------------------------------------------------------------
 

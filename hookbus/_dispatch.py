@@ -1,54 +1,39 @@
-"""The dispatch loops for everything off the fast path, and the map of every loop.
+"""The call sequence, the dispatch loops off the fast path, and the map of every loop.
 
-Each loop is one flat function, so that a reader follows one dispatch from top
-to bottom; what varies per hook (target, weak, once, with_name) is decided by
+:func:`call_with_hooks` (and its async twin) is the one function that runs a
+whole hooked call, top to bottom, like pluggy's ``_multicall``: around hooks'
+set-up, pre hooks, the call, exception or post hooks, around hooks' teardown.
+What varies per hook (target, weak, once, with_name) is decided by
 :meth:`Handle.runner <hookbus.Handle.runner>`, and a hook's return value is
-refused by ``_context.reject_returned``. Every dispatch loop in hookbus:
+refused by ``_context.reject_returned``. Every loop over hooks in hookbus:
 
 Events
     * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
       callables (two copies: with and without kwargs). Its slow twin is
       :func:`dispatch_event`; parity: ``tests/test_fast_copies.py``.
-    * ``_dispatch.py`` :func:`dispatch_event`: emit's full loop (once, target,
-      weak, with_name, error policies, tracing), and ``collect``'s and ``first``'s.
-      A declared event's fast tuple starts with a check of the arguments (see
-      ``_plan.event_plan``); its full loop gets them checked by
-      ``_declared.checked_handles`` first.
-    * ``_declared.py`` ``_emitter.emit_event`` (``Event.emit``): a copy of emit's
-      fast loop without keywords; parity: ``tests/test_fast_copies.py``
-      (``test_event_emit_matches_bus_emit``).
-    * ``_declared.py`` ``replay``: a historic event's past emissions, one hook,
-      through :func:`dispatch_event`.
-    * ``_dispatch.py`` :func:`dispatch_event_async`: ``emit_async`` and
-      ``collect_async``; the twin of :func:`dispatch_event`, plus ``await``.
+      ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
+    * :func:`dispatch_event`: emit's full loop (once, target, weak, with_name,
+      error policies, tracing), and ``collect``'s and ``first``'s; an event's around
+      hooks wrap it through :func:`call_with_hooks` (``EventBus._dispatch``).
+    * :func:`dispatch_event_async`: its twin for ``emit_async`` and ``collect_async``.
 
 Hooks around a call
-    * ``_hookpoint.py`` ``make_hookable.call_point``: the pass-through when no hook
-      applies; else ``call_hooked``: when the plan is ``direct`` (plain sync
-      hooks, see ``_plan.PointPlan``), its own inline loop over the bare pre and
-      post hooks; else ``call_general``, which calls :func:`call_with_hooks`, the
-      slow twin of ``call_hooked``; parity: ``tests/test_hook_point_fast_loop.py``.
-    * ``_hookpoint.py`` ``make_hookable.call_point_async``: the pass-through, else
-      :func:`call_with_hooks_async`.
-    * ``_dispatch.py`` :func:`call_with_hooks` / :func:`call_with_hooks_async`:
-      pre hooks, the call (or the value of ``ctx.skip``), exception hooks, post
-      hooks. :func:`recover_or_raise` (and its async twin) runs the exception
-      hooks and, after a recovery, the post hooks; the direct loop shares it.
-    * ``_dispatch.py`` :func:`run_phase` / :func:`run_phase_async`: the hooks of
-      one phase on one ``CallContext``; every slow path below ends here.
+    * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
+      is ``direct`` (plain sync pre and post hooks, no around hook: see
+      ``_plan.PointPlan``); its slow twin is :func:`call_with_hooks`; parity:
+      ``tests/test_hook_point_fast_loop.py``.
+    * :func:`call_with_hooks` / :func:`call_with_hooks_async`: the whole sequence;
+      they loop over around hooks for their set-up, and :func:`resume_arounds` /
+      :func:`resume_arounds_async` for their teardown.
+    * :func:`run_phase` / :func:`run_phase_async`: the hooks of one phase on one
+      ``CallContext``; every other path ends here, the exception phase included
+      (:func:`recover_or_raise`).
 
 The torch adapter (``torch/_point.py``, one native hook per phase and module)
-    * ``ModulePoint._run``: an inline fast loop for plain hooks, else
-      :func:`run_phase`; parity: ``tests/torch_adapter/test_seam.py``
-      (``test_module_fast_loops_match_run_phase``).
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
-      common case), with its context from ``CallContext.for_call``; its slow twin is
-      ``_on_post_full``; same parity test, and ``tests/torch_adapter/test_fast_context.py``
-      for the inline context.
-    * ``ModulePoint._on_pre``, ``_on_post_full``, ``_on_exception``,
-      ``_on_backward_pre``, ``_on_backward`` and ``_GradDispatch.__call__``:
-      build the context, then ``_run`` or :func:`run_phase`.
-    * ``torch/_grad.py`` ``_TensorGradHook.__call__``: one hook, no loop.
+      common case); its slow twin is ``_on_post_full``; parity:
+      ``tests/torch_adapter/test_seam.py`` and ``tests/torch_adapter/test_fast_context.py``.
+    * Every other phase of a module builds its context, then runs :func:`run_phase`.
 
 The fast constructors ``Handle.plain`` and ``CallContext.for_call`` (classmethods)
 build what ``Handle.__init__`` and ``CallContext.__init__`` build; parity:
@@ -358,8 +343,9 @@ def call_with_hooks(
         )
     started: List[Tuple[Handle, Any]] = []
     try:
-        for handle in plan.around:  # 1.
-            hook = handle.runner(ctx.target, ctx.name)
+        bare = plan.around_hooks  # no rare option: no runner to ask
+        for position, handle in enumerate(plan.around):  # 1.
+            hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
             if hook is not None:
                 around = hook(ctx)
                 try:
@@ -465,8 +451,9 @@ async def call_with_hooks_async(
     """:func:`call_with_hooks` for ``async def`` callables; hooks may be sync or async."""
     started: List[Tuple[Handle, Any]] = []
     try:
-        for handle in plan.around:  # 1.
-            hook = handle.runner(ctx.target, ctx.name)
+        bare = plan.around_hooks
+        for position, handle in enumerate(plan.around):  # 1.
+            hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
             if hook is not None:
                 around = hook(ctx)
                 try:

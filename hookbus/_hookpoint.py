@@ -359,8 +359,15 @@ def make_hookable(
         def call_hooked(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
             """The direct loop: plain sync pre and post hooks, inline."""
             plan = point.plan  # None too, if another thread just resolved it to no hooks
-            if plan is None or not plan.direct or (bound and not args):
+            if plan is None or plan is UNRESOLVED or (bound and not args):
                 return call_general(args, kwargs)
+            if not plan.direct:  # around, async or rare hooks: the whole sequence
+                target = args[0] if bound else fixed_target
+                ctx = CallContext.for_call(
+                    point_name, target, args[1:] if bound else args, kwargs, next(counter),
+                    "pre", point,
+                )  # fmt: skip
+                return call_with_hooks(registry, plan, ctx, call, bound)
             target = args[0] if bound else fixed_target
             if bound:
                 args = args[1:]

@@ -148,8 +148,8 @@ class PointPlan:
     """
 
     __slots__ = (
-        "around", "direct", "exception", "fast", "has_async", "hooks", "post", "post_hooks",
-        "pre", "pre_hooks",
+        "around", "around_hooks", "direct", "exception", "fast", "has_async", "hooks", "post",
+        "post_hooks", "pre", "pre_hooks",
     )  # fmt: skip
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
@@ -161,6 +161,8 @@ class PointPlan:
         self.post: Hooks = hooks.get("post", ())
         self.exception: Hooks = hooks.get("exception", ())
         self.around: Hooks = hooks.get("around", ())
+        # The around hooks' bare callables when none has a rare option, else None.
+        self.around_hooks: FastHooks = self.fast.get("around") if self.around else None
         self.has_async = any(h.is_async for handles in hooks.values() for h in handles)
         pre_hooks, post_hooks = self.fast.get("pre", ()), self.fast.get("post", ())
         self.direct = (

@@ -81,7 +81,7 @@ def test_emit_fast_loop_matches_the_full_loop(plan: List[str], with_kwargs: bool
     )
 
 
-# --- Event.emit's copy of the fast loop against bus.emit ---------------------------------
+# --- Event.emit (bus.emit with the name bound) against bus.emit ---------------------------
 
 
 def _run_declared(

@@ -424,13 +424,13 @@ class ModulePoint:
                 self.name, module, args, kwargs, next(self._calls), "exception", self
             )
         rebind(ctx, "exception", module, args, kwargs, error)
-        try:
-            run_phase(self.registry, self._exception, ctx)
-        except Exception as hook_error:
-            # torch would turn this into a vague warning anyway; say what happened.
+        run_phase(self.registry, self._exception, ctx)  # every exception hook runs
+        replaced = ctx.exception
+        if replaced is not error and replaced is not None:
+            # torch re-raises the module's own error after its hooks: say so.
             warnings.warn(
                 f"hookbus: an exception hook on module {self.name!r} raised "
-                f"{type(hook_error).__name__}: {hook_error}; torch re-raises the module's own "
+                f"{type(replaced).__name__}: {replaced}; torch re-raises the module's own "
                 f"{type(error).__name__}, which propagates unchanged",
                 RuntimeWarning,
                 stacklevel=3,
