@@ -540,7 +540,8 @@ class Arguments(MutableMapping[str, Any]):
                 )
             kept = {key: item for key, item in kwargs.items() if key in layout.by_keyword}
             ctx._kwargs = {**kept, **extra}
-        elif kind is _KEYWORD_ONLY or name in kwargs:
+        elif kind is _KEYWORD_ONLY or (kind is _POSITIONAL_OR_KEYWORD and name in kwargs):
+            # (A positional-only parameter's name in kwargs is a key of **kwargs.)
             ctx._kwargs = {**kwargs, name: value}
         elif layout.index[name] < len(args):
             index = layout.index[name]
@@ -553,7 +554,7 @@ class Arguments(MutableMapping[str, Any]):
             ctx._args = (*args, *fill, value)
 
     def _take(self, kwargs: Dict[str, Any], parameter: inspect.Parameter) -> Any:
-        if parameter.name in kwargs:
+        if parameter.kind is _POSITIONAL_OR_KEYWORD and parameter.name in kwargs:
             return kwargs.pop(parameter.name)
         return self._default(parameter)
 

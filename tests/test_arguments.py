@@ -311,3 +311,27 @@ def test_arguments_agree_with_the_callable_for_every_way_of_calling(
         kwargs["offset"] = offset
     hooked(*args, **kwargs)
     assert read == received
+
+
+def test_a_positional_only_parameter_is_not_the_kwargs_key_of_its_name() -> None:
+    # Issue 20, item 13: writing ctx.arguments["x"] edited kwargs["x"], which belongs
+    # to **kwargs, instead of the positional-only x.
+    bus = EventBus()
+
+    @bus.hookable("f")
+    def f(x: int, /, *rest: int, **extra: int) -> Any:
+        return x, rest, extra
+
+    def edit(ctx: CallContext) -> None:
+        assert ctx.arguments["x"] == 1
+        ctx.arguments["x"] = 10
+
+    bus.pre("f", edit)
+    assert f(1, x=2) == (10, (), {"x": 2})
+    bus.clear()
+
+    def extend(ctx: CallContext) -> None:
+        ctx.arguments["rest"] = (7,)
+
+    bus.pre("f", extend)
+    assert f(1, x=2) == (1, (7,), {"x": 2})
