@@ -431,12 +431,23 @@ def layout_of(fn: Any, name: str, *, drop_first: bool = False) -> Layout:
     """The :class:`Layout` of ``fn``'s signature, or :class:`NoSignatureError` saying why not."""
     try:
         signature = inspect.signature(fn)
+        forward = getattr(fn, "forward", None)
+        if _passes_everything(signature) and inspect.ismethod(forward):
+            # A callable object whose __call__ hands everything to its forward method,
+            # as a torch nn.Module does (bus.wrap(model)): the arguments are forward's.
+            signature = inspect.signature(forward)
     except (TypeError, ValueError) as error:
         raise NoSignatureError(
             f"ctx.arguments needs the signature of hook point {name!r}, and Python has none "
-            f"for {fn!r} ({error}); read ctx.args and ctx.kwargs instead"
+            f"for {type(fn).__name__} {name!r} ({error}); read ctx.args and ctx.kwargs instead"
         ) from None
     return Layout(signature, drop_first=drop_first)
+
+
+def _passes_everything(signature: inspect.Signature) -> bool:
+    """Whether the signature is ``(*args, **kwargs)`` alone."""
+    kinds = [parameter.kind for parameter in signature.parameters.values()]
+    return kinds == [_VAR_POSITIONAL, _VAR_KEYWORD]
 
 
 class Arguments(MutableMapping[str, Any]):

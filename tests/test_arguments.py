@@ -335,3 +335,25 @@ def test_a_positional_only_parameter_is_not_the_kwargs_key_of_its_name() -> None
 
     bus.pre("f", extend)
     assert f(1, x=2) == (1, (7,), {"x": 2})
+
+
+def test_a_callable_object_that_hands_everything_to_forward_binds_to_forward() -> None:
+    # Issue 20, item 15: bus.wrap(model) gave ctx.arguments the keys args and kwargs.
+    class Model:
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return self.forward(*args, **kwargs)
+
+        def forward(self, x: int, scale: int = 2) -> int:
+            return x * scale
+
+    bus = EventBus()
+    model = bus.wrap(Model(), "model")
+    seen: List[Dict[str, Any]] = []
+
+    def double_scale(ctx: CallContext) -> None:
+        seen.append(dict(ctx.arguments))
+        ctx.arguments["scale"] = 3
+
+    bus.pre("model", double_scale)
+    assert model(5) == 15
+    assert seen == [{"x": 5, "scale": 2}]
