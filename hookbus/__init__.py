@@ -61,6 +61,7 @@ __all__ = [
     "exception",
     "first",
     "forget",
+    "gather",
     "handles_of",
     "hookable",
     "hooks",
@@ -89,6 +90,7 @@ collect = default_bus.collect
 first = default_bus.first
 emit_async = default_bus.emit_async
 collect_async = default_bus.collect_async
+gather = default_bus.gather
 event = default_bus.event
 forget = default_bus.forget
 check_pending = default_bus.check_pending

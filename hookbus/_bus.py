@@ -294,8 +294,9 @@ class EventBus:
         args: Tuple[Any, ...],
         kwargs: Dict[str, Any],
         results: Optional[List[Any]],
+        concurrent: bool = False,
     ) -> Any:
-        """:meth:`_dispatch` for ``emit_async`` and ``collect_async``."""
+        """:meth:`_dispatch` for ``emit_async``, ``collect_async`` and ``gather``."""
         registry = self.registry
         handles = (
             checked_handles(registry, event, args, kwargs)
@@ -306,7 +307,9 @@ class EventBus:
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
-            await dispatch_event_async(registry, event, handles, args, kwargs, collected)
+            await dispatch_event_async(
+                registry, event, handles, args, kwargs, collected, concurrent
+            )
             return collected
 
         if around is None:
@@ -346,6 +349,36 @@ class EventBus:
             [42]
         """
         return await self._dispatch_async(event, args, kwargs, [])  # type: ignore[no-any-return]
+
+    async def gather(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """Like :meth:`collect_async`, with the hooks' coroutines run concurrently.
+
+        Every hook is called in order (a sync hook runs then and there); the
+        awaitables they return are then awaited together, as ``asyncio.gather``
+        does, and the results come back in hook order. The error policy applies
+        once all have finished, to the errors in hook order: ``"raise"`` raises
+        the first (the others' work is done, not cancelled), ``"collect"`` all of
+        them in one :class:`HookError`. A sync hook that raises before anything is
+        awaited stops the emission, closing the coroutines already made. pyee's
+        ``AsyncIOEventEmitter`` and blinker's ``send_async`` run hooks this way.
+
+        Example:
+            >>> import asyncio, hookbus
+            >>> bus = hookbus.EventBus()
+            >>> async def fetch(name, delay):
+            ...     await asyncio.sleep(delay)
+            ...     print("done", name)
+            ...     return name
+            >>> _ = bus.on("refresh", lambda: fetch("slow", 0.02))
+            >>> _ = bus.on("refresh", lambda: fetch("fast", 0))
+            >>> asyncio.run(bus.gather("refresh"))
+            done fast
+            done slow
+            ['slow', 'fast']
+        """
+        return await self._dispatch_async(  # type: ignore[no-any-return]
+            event, args, kwargs, [], concurrent=True
+        )
 
     # --- registration --------------------------------------------------------------
 

@@ -42,6 +42,7 @@ build what ``Handle.__init__`` and ``CallContext.__init__`` build; parity:
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, cast
@@ -142,8 +143,17 @@ async def dispatch_event_async(
     args: Tuple[Any, ...],
     kwargs: Dict[str, Any],
     results: Optional[List[Any]],
+    concurrent: bool = False,
 ) -> None:
-    """Like :func:`dispatch_event`, awaiting whatever a hook returns that is awaitable."""
+    """Like :func:`dispatch_event`, awaiting whatever a hook returns that is awaitable.
+
+    ``concurrent`` (``bus.gather``): every hook is called in order, and the
+    awaitables they return are awaited together (``asyncio.gather``); the error
+    policy then applies to the errors in hook order, once all have finished.
+    """
+    if concurrent:
+        await _dispatch_concurrently(registry, event, handles, args, kwargs, results)
+        return
     policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
@@ -168,6 +178,47 @@ async def dispatch_event_async(
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
         if results is not None and result is not NOT_COLLECTED:
             results.append(result)
+    raise_collected(errors, event)
+
+
+async def _dispatch_concurrently(
+    registry: Registry,
+    event: str,
+    handles: Tuple[Handle, ...],
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    results: Optional[List[Any]],
+) -> None:
+    """:func:`dispatch_event_async` with the hooks' awaitables awaited together."""
+    sender = args[0] if args else NO_SENDER
+    called: List[Tuple[Handle, Any]] = []  # (handle, its result or awaitable), in order
+    for handle in handles:
+        hook = handle.runner(sender, event)
+        if hook is None:
+            continue
+        try:
+            called.append((handle, hook(*args, **kwargs)))
+        except Exception as error:  # a sync hook raised before anything was awaited
+            for _, started in called:
+                if inspect.iscoroutine(started):
+                    started.close()  # never awaited: no warning, no work left behind
+            add_note(error, describe(handle, event))
+            raise
+    pending = [value for _, value in called if inspect.isawaitable(value)]
+    outcomes = iter(await asyncio.gather(*pending, return_exceptions=True))
+    policy = registry.errors
+    errors: List[Exception] = []
+    for handle, value in called:
+        outcome = next(outcomes) if inspect.isawaitable(value) else value
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):
+                raise outcome  # cancelled, interrupted: no policy applies
+            if policy == "raise":
+                add_note(outcome, describe(handle, event))
+                raise outcome
+            handle_error(policy, outcome, handle, event, errors)
+        elif results is not None and outcome is not NOT_COLLECTED:
+            results.append(outcome)
     raise_collected(errors, event)
 
 
