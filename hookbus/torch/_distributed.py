@@ -27,6 +27,7 @@ __all__ = ["gather_calls", "group_rank", "reduce_stats"]
 
 _F64 = torch.float64
 _ABSENT = -(2**62)  # "no size here" in a MAX of negated sizes
+_NAN = float("nan")
 
 
 def group_rank(group: Any, what: str) -> Tuple[int, int]:
@@ -68,27 +69,32 @@ def reduce_stats(
     """Every rank's statistics of ``names`` (sorted, the same on all ranks), combined."""
     group_rank(group, "Stats.reduce()")
     device = _device(group)
-    # 1. What every rank agrees on: the names and kind (a checksum), the feature sizes.
+    # 1. What every rank agrees on: the names and kind (a checksum), in a tensor of
+    # the same size everywhere: whatever a rank selected, all take part, all agree.
     signature = zlib.crc32(repr((kind, list(names))).encode())
-    sizes: List[int] = []
-    for name in names:
-        shape = shapes[name] if local[name] is not None else None
-        size = _numel(shape) if shape is not None else -1
-        sizes.append(size)
-    header = [len(names), signature, *sizes]
-    negated = [-len(names), -signature] + [-size if size >= 0 else _ABSENT for size in sizes]
-    packed = torch.tensor(header + negated, dtype=torch.int64, device=device)
-    dist.all_reduce(packed, op=dist.ReduceOp.MAX, group=group)
-    high: List[int] = packed[: len(header)].tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    low: List[int] = (-packed[len(header) :]).tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    if high[:2] != low[:2]:
+    layout = [len(names), signature]
+    agreed = torch.tensor(layout + [-value for value in layout], dtype=torch.int64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+    if agreed[:2].tolist() != (-agreed[2:]).tolist():  # pyright: ignore[reportUnknownMemberType]
         raise ValueError(
             f"Stats.reduce(): the ranks disagree on what they reduce (here of={kind[0]!r}, "
             f"dim={kind[1]!r}, {len(names)} modules: {list(names)[:5]}...); every rank must "
             f"build its stats() from the same model, selector, of= and dim="
         )
+    # 2. The feature sizes, over the agreed names (a rank where a module never ran
+    # does not know them).
+    sizes: List[int] = []
+    for name in names:
+        shape = shapes[name] if local[name] is not None else None
+        size = _numel(shape) if shape is not None else -1
+        sizes.append(size)
+    negated = [-size if size >= 0 else _ABSENT for size in sizes]
+    packed = torch.tensor(sizes + negated, dtype=torch.int64, device=device)
+    dist.all_reduce(packed, op=dist.ReduceOp.MAX, group=group)
+    high: List[int] = packed[: len(sizes)].tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    low: List[int] = (-packed[len(sizes) :]).tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     features: Dict[str, int] = {}
-    for name, most, least in zip(names, high[2:], low[2:]):
+    for name, most, least in zip(names, high, low):
         if most < 0:
             continue  # no rank ran it: it stays empty everywhere
         if most != least:
@@ -97,26 +103,32 @@ def reduce_stats(
                 f"{most} on another; the feature dimension must have one size on every rank"
             )
         features[name] = most
-    # 2. Counts and sums (so the global mean), with max and -min alongside.
+    # 3. Counts and sums (so the global mean), with max, -min and NaN flags alongside.
+    # A MAX over NaN depends on the order of its operands (the NaN of one rank got
+    # lost), so a NaN travels as a flag, and min and max become NaN where one is set,
+    # as one process over all the data gives.
     order = [name for name in names if name in features]
     width = sum(1 + features[name] for name in order)
     sums = torch.zeros(width, dtype=_F64)
-    extremes = torch.full((2 * sum(features[n] for n in order),), -float("inf"), dtype=_F64)
+    extremes = torch.full((3 * sum(features[n] for n in order),), -float("inf"), dtype=_F64)
     at = edge = 0
     for name in order:
         size, stat = features[name], local[name]
         if stat is not None:
+            high_, low_ = stat.max.reshape(-1), stat.min.reshape(-1)
+            nan = torch.isnan(high_) | torch.isnan(low_)
             sums[at] = stat.count
             sums[at + 1 : at + 1 + size] = (stat.mean * stat.count).reshape(-1)
-            extremes[edge : edge + size] = stat.max.reshape(-1)
-            extremes[edge + size : edge + 2 * size] = -stat.min.reshape(-1)
+            extremes[edge : edge + size] = high_.masked_fill(nan, -float("inf"))
+            extremes[edge + size : edge + 2 * size] = (-low_).masked_fill(nan, -float("inf"))
+            extremes[edge + 2 * size : edge + 3 * size] = nan.to(_F64)
         at += 1 + size
-        edge += 2 * size
+        edge += 3 * size
     sums, extremes = sums.to(device), extremes.to(device)
     pending = dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=group, async_op=True)
     dist.all_reduce(sums, group=group)
     sums = sums.cpu()
-    # 3. M2 centred on the global mean: every term a sum of squares, nothing cancels.
+    # 4. M2 centred on the global mean: every term a sum of squares, nothing cancels.
     means: Dict[str, torch.Tensor] = {}
     counts: Dict[str, int] = {}
     spread = torch.zeros(sum(features[n] for n in order), dtype=_F64)
@@ -142,15 +154,16 @@ def reduce_stats(
     for name in order:
         size = features[name]
         shape = _shape(kind[1], size)
+        nan = extremes[edge + 2 * size : edge + 3 * size] > 0
         merged[name] = Stat(
             counts[name],
             means[name].reshape(shape),
             spread[at : at + size].reshape(shape).clone(),
-            (-extremes[edge + size : edge + 2 * size]).reshape(shape).clone(),
-            extremes[edge : edge + size].reshape(shape).clone(),
+            (-extremes[edge + size : edge + 2 * size]).masked_fill(nan, _NAN).reshape(shape),
+            extremes[edge : edge + size].masked_fill(nan, _NAN).reshape(shape),
         )
         at += size
-        edge += 2 * size
+        edge += 3 * size
     return merged
 
 

@@ -10,11 +10,22 @@ the rows are merged into the module's :class:`Stat` as one window, and the shift
 moves to the new mean. Writing in place and merging seldom is what keeps a hook
 at five torch ops and one allocation per call; anything that reads the
 statistics merges first. No activation is kept.
+
+A feed holds its ``Stats``'s :class:`FeedState` (lock, pause count, notes), not
+the ``Stats``: the ``Stats`` holds its feeds, so a reference back would make a
+cycle that keeps a stopped and dropped ``Stats``, and its buffers, until the
+garbage collector runs.
+
+Float dtypes without full arithmetic in torch (float8) are upcast to float32,
+exactly, before reducing; one that cannot even be converted (the packed
+``float4_e2m1fn_x2``) is skipped with a note.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -22,16 +33,50 @@ from .._context import CallContext
 from ._stat import F64, Stat, flatten, merge_window, vecdot
 from ._tree import Path, iter_tensors
 
-if TYPE_CHECKING:
-    from ._stats import Stats
-
-__all__ = ["Feed"]
+__all__ = ["Feed", "FeedState"]
 
 # A module's buffer holds this many numbers per statistic (2 x 8 bytes plus twice
 # the input's item size each: 96 KiB for float32) and 64 rows at most: small
 # features wait longer, where a merge per call would cost more than the call.
 _ROW_BUDGET = 4096
 _MAX_ROWS = 64
+
+# Reduced as they come; any other float dtype is upcast to float32 first, or skipped.
+_NATIVE = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+_converts: Dict[torch.dtype, bool] = {}  # dtype -> whether torch converts it to float32
+
+
+def _has_arithmetic(dtype: torch.dtype) -> bool:
+    known = _converts.get(dtype)
+    if known is None:
+        try:
+            torch.zeros(1).to(dtype).to(torch.float32)
+            known = True
+        except (RuntimeError, NotImplementedError, TypeError):
+            known = False
+        _converts[dtype] = known
+    return known
+
+
+class FeedState:
+    """What a ``Stats`` shares with its feeds: kind, lock, pause count and skip notes.
+
+    The feeds hold this, never the ``Stats`` (see the module docstring).
+    """
+
+    __slots__ = ("dim", "lock", "of", "paused", "skipped")
+
+    def __init__(self, of: str, dim: Optional[int]) -> None:
+        self.of = of
+        self.dim = dim
+        self.lock = threading.RLock()
+        self.paused = 0
+        self.skipped: Dict[str, str] = {}
+
+    def skip(self, name: str, why: str) -> None:
+        if self.skipped.get(name) != why:
+            with self.lock:
+                self.skipped[name] = why
 
 
 class Feed:
@@ -45,14 +90,17 @@ class Feed:
 
     __slots__ = (
         "count", "dtype", "empty", "error", "extremes", "features", "filled", "grad_path",
-        "highs", "limit", "lows", "name", "owner", "plain", "s1s", "s2s", "seen", "shift",
-        "stat", "sums", "what",
+        "highs", "limit", "lows", "module", "name", "owner", "plain", "s1s", "s2s", "seen",
+        "shift", "stat", "sums", "upcast", "what",
     )  # fmt: skip
 
-    def __init__(self, owner: Stats, name: str) -> None:
+    def __init__(self, owner: FeedState, name: str) -> None:
         self.owner = owner
         self.name = name
         self.what = "gradient" if owner.of == "grad" else owner.of
+        # The module watched, when the bus may carry another model with the same
+        # names (a bus of the user's): calls of any other module are not counted.
+        self.module: Optional[Callable[[], Optional[torch.nn.Module]]] = None
         self.stat: Optional[Stat] = None
         self.shift: Optional[torch.Tensor] = None  # what the buffered rows are centred on
         self.error: Optional[torch.Tensor] = None  # the true mean - stat.mean (rounding)
@@ -61,7 +109,8 @@ class Feed:
         self.seen: Optional[torch.Size] = None  # the last shape checked
         self.dtype: Optional[torch.dtype] = None  # and dtype
         self.plain = False  # that shape is (values, features) already
-        self.empty = False  # that shape holds no value
+        self.empty = False  # that shape holds no value (or that dtype cannot be reduced)
+        self.upcast = False  # that dtype is reduced as float32 (float8)
         # The buffer: rows of sums of (x - shift) and of its square (float64), and of
         # min and max (the input dtype); ``filled`` rows hold ``count`` values.
         self.limit = 0
@@ -76,29 +125,45 @@ class Feed:
 
     # --- hooks: each runs on every call of its module ----------------------------------
 
+    def watch(self, module: Optional[torch.nn.Module]) -> None:
+        """Count the calls of ``module`` only (``None``: of whatever the hooks see)."""
+        self.module = weakref.ref(module) if module is not None else None
+
     def on_output(self, ctx: CallContext) -> None:
+        module = self.module
+        if module is not None and ctx.target is not module():
+            return
         self.add(ctx.result)
 
     def on_input(self, ctx: CallContext) -> None:
+        module = self.module
+        if module is not None and ctx.target is not module():
+            return
         for arg in ctx.args:
             if isinstance(arg, torch.Tensor):
                 self.add(arg)
                 return
-        self.owner._skip(self.name, "no positional tensor argument")
+        self.owner.skip(self.name, "no positional tensor argument")
 
     def on_grad_output(self, ctx: CallContext) -> None:
+        module = self.module
+        if module is not None and ctx.target is not module():
+            return
         # Which tensor of the output is watched: its gradient comes with this path.
         self.grad_path = next(
             (path for path, t in iter_tensors(ctx.result) if t.is_floating_point()), None
         )
 
     def on_grad(self, ctx: CallContext) -> None:
+        module = self.module
+        if module is not None and ctx.target is not module():
+            return
         if ctx.data["path"] == self.grad_path:
             self.add(ctx.result)
 
     def add(self, value: Any) -> None:
         owner = self.owner
-        if owner._paused:
+        if owner.paused:
             return
         if type(value) is not torch.Tensor or value.requires_grad or not value.is_floating_point():
             usable = self._usable(value)
@@ -109,8 +174,8 @@ class Feed:
             self._see(value)
         if self.empty:
             return
-        flat = value if self.plain else flatten(value, owner.dim, "")
-        with owner._lock:
+        flat = value if self.plain else self._flat(value)
+        with owner.lock:
             shift = self.shift
             if shift is None:  # the first call: shift by its own mean
                 shift = self.shift = torch.mean(flat, 0, dtype=F64)
@@ -135,18 +200,33 @@ class Feed:
             if value is None:
                 kinds = sorted({str(t.dtype)[6:] for t in tensors})
                 what = f"{'/'.join(kinds)} tensors" if kinds else "tensor"
-                self.owner._skip(self.name, f"no floating-point {what} in its {self.what}")
+                self.owner.skip(self.name, f"no floating-point {what} in its {self.what}")
                 return None
         if not value.is_floating_point():
-            self.owner._skip(self.name, f"{str(value.dtype)[6:]} {self.what}")
+            self.owner.skip(self.name, f"{str(value.dtype)[6:]} {self.what}")
             return None
         detached: torch.Tensor = value.detach()
         return detached
 
+    def _flat(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` as (values, features), in a dtype torch reduces (the rare path)."""
+        flat = flatten(value, self.owner.dim, "")
+        return flat.to(torch.float32) if self.upcast else flat
+
     def _see(self, value: torch.Tensor) -> None:
         """Check a new shape or dtype: ``dim`` in range, the feature size as before."""
+        dtype = value.dtype
+        upcast = dtype not in _NATIVE
+        if upcast and not _has_arithmetic(dtype):
+            self.owner.skip(
+                self.name, f"{str(dtype)[6:]} {self.what} (torch has no arithmetic for it)"
+            )
+            self.seen, self.dtype, self.empty = value.shape, dtype, True
+            return
         dim = self.owner.dim
         flat = flatten(value, dim, f"the {self.what} of module {self.name!r}")
+        if upcast:
+            flat = flat.to(torch.float32)  # exact: float8 values are all float32 values
         features = tuple(flat.shape[1:])
         if self.features is not None and features != self.features:
             raise ValueError(
@@ -155,12 +235,13 @@ class Feed:
                 f"{self.features}: the feature dimension must keep its size (pick another dim=, "
                 f"or dim=None)"
             )
-        with self.owner._lock:
+        with self.owner.lock:
             if self.features is None or flat.dtype != self.extremes_dtype():
                 self.merge_locked()
                 self._allocate(features, flat)
         self.seen = value.shape
-        self.dtype = value.dtype
+        self.dtype = dtype
+        self.upcast = upcast
         self.plain = flat is value
         self.empty = value.numel() == 0
 
@@ -197,10 +278,13 @@ class Feed:
 
     def flush(self) -> Optional[Stat]:
         """Merge the pending rows into the statistics; return them."""
-        with self.owner._lock:
+        with self.owner.lock:
             self.merge_locked()
             return self.stat
 
     def forget_locked(self) -> None:
+        """Forget the statistics and the feature size (the next call may have another)."""
         self.filled = self.count = 0
         self.stat = self.shift = self.error = None
+        # The next call checks its shape again and allocates for its own features.
+        self.features = self.seen = self.dtype = None

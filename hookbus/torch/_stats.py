@@ -29,7 +29,7 @@ from torch import nn
 from .._bus import EventBus
 from .._handle import Handle
 from ._attach import Attachment, Selector, attach, find_attachment
-from ._feed import Feed
+from ._feed import Feed, FeedState
 from ._stat import F64, Stat
 
 __all__ = ["OF", "Stats", "stats"]
@@ -37,6 +37,23 @@ __all__ = ["OF", "Stats", "stats"]
 OF = ("output", "input", "grad")
 """What :func:`stats` can watch: a module's output, its first tensor argument, or
 the gradient of its output."""
+
+# Attachments that a Stats made, and how many started Stats use each: two Stats on
+# one bus share the model's attachment, and only the last one to stop detaches it.
+_users: weakref.WeakKeyDictionary[Attachment, int] = weakref.WeakKeyDictionary()
+_sharing = threading.Lock()
+
+
+def _release(attachment: Attachment) -> None:
+    """One Stats stops using ``attachment``, which a Stats made: the last detaches it."""
+    with _sharing:
+        left = _users.get(attachment, 1) - 1
+        if left:
+            _users[attachment] = left
+        else:
+            _users.pop(attachment, None)
+    if not left:
+        attachment.detach()
 
 
 def stats(
@@ -141,21 +158,22 @@ class Stats(Mapping[str, Stat]):
         # Weak: the numbers often outlive the model, which start() alone needs again.
         self._model = weakref.ref(model)
         self._bus = bus
-        self._lock = threading.RLock()
-        self._paused = 0
+        # Shared with the feeds, which never hold this Stats (no cycle: see _feed.py).
+        self._state = state = FeedState(of, dim)
+        self._lock = state.lock
+        self._skipped = state.skipped
         self._reduced = False
         self._handles: List[Handle] = []
         self._attachment: Optional[Attachment] = None
         self._owned = False
-        self._skipped: Dict[str, str] = {}
         attachment, owned = self._attach()
         try:
             names = attachment.select(selector)
         finally:
             if owned:
-                attachment.detach()
+                _release(attachment)
         self._selected = names
-        self._feeds = {name: Feed(self, name) for name in names}
+        self._feeds = {name: Feed(state, name) for name in names}
 
     # --- starting and stopping ---------------------------------------------------------
 
@@ -167,16 +185,23 @@ class Stats(Mapping[str, Stat]):
                 f"exists (statistics hold their model weakly); the numbers stay readable"
             )
         if self._bus is None:
-            return attach(model, EventBus("stats")), True
-        found = find_attachment(model, self._bus)
-        if found is not None:
-            return found, False
-        return attach(model, self._bus), True
+            return attach(model, EventBus("stats")), True  # private: _release detaches it
+        with _sharing:
+            found = find_attachment(model, self._bus)
+            if found is None:
+                found = attach(model, self._bus)
+                _users[found] = 1
+                return found, True
+            if found in _users:  # made by another Stats: detached when the last one stops
+                _users[found] += 1
+                return found, True
+            return found, False  # the user's: it stays
 
     @property
     def active(self) -> bool:
         """Whether the hooks are in place (between ``start()`` and ``stop()``)."""
-        return self._attachment is not None
+        attachment = self._attachment
+        return attachment is not None and attachment.active
 
     def start(self) -> None:
         """Add the hooks; the statistics continue from where they are."""
@@ -184,9 +209,12 @@ class Stats(Mapping[str, Stat]):
             raise RuntimeError(f"{self!r} is already started; stop() it first")
         attachment, owned = self._attach()
         handles: List[Handle] = []
+        # On the user's bus another model may have modules of the same names.
+        shared = self._bus is not None
         try:
             for name in self._selected:
                 feed, module = self._feeds[name], attachment.module(name)
+                feed.watch(module if shared else None)
                 if self.of == "output":
                     handles.append(attachment.post(module, feed.on_output))
                 elif self.of == "input":
@@ -198,7 +226,7 @@ class Stats(Mapping[str, Stat]):
             for handle in handles:
                 handle.remove()
             if owned:
-                attachment.detach()
+                _release(attachment)
             raise
         self._attachment, self._owned, self._handles = attachment, owned, handles
 
@@ -209,7 +237,7 @@ class Stats(Mapping[str, Stat]):
         for handle in handles:
             handle.remove()
         if attachment is not None and self._owned:
-            attachment.detach()
+            _release(attachment)
         self._flush()
 
     def __enter__(self) -> Stats:
@@ -239,20 +267,20 @@ class Stats(Mapping[str, Stat]):
             1
         """
         with self._lock:
-            self._paused += 1
+            self._state.paused += 1
         return _Resume(self)
 
     def resume(self) -> None:
         """End one :meth:`pause`."""
         with self._lock:
-            if self._paused == 0:
+            if self._state.paused == 0:
                 raise RuntimeError(f"{self!r} is not paused")
-            self._paused -= 1
+            self._state.paused -= 1
 
     @property
     def paused(self) -> bool:
         """Whether calls are being ignored."""
-        return self._paused > 0
+        return self._state.paused > 0
 
     # --- the mapping -------------------------------------------------------------------
 
@@ -299,15 +327,10 @@ class Stats(Mapping[str, Stat]):
         for feed in self._feeds.values():
             feed.flush()
 
-    def _skip(self, name: str, why: str) -> None:
-        if self._skipped.get(name) != why:
-            with self._lock:
-                self._skipped[name] = why
-
     # --- combining ---------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget every statistic and note (the hooks stay)."""
+        """Forget every statistic, note and feature size (the hooks stay)."""
         with self._lock:
             for feed in self._feeds.values():
                 feed.forget_locked()
@@ -316,6 +339,11 @@ class Stats(Mapping[str, Stat]):
 
     def merge(self, other: Stats) -> None:
         """Add ``other``'s statistics to these, exactly (same ``of`` and ``dim``).
+
+        Statistics reduced across ranks (:meth:`reduce`) merge into reduced or
+        empty ones, which are then reduced too (``reduce()`` refuses them); a mix
+        of reduced and local statistics is a ``ValueError``, as it would be
+        neither this rank's data nor the group's.
 
         Example:
             >>> import torch, hookbus.torch
@@ -335,8 +363,19 @@ class Stats(Mapping[str, Stat]):
         incoming = {name: other[name] for name in other}
         self._check_names(incoming, "merge")
         with self._lock:
+            reduced = self._reduced or other._reduced
+            if incoming and self._reduced != other._reduced and (self._reduced or len(self)):
+                # A mix is neither this rank's data nor the group's, and reduce() would
+                # count the reduced part once per rank.
+                sides = ("these", "the other") if self._reduced else ("the other", "these")
+                raise ValueError(
+                    f"merge(): {sides[0]} statistics are reduced across ranks already and "
+                    f"{sides[1]} are one rank's local statistics; merge local with local "
+                    f"(then reduce() the total), or reduced into reduced or empty statistics"
+                )
             for name, stat in incoming.items():
                 self._set(name, stat, add=True)
+            self._reduced = reduced
 
     def state_dict(self) -> Dict[str, Any]:
         """The statistics as plain values and tensors (for ``torch.save``).
@@ -398,19 +437,23 @@ class Stats(Mapping[str, Stat]):
         The result is exactly that of one process over all ranks' data (float64,
         to rounding, with the limit of :meth:`Stat.merge` on ``|mean| / std``),
         whatever the batch sizes. Every rank of the group must call
-        it, at the same point: it runs the same four collectives on every rank,
+        it, at the same point: it runs the same five collectives on every rank,
         over the selected names sorted, with empty statistics for modules that did
         not run there, so a module that ran on some ranks only cannot make it hang.
-        The collectives: one ``MAX`` all_reduce of the feature sizes (a rank where
-        a module never ran does not know them), one ``SUM`` of the counts and sums
-        (the global mean), one ``SUM`` of the M2 terms centred on that mean (what
-        keeps it exact; a single sum of squares would cancel), and one ``MAX`` of
-        max and -min, overlapped with the first ``SUM``. Their size grows with
-        the features, never with the world size.
+        The collectives: one ``MAX`` all_reduce of four numbers, the same size on
+        every rank, that checks the ranks agree on the names and kind; one ``MAX``
+        of the feature sizes (a rank where a module never ran does not know them);
+        one ``SUM`` of the counts and sums (the global mean); one ``SUM`` of the M2
+        terms centred on that mean (what keeps it exact; a single sum of squares
+        would cancel); and one ``MAX`` of max, -min and NaN flags, overlapped with
+        the first ``SUM`` (a NaN anywhere makes that feature's min and max NaN, as
+        in one process). Their size grows with the features, never with the world
+        size.
 
         Raises ``RuntimeError`` without an initialized process group, when this
         rank is not in ``group``, or on statistics reduced already (reducing
-        twice would count them once per rank: ``reset()`` in between); raises
+        twice would count them once per rank: ``reset()`` in between; statistics
+        merged from reduced ones are reduced too, see :meth:`merge`); raises
         ``ValueError`` on every rank when the ranks disagree on the modules or
         their feature sizes.
         """
@@ -466,6 +509,14 @@ class Stats(Mapping[str, Stat]):
                     f"{what}(): module {name!r} has feature shape {features} here and "
                     f"{stat.shape} in the other statistics"
                 )
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "a Stats cannot be copied or pickled (copy, deepcopy, torch.save): it hooks a "
+            "live model in this process. Save or copy its numbers with state_dict() "
+            "(torch.save(stats.state_dict(), path)), and load them into stats(model, ...) "
+            "with load_state_dict()"
+        )
 
     def __repr__(self) -> str:
         ran = len(self)

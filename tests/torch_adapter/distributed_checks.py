@@ -240,6 +240,63 @@ def check_errors(rank: int) -> None:
     expect(ValueError, "dst is the global rank", lambda: ht.capture(model).cache.gather(dst=7))
 
 
+def check_nan_and_inf_reduce_as_one_process(rank: int) -> None:
+    # Issue 20.3: a NaN on one rank vanished from the reduced min and max.
+    model = nn.Sequential(nn.Identity())
+
+    def rows(of: int) -> torch.Tensor:
+        x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) + 10 * of
+        x[1, 0] = float("nan") if of == 0 else x[1, 0]  # feature 0: a NaN on rank 0 only
+        x[0, 1] = float("inf") if of == 0 else -float("inf")  # feature 1: +inf and -inf
+        x[0, 2] = float("nan") if of == 1 else x[0, 2]  # feature 2: a NaN on rank 1 only
+        return x
+
+    with ht.stats(model, "0") as st:
+        model(rows(rank))
+    st.reduce()
+    values = torch.cat([rows(0), rows(1)]).double()
+    stat = st["0"]
+    assert stat.count == 4
+    torch.testing.assert_close(stat.min, values.amin(0), equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(stat.max, values.amax(0), equal_nan=True, rtol=0, atol=0)
+    assert stat.min[1] == -float("inf")
+    assert stat.max[1] == float("inf")
+    torch.testing.assert_close(stat.mean, values.mean(0), equal_nan=True, rtol=1e-12, atol=0)
+
+
+def check_merge_then_reduce_never_counts_twice(rank: int) -> None:
+    # Issue 20.2: local.merge(reduced) dropped the mark, and local.reduce() then
+    # counted the reduced part once per rank.
+    model = nn.Sequential(nn.Identity())
+    with ht.stats(model, "0") as local:
+        model(torch.ones(3 if rank == 0 else 1, 2))
+    reduced = ht.stats(model, "0")
+    reduced.load_state_dict(local.state_dict())
+    reduced.reduce()
+    assert reduced["0"].count == 4
+    expect(ValueError, "reduced across ranks", lambda: local.merge(reduced))
+    total = ht.stats(model, "0")
+    total.merge(reduced)  # an empty one takes reduced statistics, and the mark
+    expect(RuntimeError, "reduced across ranks already", total.reduce)
+    assert total["0"].count == 4
+    local.reduce()  # untouched by the refused merge: its own values, once per rank
+    assert local["0"].count == 4
+
+
+def check_ranks_that_select_different_modules_fail_together(rank: int) -> None:
+    # Issue 20.1: one rank raised at once, the other waited for the timeout.
+    model = make_net()
+    names = ["out"] if rank == 0 else ["inp", "out"]
+    with ht.stats(model, names) as st:
+        run_rank(model, rank)
+    expect(ValueError, "disagree", st.reduce)
+    # The ranks stay in step: the next reduce works.
+    with ht.stats(model, "out") as same:
+        run_rank(model, rank)
+    same.reduce()
+    assert same["out"].count == sum(sum(sizes) for sizes in BATCHES.values())
+
+
 def expect(kind: Type[Exception], text: str, call: Callable[[], Any]) -> None:
     with pytest.raises(kind, match=re.escape(text)):
         call()
