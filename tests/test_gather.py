@@ -1,0 +1,120 @@
+"""``bus.gather``: coroutine hooks awaited together, as pyee and blinker's send_async do."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any, List
+
+import pytest
+
+import hookbus
+
+
+def test_hooks_run_concurrently_where_emit_async_would_wait_forever() -> None:
+    bus = hookbus.EventBus()
+
+    async def scenario() -> List[str]:
+        ping, pong = asyncio.Event(), asyncio.Event()
+
+        async def first() -> str:
+            ping.set()
+            await pong.wait()  # needs the second hook to have started
+            return "first"
+
+        async def second() -> str:
+            await ping.wait()
+            pong.set()
+            return "second"
+
+        bus.on("sync", first)
+        bus.on("sync", second)
+        return await asyncio.wait_for(bus.gather("sync"), timeout=5)
+
+    assert asyncio.run(scenario()) == ["first", "second"]  # in hook order
+
+
+def test_sync_and_async_hooks_mix_and_results_keep_hook_order() -> None:
+    bus = hookbus.EventBus()
+
+    async def slow(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return x * 10
+
+    bus.on("calc", slow, priority=1)
+    bus.on("calc", lambda x: x + 1)
+    assert asyncio.run(bus.gather("calc", 2)) == [20, 3]
+
+
+def _failing_bus(errors: Any, finished: List[str]) -> hookbus.EventBus:
+    bus = hookbus.EventBus(errors=errors)
+
+    async def broken() -> None:
+        raise KeyError("first")
+
+    async def slow_then_broken() -> None:
+        await asyncio.sleep(0.01)
+        finished.append("slow")
+        raise ValueError("second")
+
+    bus.on("go", broken)
+    bus.on("go", slow_then_broken)
+    return bus
+
+
+def test_raise_policy_raises_the_first_error_in_hook_order_once_all_finished() -> None:
+    finished: List[str] = []
+    bus = _failing_bus("raise", finished)
+    with pytest.raises(KeyError) as info:
+        asyncio.run(bus.gather("go"))
+    assert finished == ["slow"]  # not cancelled: its work is done
+    assert "broken" in info.value.__notes__[0]
+
+
+def test_collect_policy_raises_every_error_in_one_group() -> None:
+    bus = _failing_bus("collect", [])
+    with pytest.raises(hookbus.HookError) as info:
+        asyncio.run(bus.gather("go"))
+    assert [type(error) for error in info.value.exceptions] == [KeyError, ValueError]
+
+
+def test_a_sync_hook_error_closes_the_coroutines_already_made() -> None:
+    bus = hookbus.EventBus()
+    ran: List[str] = []
+
+    async def never_started() -> None:
+        ran.append("started")
+
+    def broken() -> None:
+        raise RuntimeError("sync hook")
+
+    bus.on("go", never_started, priority=1)
+    bus.on("go", broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would fail
+        with pytest.raises(RuntimeError, match="sync hook"):
+            asyncio.run(bus.gather("go"))
+    assert ran == []
+
+
+def test_an_around_hook_wraps_a_gather() -> None:
+    bus = hookbus.EventBus()
+    log: List[str] = []
+
+    async def hook() -> str:
+        log.append("hook")
+        return "x"
+
+    async def around(ctx: hookbus.CallContext) -> Any:
+        log.append("before")
+        yield
+        log.append(f"after {ctx.result}")
+
+    bus.on("go", hook)
+    bus.around("go", around)
+    assert asyncio.run(bus.gather("go")) == ["x"]
+    assert log == ["before", "hook", "after ['x']"]
+
+
+def test_the_module_level_gather_is_the_default_bus() -> None:
+    assert hookbus.gather == hookbus.default_bus.gather
