@@ -16,10 +16,15 @@ from typing import (
 
 from torch import nn
 
-from .._bus import EventBus
-from .._handle import Handle, HandleGroup, Removable
-from .._names import check_name, is_pattern
-from .._options import HookOptions
+from ..adapter import (
+    EventBus,
+    Handle,
+    HandleGroup,
+    HookOptions,
+    Removable,
+    check_name,
+    is_pattern,
+)
 from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
 from ._point import KINDS, ModulePoint
 from ._register import Hook, ModuleHookMethods

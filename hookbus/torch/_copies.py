@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from torch import nn
 
-from .._bus import EventBus
-from .._context import CallContext
-from .._handle import Handle
+from ..adapter import CallContext, EventBus, Handle
 
 if TYPE_CHECKING:
     from ._point import ModulePoint

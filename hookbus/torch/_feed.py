@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import torch
 
-from .._context import CallContext
+from ..adapter import CallContext
 from ._stat import F64, Stat, flatten, merge_window, vecdot
 from ._tree import Path, iter_tensors
 

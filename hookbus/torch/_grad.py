@@ -8,8 +8,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext, reject_returned
-from .._handle import Removable
+from ..adapter import CallContext, Removable, reject_returned
 
 __all__ = ["GradHandle", "handle_alive", "on_grad"]
 

@@ -1,6 +1,6 @@
 """One hook point per module, holding native torch hooks only while bus hooks match it.
 
-A :class:`ModulePoint` has the core's point shape (``hookbus._plan.Point``)
+A :class:`ModulePoint` has the core's point shape (:class:`hookbus.adapter.Point`)
 and uses nothing of the core but that seam and public names. The registry calls
 :meth:`ModulePoint.invalidate` (after releasing its lock) whenever a hook that may
 match the module is added or removed. The point then asks the registry for its
@@ -21,18 +21,24 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext, Layout, layout_of, rebind, reject_returned
-from .._dispatch import run_phase
-from .._errors import add_note, describe
-from .._handle import where_defined
+from ..adapter import (
+    CallContext,
+    Layout,
+    add_note,
+    describe,
+    layout_of,
+    rebind,
+    reject_returned,
+    run_phase,
+    where_defined,
+)
 from ._calls import INTERNAL_STOPS, call_keys, forward_raised, running_calls
 from ._copies import inert_point
 from ._grad import handle_alive
 from ._tree import Path, iter_tensors, leaves_the_graph
 
 if TYPE_CHECKING:
-    from .._bus import EventBus
-    from .._handle import Handle
+    from ..adapter import EventBus, Handle
 
 __all__ = ["KINDS", "ModulePoint"]
 

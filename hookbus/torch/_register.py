@@ -11,9 +11,7 @@ from typing import Any, Callable, Union, overload
 from torch import nn
 from typing_extensions import Unpack
 
-from .._context import CallContext
-from .._handle import Handle, HandleGroup
-from .._options import HookOptions
+from ..adapter import CallContext, Handle, HandleGroup, HookOptions
 from ._select import GroupSelector, Selector
 
 __all__ = ["Hook", "ModuleHookMethods"]

@@ -19,7 +19,7 @@ from typing import (
 from torch import nn
 from typing_extensions import Protocol
 
-from .._names import check_name, is_pattern, matcher_for
+from ..adapter import check_name, is_pattern, matcher_for
 
 __all__ = ["GroupSelector", "HasModule", "Selector", "close_names", "select"]
 
