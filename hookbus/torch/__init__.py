@@ -37,7 +37,7 @@ from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._compiled import CompiledModelWarning
 from ._grad import GradHandle, on_grad
-from ._stat import Stat
+from ._moments import Stat
 from ._stats import Stats, stats
 from ._wrappers import bare_names
 

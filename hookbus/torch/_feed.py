@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 import torch
 
 from ..adapter import CallContext
-from ._stat import F64, Stat, flatten, merge_window, vecdot
+from ._moments import F64, Stat, flatten, merge_window, vecdot
 from ._tree import Path, iter_tensors
 
 if TYPE_CHECKING:

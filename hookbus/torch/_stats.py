@@ -29,7 +29,7 @@ from torch import nn
 from ..adapter import EventBus, Handle
 from ._attach import Attachment, Selector, attach, find_attachment
 from ._feed import Feed
-from ._stat import F64, Stat
+from ._moments import F64, Stat
 
 __all__ = ["OF", "Stats", "stats"]
 
