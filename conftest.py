@@ -77,7 +77,8 @@ def _unimportable() -> Dict[str, str]:
     for module, path in sources.items():
         missing = _missing_dependency(module, sources, seen)
         # A module first reached through an import cycle was judged while its package
-        # still was: it needs whatever its package needs (hookbus/torch/_warnings.py).
+        # still was: it needs whatever its package needs (a hookbus/torch module that
+        # imports no torch itself).
         for package in [m for m in sources if module.startswith(m + ".")]:
             missing = missing or seen.get(package)
         if missing:

@@ -172,7 +172,7 @@ def test_the_module_picture_in_the_docs_is_current() -> None:
 
 
 def test_the_module_picture_does_not_depend_on_string_hashing() -> None:
-    # An import cycle (torch/_point <-> torch/_copies, the latter's import inside a
+    # An import cycle (there was torch/_point <-> torch/_copies, one import inside a
     # function) is cut where the walk meets it: the walk must not follow set order.
     script = ROOT / "docs" / "_ext" / "module_graph.py"
     code = f"import runpy; print(runpy.run_path({str(script)!r})['render']())"

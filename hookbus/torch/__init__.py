@@ -35,11 +35,10 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 
 from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
-from ._compiled import CompiledModelWarning
 from ._grad import GradHandle, on_grad
-from ._stat import Stat
+from ._moments import Stat
 from ._stats import Stats, stats
-from ._wrappers import bare_names
+from ._unwrap import CompiledModelWarning, bare_names
 
 __all__ = [
     "ROOT",

@@ -1,36 +1,143 @@
-"""Attaching a model: every module becomes a hook point, named by its qualified name."""
+"""Attaching a model: every module becomes a hook point, named by its qualified name.
+
+An :class:`Attachment` is what a user holds: the model's names, selection of
+modules (by name or glob, module, type, or a list: :func:`select`, which
+:func:`~hookbus.torch.capture` shares), one registration method per hook kind,
+and :meth:`Attachment.detach`.
+"""
 
 from __future__ import annotations
 
+import difflib
 import sys
 import warnings
 import weakref
 from typing import (
+    AbstractSet,
     Any,
     Callable,
     Dict,
+    Iterable,
     List,
+    Mapping,
     Optional,
     Tuple,
+    Type,
+    Union,
+    overload,
 )
 
 from torch import nn
+from typing_extensions import Protocol, Unpack
 
-from .._bus import EventBus
-from .._handle import Handle, HandleGroup, Removable
-from .._names import check_name, is_pattern
-from .._options import HookOptions
-from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
+from ..adapter import (
+    CallContext,
+    EventBus,
+    Handle,
+    HandleGroup,
+    HookOptions,
+    Removable,
+    check_name,
+    is_pattern,
+    matcher_for,
+)
 from ._point import KINDS, ModulePoint
-from ._register import Hook, ModuleHookMethods
-from ._select import Selector, close_names, select
-from ._warnings import stacklevel_outside_hookbus
-from ._wrappers import walk
+from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
 
-__all__ = ["ROOT", "Attachment", "Selector", "attach"]
+__all__ = [
+    "ROOT",
+    "Attachment",
+    "GroupSelector",
+    "HasModule",
+    "Hook",
+    "Selector",
+    "attach",
+    "close_names",
+    "find_attachment",
+    "select",
+]
 
 ROOT = "<root>"
 """The name of the attached model itself when no prefix is given."""
+
+Hook = Callable[[CallContext], None]
+"""What every registration method takes: ``hook(ctx)``, returning ``None``."""
+
+GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
+"""Selectors that may select many modules: a module type, or a list of selectors."""
+
+Selector = Union[str, nn.Module, GroupSelector]
+"""What selects modules: a name or glob, a module, a module type, or a list of those."""
+
+
+class HasModule(Protocol):
+    """What selection needs of a module's entry: the module (an attachment's point,
+    or a capture's :class:`~hookbus.torch._unwrap.ModuleName`)."""
+
+    @property
+    def module(self) -> Optional[nn.Module]:
+        """The module, or ``None`` once it was garbage collected."""
+        ...
+
+
+def select(
+    points: Mapping[str, HasModule], selector: Selector, name_of: Callable[[nn.Module], str]
+) -> List[str]:
+    """The names of ``points`` that ``selector`` selects, in model order; an error if none.
+
+    See :meth:`Attachment.select <hookbus.torch.Attachment.select>`.
+    """
+    if isinstance(selector, str):
+        check_name(selector, "module selector", allow_pattern=True)
+        if selector in points or not is_pattern(selector):  # a module's own name: literal
+            if selector not in points:
+                raise ValueError(f"no module named {selector!r}{close_names(points, selector)}")
+            return [selector]
+        if selector == "*":  # the default of capture() and stats(): every name matches
+            return list(points)
+        match = matcher_for(selector)
+        names = [name for name in points if match(name)]
+        if not names:
+            raise ValueError(f"no module name matches {selector!r}{close_names(points, selector)}")
+        return names
+    if isinstance(selector, nn.Module):
+        return [name_of(selector)]
+    if isinstance(selector, type):
+        if not issubclass(selector, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"cannot select modules by the type {selector.__name__}: it is not an "
+                f"nn.Module subclass"
+            )
+        names = [name for name, point in points.items() if isinstance(point.module, selector)]
+        if not names:
+            present = sorted({type(p.module).__name__ for p in points.values()})
+            raise ValueError(
+                f"no module of type {selector.__name__} in the model; its types: "
+                f"{', '.join(present)}"
+            )
+        return names
+    if isinstance(selector, (list, tuple, set, frozenset)):
+        items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
+        chosen = {name for item in items for name in select(points, item, name_of)}
+        if not chosen:
+            raise ValueError("an empty list of selectors selects no module")
+        return [name for name in points if name in chosen]
+    raise TypeError(
+        f"cannot select modules with {type(selector).__name__} {selector!r}; accepted: a "
+        f"name or glob pattern ('layers.*'), a module of the model, a module type "
+        f"(nn.Linear), or a list of those"
+    )
+
+
+def close_names(points: Mapping[str, Any], name: str) -> str:
+    """The end of an error message: names close to ``name``, else the first few names."""
+    close = difflib.get_close_matches(name, list(points), n=5, cutoff=0.5)
+    if close:
+        return f"; close names: {', '.join(map(repr, close))}"
+    shown = list(points)[:8]
+    more = ", ..." if len(points) > 8 else ""
+    return f"; the model's names: {', '.join(map(repr, shown))}{more}"
+
 
 # Keeps each model's attachments (and so their points) alive as long as the model,
 # even when the caller drops the Attachment. Attachments hold the model weakly.
@@ -101,7 +208,7 @@ def attach(
     return Attachment(model, bus, prefix, compiled=compiled, raw_names=raw_names)
 
 
-class Attachment(ModuleHookMethods, Removable):
+class Attachment(Removable):
     """A model attached to a bus: its modules' names, selection, and extra hook kinds.
 
     Every registration method takes a *selector* and the usual options
@@ -332,6 +439,172 @@ class Attachment(ModuleHookMethods, Removable):
         """
         self._check_attached()
         return select(self._points, selector, self.name_of)
+
+    # --- registration: one method per hook kind ------------------------------------------
+
+    @overload
+    def pre(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def pre(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def pre(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+        """Forward pre hook: ``ctx.args`` / ``ctx.kwargs`` (kwargs-only calls included).
+
+        Assign ``ctx.args`` (a tuple) or ``ctx.kwargs`` (a dict) to replace them.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Identity())
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> def zero(ctx):
+            ...     ctx.args = (torch.zeros_like(ctx.args[0]),)
+            >>> _ = net.pre("0", zero)
+            >>> model(torch.ones(2))
+            tensor([0., 0.])
+        """
+        return self._register("pre", selector, hook, options)
+
+    @overload
+    def post(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def post(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def post(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+        """Forward post hook: ``ctx.result`` is the output; assign it to replace it.
+
+        The replacement flows into autograd like any tensor the module returned.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Identity())
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> def double(ctx):
+            ...     ctx.result = ctx.result * 2
+            >>> _ = net.post(nn.Identity, double)
+            >>> model(torch.ones(2))
+            tensor([2., 2.])
+        """
+        return self._register("post", selector, hook, options)
+
+    @overload
+    def exception(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def exception(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def exception(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+        """Exception hook: runs when the module's forward raises, with ``ctx.exception``.
+
+        It observes: torch re-raises the error after its hooks, so the error
+        propagates unchanged (``ctx.recover()`` there warns; recover around the call
+        with ``bus.wrap``). Not run under ``torch.compile``.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(3, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.exception("0", lambda ctx: print(ctx.name, tuple(ctx.args[0].shape)))
+            >>> try:
+            ...     model(torch.ones(2, 5))
+            ... except RuntimeError:
+            ...     print("raised")
+            0 (2, 5)
+            raised
+        """
+        return self._register("exception", selector, hook, options)
+
+    @overload
+    def grad(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def grad(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def grad(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+        """Gradient hook on the module's outputs: the cheap, safe way to see gradients.
+
+        At backward, ``ctx.result`` is the gradient of one output tensor (assign to
+        replace it), ``ctx.data["path"]`` says which tensor of a nested output
+        (``()`` for a plain tensor), and ``ctx.call_index`` is that of the forward
+        call that made it. Outputs that don't require grad (``torch.no_grad()``)
+        are skipped. Safe with in-place ops, unlike :meth:`backward`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.grad("0", lambda ctx: print(ctx.name, ctx.result))
+            >>> model(torch.ones(1, 2)).sum().backward()
+            0 tensor([[1.]])
+        """
+        return self._register("grad", selector, hook, options)
+
+    @overload
+    def backward_pre(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def backward_pre(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def backward_pre(
+        self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Any:
+        """Full backward pre hook: ``ctx.args`` is ``grad_output``; assign to replace it.
+
+        Opt-in: full backward hooks cost about as much as the backward pass of a
+        small module and fail with in-place ops on the module's output
+        (``ReLU(inplace=True)``). Prefer :meth:`grad`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.backward_pre("0", lambda ctx: print(ctx.args))
+            >>> model(torch.ones(1, 2, requires_grad=True)).sum().backward()
+            (tensor([[1.]]),)
+        """
+        return self._register("backward_pre", selector, hook, options)
+
+    @overload
+    def backward(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def backward(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def backward(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+        """Full backward hook: ``ctx.args`` is ``grad_output``, ``ctx.result`` ``grad_input``.
+
+        Assign ``ctx.result`` (a tuple of the same length) to replace ``grad_input``.
+        Opt-in, with the costs and limits of :meth:`backward_pre`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 1))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> _ = net.backward("0", lambda ctx: print(ctx.result))
+            >>> x = torch.ones(1, 2, requires_grad=True)
+            >>> model(x).sum().backward()  # doctest: +ELLIPSIS
+            (tensor([[...]]),)
+        """
+        return self._register("backward", selector, hook, options)
 
     def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
         names = self.select(selector)

@@ -1,22 +1,50 @@
-"""``capture``: record what chosen modules output (and take, and get as gradients)."""
+"""``capture``: record what chosen modules output (and take, and get as gradients).
+
+A capture needs no bus: nothing but the capture's own record runs on its
+modules, and it never changes an output or a gradient. So it installs one
+native ``register_forward_hook`` per selected module (a :class:`CaptureHook`),
+as a hand-written capture
+does (and, with ``grads=True``, a tensor hook on each output that requires
+grad), instead of a hook point per module whose plan is worked out and whose
+dispatcher is installed and removed through a private bus (six times the
+set-up and tear-down cost of the native hooks alone; see
+``docs/performance.md``). What the bus path gave a capture, each kept here:
+
+* names: the adapter's bare names and selection (``_unwrap.walk``,
+  ``_attach.select``), so a capture names and selects as an attachment does;
+* order: each hook goes in at set-up, after the hooks already on the module,
+  as a point's dispatcher would;
+* checkpointing: a forward that raises (the non-reentrant recomputation's
+  internal stop included) runs no hook without ``always_call``, and a point
+  dispatcher recorded nothing then either;
+* copies: a capture hook copies and pickles itself as an inert capture hook, which
+  removes itself from the copy's hook dicts at its first call (as
+  ``_point.inert_point`` does for points);
+* threads: DataParallel replicas share the hook dicts; a capture hook knows
+  its name, and the capture's cache appends atomically;
+* gradients: the tensor hooks hold the call's gradient dict, never a tensor,
+  and go when the capture ends, so a graph kept longer keeps no record alive.
+
+A capture hook holds its name and the capture's record function, never the module.
+"""
 
 from __future__ import annotations
 
+import functools
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ._attach import ROOT, Selector
-from ._compiled import is_compiled, unwrap, warn_hook_on_compiled
-from ._recorders import GradRecorders, Recorder, install_recorders, remove_recorders
-from ._select import select
+from ._attach import ROOT, Selector, select
+from ._grad import hook_output_grads
+from ._point import remove_dispatchers
 from ._tree import Path, map_tensors
-from ._wrappers import ModuleName, walk
+from ._unwrap import ModuleName, is_compiled, unwrap, walk, warn_hook_on_compiled
 
-__all__ = ["Cache", "Call", "Record", "capture"]
+__all__ = ["Cache", "Call", "CaptureHook", "Record", "capture", "inert_capture_hook"]
 
 Device = Union[str, torch.device, None]
 
@@ -249,6 +277,108 @@ class Cache(Mapping[str, Record]):
         return f"<Cache {', '.join(f'{name}:{len(self._records[name])}' for name in self)}>"
 
 
+RecordCall = Callable[[str, Any, Any, Any], Any]
+"""``record(name, args, kwargs, output)``: what a capture hook calls per module call."""
+
+# torch's register_forward_hook(with_kwargs=True) puts the hook in the module's
+# dict first and marks it with_kwargs just after: a forward running in another
+# thread in between calls it without kwargs (as for a module point's dispatchers).
+_WITHOUT_KWARGS: Any = object()
+
+
+class CaptureHook:
+    """The native forward hook of one captured module.
+
+    ``record`` is ``None`` in an inert copy, which removes itself at its first call.
+    """
+
+    __slots__ = ("name", "record")
+
+    def __init__(self, name: str, record: Optional[RecordCall]) -> None:
+        self.name = name
+        self.record = record
+
+    def on_output(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> None:
+        """The hook of a capture without inputs: ``register_forward_hook(on_output)``."""
+        record = self.record
+        if record is None:
+            remove_dispatchers(module, self, None)
+            return
+        record(self.name, None, None, output)
+
+    def on_call(
+        self, module: nn.Module, args: Tuple[Any, ...], kwargs: Any, output: Any = _WITHOUT_KWARGS
+    ) -> None:
+        """The hook of a capture of inputs too (registered ``with_kwargs=True``)."""
+        if output is _WITHOUT_KWARGS:
+            kwargs, output = {}, kwargs
+        record = self.record
+        if record is None:
+            remove_dispatchers(module, self, None)
+            return
+        record(self.name, args, kwargs, output)
+
+    # A copied or pickled module (deepcopy, torch.save, AveragedModel, mp.spawn)
+    # copies its hook dicts, so their capture hooks: each copy is inert.
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        return (inert_capture_hook, (self.name,))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> CaptureHook:
+        return CaptureHook(self.name, None)
+
+    def __repr__(self) -> str:
+        return f"<CaptureHook {self.name!r}{'' if self.record is not None else ' inert'}>"
+
+
+def _ended(name: str, args: Any, kwargs: Any, output: Any) -> None:
+    """The record of a capture hook whose capture ended (a thread's call was under way)."""
+
+
+def inert_capture_hook(name: str) -> CaptureHook:
+    """The stand-in of a copied module's capture hook: it removes itself at its first call.
+
+    Example:
+        >>> import copy, torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> with hookbus.torch.capture(model) as cache:
+        ...     twin = copy.deepcopy(model)
+        ...     _ = twin(torch.ones(1, 2))
+        >>> len(cache), len(twin[0]._forward_hooks)
+        (0, 0)
+    """
+    return CaptureHook(name, None)
+
+
+def install_capture_hooks(
+    modules: List[Tuple[str, nn.Module]], record: RecordCall, with_inputs: bool
+) -> Tuple[List[CaptureHook], List[RemovableHandle]]:
+    """One capture hook per ``(name, module)``, installed; all or none (an error removes them)."""
+    hooks: List[CaptureHook] = []
+    handles: List[RemovableHandle] = []
+    try:
+        for name, module in modules:
+            hook = CaptureHook(name, record)
+            if with_inputs:
+                handle = module.register_forward_hook(hook.on_call, with_kwargs=True)
+            else:
+                handle = module.register_forward_hook(hook.on_output)
+            hooks.append(hook)
+            handles.append(handle)
+    except BaseException:
+        remove_capture_hooks(hooks, handles)
+        raise
+    return hooks, handles
+
+
+def remove_capture_hooks(hooks: List[CaptureHook], handles: List[RemovableHandle]) -> None:
+    """Remove the native hooks; a call already under way in another thread records nothing."""
+    for hook in hooks:
+        hook.record = _ended
+    for handle in handles:
+        handle.remove()
+
+
 class capture:
     """Record the outputs of the selected modules while the block runs.
 
@@ -300,9 +430,10 @@ class capture:
         self._device = torch.device(device) if device is not None else None
         self._detach, self._clone = detach, clone
         self._only_detach = detach and not clone and self._device is None
-        self._recorders: List[Recorder] = []
+        self._hooks: List[CaptureHook] = []
         self._handles: List[RemovableHandle] = []
-        self._grad_hooks = GradRecorders(self._keep) if grads else None
+        self._grads = grads
+        self._grad_handles: List[RemovableHandle] = []  # tensor hooks, removed at the end
         self._open = True
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
@@ -326,7 +457,7 @@ class capture:
 
         names = select(modules, selector, name_of)
         self.cache = Cache(names)  # first: a forward in another thread may record at once
-        self._recorders, self._handles = install_recorders(
+        self._hooks, self._handles = install_capture_hooks(
             [(name, modules[name].module) for name in names], self._record_call, inputs
         )
         if compiled:
@@ -357,8 +488,19 @@ class capture:
         if args is not None:
             args, kwargs = self._store(args), self._store(kwargs)
         call = self.cache._add(name, stored, args, kwargs)
-        if self._grad_hooks is not None:
-            self._grad_hooks.hook(call._grads, output)
+        if self._grads:
+            handles = self._grad_handles
+            store = functools.partial(self._store_grad, call._grads)
+            kept = hook_output_grads(output, store, call.index, handles)
+            if kept is not handles:
+                self._grad_handles = kept
+
+    def _store_grad(
+        self, grads: Dict[Path, torch.Tensor], grad: torch.Tensor, call_index: int, path: Path
+    ) -> None:
+        """The gradient of one captured output tensor (a ``GradHook``): stored, unchanged."""
+        if self._grads:  # False once the capture ended: a backward under way stores no more
+            grads[path] = self._keep(path, grad)
 
     def __enter__(self) -> Cache:
         if not self._open:
@@ -375,12 +517,13 @@ class capture:
 
     def _end(self) -> None:
         self._open = False
-        recorders, handles = self._recorders, self._handles
-        self._recorders, self._handles = [], []
-        remove_recorders(recorders, handles)
-        grad_hooks, self._grad_hooks = self._grad_hooks, None  # it holds self._keep: a cycle
-        if grad_hooks is not None:
-            grad_hooks.remove()
+        hooks, handles = self._hooks, self._handles
+        self._hooks, self._handles = [], []
+        remove_capture_hooks(hooks, handles)
+        self._grads = False  # first: a backward under way in another thread stores no more
+        grad_handles, self._grad_handles = self._grad_handles, []
+        for handle in grad_handles:
+            handle.remove()
 
 
 def _describe(value: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed
 
-from ._stat import Stat
+from ._moments import Stat
 from ._tree import Path, iter_tensors, map_tensors
 
 # torch.distributed is only partly typed; its calls are checked by the tests here.

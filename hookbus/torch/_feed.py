@@ -29,8 +29,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .._context import CallContext
-from ._stat import F64, Stat, flatten, merge_window, vecdot
+from ..adapter import CallContext
+from ._moments import F64, Stat, flatten, merge_window, vecdot
 from ._tree import Path, iter_tensors
 
 __all__ = ["Feed", "FeedState"]

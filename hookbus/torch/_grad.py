@@ -1,17 +1,31 @@
-"""Gradient hooks on any tensor, leaf or not, with the same ``hook(ctx)`` shape."""
+"""Gradient hooks on tensors: :func:`on_grad`, and the one tensor hook hookbus installs.
+
+Three features hook gradients: :func:`on_grad` on any tensor, the ``grad``
+hooks of a module point on its outputs, and a capture with ``grads=True``.
+Each registers a :class:`GradHook` per tensor, which hands the gradient to a
+function of the feature's own; :func:`hook_output_grads` puts them on every
+tensor of a module's output and keeps their handles for removal.
+"""
 
 from __future__ import annotations
 
+import functools
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext, reject_returned
-from .._handle import Removable
+from ..adapter import CallContext, Removable, reject_returned
+from ._tree import Path, iter_tensors
 
-__all__ = ["GradHandle", "handle_alive", "on_grad"]
+__all__ = ["Deliver", "GradHandle", "GradHook", "hook_output_grads", "on_grad"]
+
+Deliver = Callable[[torch.Tensor, int, Path], Optional[torch.Tensor]]
+"""``deliver(grad, call_index, path)``: what a :class:`GradHook` hands a gradient to.
+
+It returns the gradient to flow on instead, or ``None`` to leave it unchanged.
+"""
 
 
 class GradHandle(Removable):
@@ -92,30 +106,92 @@ def on_grad(
     if not tensor.requires_grad:
         return GradHandle(None)
     register: Any = tensor.register_hook  # untyped in torch  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    return GradHandle(register(_TensorGradHook(tensor, hook, name)))
+    deliver = functools.partial(_run_on_grad, hook, name, weakref.ref(tensor))
+    return GradHandle(register(GradHook(deliver, 0, ())))
 
 
-class _TensorGradHook:
-    __slots__ = ("hook", "name", "tensor")
+def _run_on_grad(
+    hook: Callable[[CallContext], Any],  # returns None; anything else is refused
+    name: str,
+    tensor: Callable[[], Optional[torch.Tensor]],
+    grad: torch.Tensor,
+    call_index: int,
+    path: Path,
+) -> Optional[torch.Tensor]:
+    """The :data:`Deliver` of :func:`on_grad`: one user hook, the tensor held weakly."""
+    ctx = CallContext(name, tensor(), (), {}, call_index, "grad")
+    ctx.result = grad
+    returned: Any = hook(ctx)
+    if returned is not None:
+        reject_returned(hook, ctx, returned)
+    result: Optional[torch.Tensor] = ctx.result
+    return None if result is grad else result
 
-    def __init__(
-        self, tensor: torch.Tensor, hook: Callable[[CallContext], None], name: str
-    ) -> None:
-        self.tensor = weakref.ref(tensor)  # the graph holds this hook: never the tensor
-        self.hook = hook
-        self.name = name
+
+class GradHook:
+    """The tensor hook of one tensor: hands its gradient to ``deliver``.
+
+    torch calls it with the gradient at backward; it calls
+    ``deliver(grad, call_index, path)`` with the index of the forward call that
+    made the tensor and the tensor's place in that call's output (``()`` for the
+    output itself), and returns what ``deliver`` returns (``None``: the gradient
+    flows on unchanged). The autograd graph holds it, so it holds no tensor, and
+    ``deliver`` holds no module or activation but weakly: a graph kept longer
+    keeps neither alive.
+
+    Example:
+        >>> import torch
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> def twice(grad, call_index, path):
+        ...     return grad * 2
+        >>> _ = x.register_hook(GradHook(twice, 0, ()))
+        >>> (x * 3).sum().backward()
+        >>> x.grad
+        tensor([6., 6.])
+    """
+
+    __slots__ = ("call_index", "deliver", "path")
+
+    def __init__(self, deliver: Deliver, call_index: int, path: Path) -> None:
+        self.deliver = deliver
+        self.call_index = call_index
+        self.path = path
 
     def __call__(self, grad: torch.Tensor) -> Optional[torch.Tensor]:
-        ctx = CallContext(self.name, self.tensor(), (), {}, 0, "grad")
-        ctx.result = grad
-        returned: Any = self.hook(ctx)
-        if returned is not None:
-            reject_returned(self.hook, ctx, returned)
-        result: Optional[torch.Tensor] = ctx.result
-        return None if result is grad else result
+        return self.deliver(grad, self.call_index, self.path)
 
 
-def handle_alive(handle: RemovableHandle) -> bool:
+def hook_output_grads(
+    output: Any, deliver: Deliver, call_index: int, handles: List[RemovableHandle]
+) -> List[RemovableHandle]:
+    """Put a :class:`GradHook` on each tensor of ``output`` that requires grad.
+
+    Their handles go into ``handles``, which is returned: at each power of two
+    from 256 on, as a new list without the handles whose graph is gone already
+    (the caller keeps the returned list).
+
+    Example:
+        >>> import torch
+        >>> out = (torch.ones(1, requires_grad=True) * 2, torch.zeros(1))
+        >>> seen = []
+        >>> def note(grad, call_index, path):
+        ...     seen.append(path)
+        >>> handles = hook_output_grads(out, note, 0, [])
+        >>> out[0].backward()
+        >>> len(handles), seen
+        (1, [(0,)])
+    """
+    for path, tensor in iter_tensors(output):
+        if tensor.requires_grad:
+            register: Any = tensor.register_hook  # untyped in torch  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            handles.append(register(GradHook(deliver, call_index, path)))
+            count = len(handles)
+            if count >= 256 and count & (count - 1) == 0:
+                handles = [handle for handle in handles if _graph_alive(handle)]
+    return handles
+
+
+def _graph_alive(handle: RemovableHandle) -> bool:
     """Whether the hook dict a torch ``RemovableHandle`` points into still exists."""
     hooks_ref: Any = handle.hooks_dict_ref  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     return hooks_ref() is not None

@@ -1,12 +1,34 @@
 """One hook point per module, holding native torch hooks only while bus hooks match it.
 
-A :class:`ModulePoint` has the core's point shape (``hookbus._plan.Point``)
+A :class:`ModulePoint` has the core's point shape (:class:`hookbus.adapter.Point`)
 and uses nothing of the core but that seam and public names. The registry calls
 :meth:`ModulePoint.invalidate` (after releasing its lock) whenever a hook that may
 match the module is added or removed. The point then asks the registry for its
 plan and installs or removes its native dispatchers to match: at most one native
 hook per phase, however many bus hooks match, and none at all when none match,
 so the module runs at native speed.
+
+torch calls a module's pre and post dispatchers from ``Module._call_impl``
+without saying which call they belong to; the interpreter's frames do, and the
+helpers of the second section read them (:func:`call_keys`, :func:`running_calls`,
+:func:`forward_raised`).
+
+Copies of hooked models (the last section). Following torch's stance that hooks
+are not part of a model's state, a copy of a module carries no bus hook. A
+module's hook dicts hold the point's native dispatchers, its bound methods;
+copying or pickling the module copies them, and the point then copies itself
+as an *inert point*: one on a private bus with no hooks, whose only action, at
+the module's first call of a dispatcher (forward, or backward if hookbus had
+only backward hooks there), is to remove its dispatchers from the copy's hook
+dicts and put back torch's full-backward mark. From then on the copy runs at
+native speed, and its hook dicts are those of a module never hooked.
+
+Why not simply leave no dispatcher in the copy: ``copy.deepcopy`` copies a
+bound method as the same function bound to a copy of its object, and pickle as
+its object and method name, so a copy's hook dicts always hold *some* method of
+*some* point. The inert point is the point that does nothing. A capture's own
+hooks (``_capture.CaptureHook``) copy themselves the same way, as inert hooks
+that call :func:`remove_dispatchers` at their first call.
 """
 
 from __future__ import annotations
@@ -16,25 +38,38 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
+from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .._context import CallContext, Layout, layout_of, rebind, reject_returned
-from .._dispatch import run_phase
-from .._errors import add_note, describe
-from .._handle import where_defined
-from ._calls import INTERNAL_STOPS, call_keys, forward_raised, running_calls
-from ._copies import inert_point
-from ._grad import handle_alive
-from ._tree import Path, iter_tensors, leaves_the_graph
+from ..adapter import (
+    CallContext,
+    EventBus,
+    Handle,
+    Layout,
+    add_note,
+    describe,
+    layout_of,
+    rebind,
+    reject_returned,
+    run_phase,
+    where_defined,
+)
+from ._grad import hook_output_grads
+from ._tree import Path, leaves_the_graph
 
-if TYPE_CHECKING:
-    from .._bus import EventBus
-    from .._handle import Handle
-
-__all__ = ["KINDS", "ModulePoint"]
+__all__ = [
+    "INTERNAL_STOPS",
+    "KINDS",
+    "ModulePoint",
+    "call_keys",
+    "forward_raised",
+    "inert_point",
+    "remove_dispatchers",
+    "running_calls",
+]
 
 KINDS = ("pre", "post", "exception", "backward_pre", "backward", "grad")
 """The hook kinds a module point runs (the last three are added by this adapter)."""
@@ -243,14 +278,6 @@ class ModulePoint:
         if not any(hooks) and not ("backward_pre" in self._natives or "backward" in self._natives):
             module._is_full_backward_hook = self._full_backward_flag
 
-    def track_grad_handle(self, handle: RemovableHandle) -> None:
-        """Remember a tensor hook so that :meth:`uninstall` can remove it."""
-        handles = self._grad_handles
-        handles.append(handle)
-        if len(handles) >= 256 and len(handles) & (len(handles) - 1) == 0:
-            # At each power of two, drop the hooks whose graph is gone already.
-            self._grad_handles = [h for h in handles if handle_alive(h)]
-
     # --- the native dispatchers: short, they run on every module call ----------------
 
     def _stack(self) -> List[Tuple[int, Optional[CallContext]]]:
@@ -258,7 +285,7 @@ class ModulePoint:
 
         Each entry is keyed by the call: the id of the frame that calls the
         dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
-        :func:`~hookbus.torch._calls.call_keys`). So a post dispatcher takes the context of its own
+        :func:`call_keys`). So a post dispatcher takes the context of its own
         call whatever other hooks did to the args, and a call that never reached
         its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
         push drops. A stored context holds no argument of its call (see ``_on_pre``).
@@ -388,7 +415,10 @@ class ModulePoint:
             self._run(self._post, self._post_fast, ctx)
         result = ctx.result
         if self._grad:
-            hook_output_grads(self, ctx.call_index, result)
+            handles = self._grad_handles  # kept to remove at uninstall()
+            kept = hook_output_grads(result, self._on_grad, ctx.call_index, handles)
+            if kept is not handles:
+                self._grad_handles = kept
         return None if result is output else self._replaced(output, result)
 
     def _replaced(self, output: Any, result: Any) -> Any:
@@ -459,6 +489,21 @@ class ModulePoint:
         run_phase(self.registry, self._backward, ctx)
         return None if ctx.result is grad_input else ctx.result
 
+    def _on_grad(self, grad: torch.Tensor, call_index: int, path: Path) -> Optional[torch.Tensor]:
+        """The gradient of one output tensor of forward call ``call_index`` (a ``GradHook``).
+
+        The ``grad`` hooks that match at backward run, not those of the forward.
+        """
+        handles = self._grad
+        if not handles:
+            return None  # the hooks went since forward
+        ctx = CallContext(self.name, self._module(), (), {}, call_index, "grad", self)
+        ctx.result = grad
+        ctx.data["path"] = path
+        run_phase(self.registry, handles, ctx)
+        result: Optional[torch.Tensor] = ctx.result
+        return None if result is grad else result
+
     def __repr__(self) -> str:
         state = "hooked" if self._natives else "no hooks"
         return f"<ModulePoint {self.name!r} {state}>"
@@ -472,36 +517,120 @@ class ModulePoint:
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
 
 
-def hook_output_grads(point: ModulePoint, call_index: int, output: Any) -> None:
-    """Register a gradient dispatcher on each tensor of ``output`` that requires grad."""
-    for path, tensor in iter_tensors(output):
-        if tensor.requires_grad:
-            register: Any = tensor.register_hook  # untyped in torch  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-            point.track_grad_handle(register(_GradDispatch(point, call_index, path)))
+# --- which module call a dispatcher runs in, told from the frames ----------------------
+
+_MODULE_CLASS: Any = torch.nn.Module
+_CALL_IMPL = _MODULE_CLASS._call_impl.__code__
 
 
-class _GradDispatch:
-    """The tensor hook of one module output: runs the point's ``grad`` hooks on its grad.
+def _internal_stops() -> Tuple[type, ...]:
+    # Non-reentrant checkpointing stops a recomputation in backward by raising this
+    # private error through the modules, then swallows it: no error of theirs.
+    from torch.utils import checkpoint
 
-    It holds the point (which holds its module weakly), never the tensor, so the
-    autograd graph it lives in keeps no module or activation alive.
+    stop = getattr(checkpoint, "_StopRecomputationError", None)
+    return (stop,) if isinstance(stop, type) else ()
+
+
+INTERNAL_STOPS = _internal_stops()
+"""Errors torch raises through modules and swallows itself: no error of theirs."""
+
+
+def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:
+    """The keys the pre dispatcher may have used for a call whose forward raised.
+
+    Here torch calls the post dispatcher from ``_call_impl`` itself, whose frame
+    is ``caller``; the pre dispatcher was called from the ``inner`` closure that
+    raised, the next frame of the error's traceback.
     """
+    tb = error.__traceback__ if error is not None else None
+    if tb is not None and tb.tb_next is not None:
+        return (id(tb.tb_next.tb_frame), id(caller))
+    return (id(caller),)
 
-    __slots__ = ("call_index", "path", "point")
 
-    def __init__(self, point: ModulePoint, call_index: int, path: Path) -> None:
-        self.point = point
-        self.call_index = call_index
-        self.path = path
+def running_calls() -> Set[int]:
+    """The keys of every module call running in this thread (see ``_stack``)."""
+    running: Set[int] = set()
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        back = frame.f_back
+        if frame.f_code is _CALL_IMPL or (back is not None and back.f_code is _CALL_IMPL):
+            running.add(id(frame))
+        frame = back
+    return running
 
-    def __call__(self, grad: torch.Tensor) -> Optional[torch.Tensor]:
-        point = self.point
-        handles = point._grad
-        if not handles:
-            return None  # the hooks went since forward
-        ctx = CallContext(point.name, point.module, (), {}, self.call_index, "grad", point)
-        ctx.result = grad
-        ctx.data["path"] = self.path
-        run_phase(point.registry, handles, ctx)
-        result: Optional[torch.Tensor] = ctx.result
-        return None if result is grad else result
+
+def forward_raised(caller: Any) -> bool:
+    """Whether ``caller`` (Module._call_impl) is handling an error raised by forward."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return False
+    tb = error.__traceback__
+    return tb is not None and tb.tb_frame is caller
+
+
+# --- copies: what a deepcopy, pickle or torch.save gets instead of hooks ----------------
+
+# The private bus of inert points: it never gets a hook.
+_NO_HOOKS = EventBus("hookbus.torch copies")
+
+
+def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
+    """The stand-in of a copied module's point (``ModulePoint`` pickles to this call).
+
+    Example:
+        >>> import copy, torch, hookbus, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+        >>> _ = net.post("0", lambda ctx: print("hooked"))
+        >>> twin = copy.deepcopy(model)
+        >>> _ = twin(torch.ones(1, 2))  # no bus hook runs on the copy
+        >>> len(twin[0]._forward_hooks)  # the stand-in left at the first call
+        0
+        >>> _ = model(torch.ones(1, 2))
+        hooked
+    """
+    placeholder = nn.Identity()  # the point holds its module weakly: this one dies at once
+    point = ModulePoint(_NO_HOOKS, name, placeholder)
+    point.attached = False
+    point._full_backward_flag = full_backward_flag
+
+    def remove(ctx: CallContext) -> None:
+        remove_dispatchers(ctx.target, point, full_backward_flag)
+
+    # The dispatch loops run "hooks" from these: a handle for the slow loops (the
+    # backward phases), the bare callable for the fast ones (forward).
+    point._pre = point._post = point._backward_pre = point._backward = (
+        Handle.plain(_NO_HOOKS, "post", name, remove),
+    )
+    point._pre_fast = point._post_fast = point._post_alone = (remove,)
+    return point
+
+
+def remove_dispatchers(module: nn.Module, owner: Any, full_backward_flag: Optional[bool]) -> None:
+    """Remove from ``module`` every native hook that is a method of ``owner``.
+
+    Safe during a forward call: torch iterates over copies of the hook dicts, except
+    when forward raised, and then this is not called (only post hooks run there,
+    and an inert point's post dispatcher passes errors through untouched).
+    """
+    hooked: Any = module  # torch leaves the hook dicts partly untyped
+    dicts = (
+        hooked._forward_pre_hooks,
+        hooked._forward_hooks,
+        hooked._backward_pre_hooks,
+        hooked._backward_hooks,
+    )
+    removed_backward = False
+    for position, hooks in enumerate(dicts):
+        mine = [key for key, hook in hooks.items() if getattr(hook, "__self__", None) is owner]
+        for key in mine:
+            del hooks[key]
+            hooked._forward_pre_hooks_with_kwargs.pop(key, None)
+            hooked._forward_hooks_with_kwargs.pop(key, None)
+            hooked._forward_hooks_always_called.pop(key, None)
+            removed_backward = removed_backward or position >= 2
+    if removed_backward and not (hooked._backward_hooks or hooked._backward_pre_hooks):
+        module._is_full_backward_hook = full_backward_flag

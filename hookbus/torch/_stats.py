@@ -26,11 +26,10 @@ from typing import (
 import torch
 from torch import nn
 
-from .._bus import EventBus
-from .._handle import Handle
+from ..adapter import EventBus, Handle
 from ._attach import Attachment, Selector, attach, find_attachment
 from ._feed import Feed, FeedState
-from ._stat import F64, Stat
+from ._moments import F64, Stat
 
 __all__ = ["OF", "Stats", "stats"]
 

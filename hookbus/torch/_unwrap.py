@@ -1,4 +1,4 @@
-"""See-through names: the modules of a wrapped model named as in the bare model.
+"""Seeing through wrappers: bare module names, compiled models, and the user's line.
 
 Training stacks wrap models in modules whose only child is the model (or one of
 its layers): ``DistributedDataParallel`` and ``DataParallel`` add ``module``,
@@ -9,16 +9,33 @@ name* leaves those levels out, so ``"0"`` names the same layer with or without
 the wrappers, and a selector written for the bare model works on the wrapped one.
 FSDP2 (``fully_shard``) and ``gradient_checkpointing_enable()`` insert no module
 and change no name.
+
+A ``torch.compile``'d model is unwrapped to the module that runs; since torch
+may ignore hooks added to it later, the adapter warns, and its warnings, like
+all of ``hookbus.torch``'s, point at the user's line, outside the wrappers and
+outside hookbus (:func:`stacklevel_outside_hookbus`).
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from torch import nn
 
-__all__ = ["WRAPPERS", "ModuleName", "bare_names", "walk", "wrapped_attribute"]
+__all__ = [
+    "WRAPPERS",
+    "CompiledModelWarning",
+    "ModuleName",
+    "bare_names",
+    "is_compiled",
+    "stacklevel_outside_hookbus",
+    "unwrap",
+    "walk",
+    "warn_hook_on_compiled",
+    "wrapped_attribute",
+]
 
 WRAPPERS: Tuple[Tuple[str, str, str], ...] = (
     ("torch.nn.parallel.distributed", "DistributedDataParallel", "module"),
@@ -159,3 +176,62 @@ def bare_names(model: nn.Module) -> Dict[str, str]:
         {'': '', 'module': '', 'module.0': '0', 'module.1': '1'}
     """
     return {found.raw: found.bare for found in walk(model)}
+
+
+# --- compiled models ------------------------------------------------------------------
+
+
+class CompiledModelWarning(UserWarning):
+    """Hooks were installed on a ``torch.compile``'d model: torch may ignore them.
+
+    Example:
+        >>> import warnings, hookbus.torch
+        >>> warnings.simplefilter("ignore", hookbus.torch.CompiledModelWarning)
+    """
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``torch.compile`` wrapper or was ``model.compile()``'d."""
+    return isinstance(getattr(model, "_orig_mod", None), nn.Module) or (
+        getattr(model, "_compiled_call_impl", None) is not None
+    )
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module that runs: ``torch.compile(model)`` wraps it in ``_orig_mod``."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
+def warn_hook_on_compiled(module_name: str, phase: str) -> None:
+    """Warn that a native ``phase`` hook went on module ``module_name`` of a compiled model."""
+    warnings.warn(
+        f"hookbus.torch: a native {phase} hook was installed on module {module_name!r} "
+        f"of a torch.compile'd model. If the compiled model already ran while it had no "
+        f"hooks, torch ignores hooks added since "
+        f"(torch._dynamo.config.skip_nnmodule_hook_guards): "
+        f"register hooks before its first call, or call torch._dynamo.reset(). A model "
+        f"that had hooks then recompiles at each change instead.",
+        CompiledModelWarning,
+        stacklevel=stacklevel_outside_hookbus(),
+    )
+
+
+# --- where warnings point --------------------------------------------------------------
+
+
+def stacklevel_outside_hookbus() -> int:
+    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here.
+
+    Call it from the function that calls ``warnings.warn``.
+
+    Example:
+        >>> stacklevel_outside_hookbus() >= 2
+        True
+    """
+    frame = sys._getframe(2)  # the caller of the function that warns
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
