@@ -23,8 +23,9 @@ Hooks around a call
       ``_plan.PointPlan``); its slow twin is :func:`call_with_hooks`; parity:
       ``tests/test_hook_point_fast_loop.py``.
     * :func:`call_with_hooks` / :func:`call_with_hooks_async`: the whole sequence;
-      they loop over around hooks for their set-up, and :func:`resume_arounds` /
-      :func:`resume_arounds_async` for their teardown.
+      around hooks' set-up loops in :func:`start_arounds` (the async twin inline) and
+      their teardown in :func:`resume_arounds` / :func:`resume_arounds_async`; the torch
+      adapter's module points use the first two as well.
     * :func:`run_phase` / :func:`run_phase_async`: the hooks of one phase on one
       ``CallContext``; every other path ends here, the exception phase included
       (:func:`recover_or_raise`).
@@ -65,6 +66,7 @@ __all__ = [
     "recover_or_raise",
     "resume_arounds",
     "run_phase",
+    "start_arounds",
 ]
 
 
@@ -394,16 +396,8 @@ def call_with_hooks(
         )
     started: List[Tuple[Handle, Any]] = []
     try:
-        bare = plan.around_hooks  # no rare option: no runner to ask
-        for position, handle in enumerate(plan.around):  # 1.
-            hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
-            if hook is not None:
-                around = hook(ctx)
-                try:
-                    next(around)
-                except StopIteration:
-                    raise _did_not_yield(handle, ctx) from None
-                started.append((handle, around))
+        if plan.around:  # 1.
+            start_arounds(plan.around, plan.around_hooks, ctx, started)
         try:
             if plan.pre:  # 2.
                 run_phase(registry, plan.pre, ctx)
@@ -436,6 +430,29 @@ def call_with_hooks(
     if started:
         return resume_arounds(started, ctx, result, None)  # 5.
     return result
+
+
+def start_arounds(
+    handles: Tuple[Handle, ...],
+    bare: Optional[Tuple[Callable[..., Any], ...]],
+    ctx: CallContext,
+    started: List[Tuple[Handle, Any]],
+) -> None:
+    """Run around hooks up to their ``yield``, outermost first, appending each to ``started``.
+
+    ``bare``: their callables, when none has a rare option (the plan's
+    ``around_hooks``). If one raises, those in ``started`` must be resumed with
+    the error (:func:`resume_arounds`): the caller does it, as it does after the call.
+    """
+    for position, handle in enumerate(handles):
+        hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
+        if hook is not None:
+            around = hook(ctx)
+            try:
+                next(around)
+            except StopIteration:
+                raise _did_not_yield(handle, ctx) from None
+            started.append((handle, around))
 
 
 def resume_arounds(

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
-from ._dispatch import run_phase
+from ._dispatch import resume_arounds, run_phase, start_arounds
 from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined
 from ._names import Matcher, check_name, is_pattern, matcher_for
@@ -69,6 +69,8 @@ __all__ = [
     "matcher_for",
     "rebind",
     "reject_returned",
+    "resume_arounds",
     "run_phase",
+    "start_arounds",
     "where_defined",
 ]

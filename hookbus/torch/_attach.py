@@ -495,6 +495,44 @@ class Attachment(Removable):
         return self._register("post", selector, hook, options)
 
     @overload
+    def around(
+        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> Handle: ...
+    @overload
+    def around(
+        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+    ) -> HandleGroup: ...
+    def around(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+        """Around hook: a generator taking ``ctx`` that spans the module's forward.
+
+        Before its ``yield``: the set-up, before every pre hook. After it: the
+        teardown, after every post and exception hook, whatever happened (torch's
+        ``always_call``); ``ctx.result`` is the output, to read or replace. If the
+        forward (or a hook) raised an ``Exception``, it is raised at the ``yield``;
+        torch re-raises the forward's own error after its hooks, so translating or
+        recovering it there warns (do that around a ``bus.wrap`` point). A
+        recomputation stopped by activation checkpointing is no error: the generator
+        is closed (its ``finally`` runs). See :meth:`hookbus.EventBus.around`.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(2, 2))
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+            >>> def timed(ctx):
+            ...     print("enter", ctx.name)
+            ...     try:
+            ...         yield
+            ...     finally:
+            ...         print("exit", ctx.name)
+            >>> _ = net.around("0", timed)
+            >>> _ = model(torch.ones(1, 2))
+            enter 0
+            exit 0
+        """
+        return self._register("around", selector, hook, options)
+
+    @overload
     def exception(
         self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...

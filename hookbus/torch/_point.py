@@ -54,7 +54,9 @@ from ..adapter import (
     layout_of,
     rebind,
     reject_returned,
+    resume_arounds,
     run_phase,
+    start_arounds,
     where_defined,
 )
 from ._grad import hook_output_grads
@@ -71,8 +73,13 @@ __all__ = [
     "running_calls",
 ]
 
-KINDS = ("pre", "post", "exception", "backward_pre", "backward", "grad")
+KINDS = ("around", "pre", "post", "exception", "backward_pre", "backward", "grad")
 """The hook kinds a module point runs (the last three are added by this adapter)."""
+
+# What a pre dispatcher passes on to the rest of its call: (the call's key, its
+# context or None when an around hook's set-up raised, the around hooks started).
+_Entry = Tuple[int, Optional[CallContext], List[Tuple["Handle", Any]]]
+_NO_STARTED: List[Tuple[Handle, Any]] = []  # never appended to: start_arounds gets a new list
 
 _Hooks = Tuple["Handle", ...]
 _Fast = Optional[Tuple[Callable[..., Any], ...]]
@@ -98,6 +105,7 @@ class ModulePoint:
     __slots__ = (
         "__weakref__",
         "_always",
+        "_around",
         "_backward",
         "_backward_calls",
         "_backward_pre",
@@ -152,6 +160,7 @@ class ModulePoint:
         self._natives: Dict[str, RemovableHandle] = {}
         self._layout: Optional[Layout] = None
         self._local = threading.local()
+        self._around: _Hooks = ()
         self._pre: _Hooks = ()
         self._pre_fast: _Fast = None
         self._post: _Hooks = ()
@@ -210,7 +219,8 @@ class ModulePoint:
             hooks = plan.hooks if plan is not None else _NO_PLAN
             fast = plan.fast if plan is not None else {}
             pre, post, exception = hooks["pre"], hooks["post"], hooks["exception"]
-            grad = hooks["grad"]
+            grad, around = hooks["grad"], hooks["around"]
+            self._around = around
             self._pre, self._pre_fast = pre, fast.get("pre")
             self._post, self._post_fast = post, fast.get("post")
             self._exception, self._grad = exception, grad
@@ -218,11 +228,13 @@ class ModulePoint:
             # While a context stored by a pre hook of this thread waits for its post
             # dispatcher (a once pre hook went in mid-call), post dispatchers look for it.
             pending = self._shared and bool(self._live_stack())
-            self._shared = (bool(pre) or pending) and bool(post or exception or grad)
+            self._shared = bool(around) or (
+                (bool(pre) or pending) and bool(post or exception or grad)
+            )
             self._always = bool(exception) or self._shared
             self._post_alone = None if self._always or grad else self._post_fast
-            self._sync(module, "pre", bool(pre))
-            self._sync(module, "post", bool(post or exception or grad))
+            self._sync(module, "pre", bool(pre or around))
+            self._sync(module, "post", bool(post or exception or grad or around))
             self._sync(module, "backward_pre", bool(self._backward_pre))
             self._sync(module, "backward", bool(self._backward))
 
@@ -237,7 +249,7 @@ class ModulePoint:
                 handle.remove()
             self._grad_handles = []
             self._local = threading.local()
-            self._pre = self._post = self._exception = ()
+            self._around = self._pre = self._post = self._exception = ()
             self._backward_pre = self._backward = self._grad = ()
             self._pre_fast = self._post_fast = self._post_alone = None
 
@@ -280,7 +292,7 @@ class ModulePoint:
 
     # --- the native dispatchers: short, they run on every module call ----------------
 
-    def _stack(self) -> List[Tuple[int, Optional[CallContext]]]:
+    def _stack(self) -> List[_Entry]:
         """This thread's contexts passed from pre hooks to the rest of their call.
 
         Each entry is keyed by the call: the id of the frame that calls the
@@ -291,12 +303,12 @@ class ModulePoint:
         push drops. A stored context holds no argument of its call (see ``_on_pre``).
         """
         try:
-            stack: List[Tuple[int, Optional[CallContext]]] = self._local.stack
+            stack: List[_Entry] = self._local.stack
         except AttributeError:
             stack = self._local.stack = []
         return stack
 
-    def _live_stack(self) -> List[Tuple[int, Optional[CallContext]]]:
+    def _live_stack(self) -> List[_Entry]:
         """This thread's stack without the entries of calls that ended already.
 
         Rare: needed when the module calls itself, or a call ended without its
@@ -308,17 +320,17 @@ class ModulePoint:
             stack[:] = [entry for entry in stack if entry[0] in running]
         return stack
 
-    def _pop_shared(self, keys: Tuple[int, ...]) -> Tuple[bool, Optional[CallContext]]:
-        """(found, context) of the entry this call's pre dispatcher pushed, if any."""
+    def _pop_shared(self, keys: Tuple[int, ...]) -> Optional[_Entry]:
+        """The entry this call's pre dispatcher pushed, if any."""
         stack = self._stack()
         if stack and stack[-1][0] in keys:  # the common case: the top entry
-            return True, stack.pop()[1]
+            return stack.pop()
         for position in range(len(stack) - 2, -1, -1):
             if stack[position][0] in keys:
-                ctx = stack[position][1]
+                entry = stack[position]
                 del stack[position:]  # entries above it: calls inside it that ended early
-                return True, ctx
-        return False, None
+                return entry
+        return None
 
     def _run(self, handles: _Hooks, fast: _Fast, ctx: CallContext) -> None:
         # One module call's pre or post hooks: the core's phase loop (an inline copy
@@ -338,13 +350,26 @@ class ModulePoint:
         if stack:
             stack = self._live_stack()
         key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
-        stack.append((key, None))  # a pre hook raising: no exception hooks for this call
+        started: List[Tuple[Handle, Any]] = _NO_STARTED
+        if self._around:
+            stack.append((key, None, _NO_STARTED))  # a set-up raising: nothing else runs
+            started = []
+            try:
+                start_arounds(self._around, None, ctx, started)
+            except BaseException as error:
+                if started:  # torch calls no hook of ours for this: resume them here
+                    resume_arounds(started, ctx, None, error)
+                raise
+            stack[-1] = (key, ctx, started)
+        else:
+            stack.append((key, ctx, started))
+        # A pre hook's error reaches the exception hooks and the around hooks' teardown:
+        # torch calls the post dispatcher (always_call), which finds this entry.
         self._run(self._pre, self._pre_fast, ctx)
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
         rebind(ctx, "pre", None, (), _NO_KWARGS)
-        stack[-1] = (key, ctx)
         if new_args is args and new_kwargs is kwargs:
             return None
         return new_args, new_kwargs
@@ -392,10 +417,13 @@ class ModulePoint:
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
     ) -> Any:
         ctx: Optional[CallContext] = None
+        started = _NO_STARTED
         if self._shared:
-            ctx = self._pop_shared((id(sys._getframe(2)),))[1]  # _on_post's caller
-            if not self._pre:  # a stored context was pending: back to the fast path if none is
-                self.invalidate()
+            entry = self._pop_shared((id(sys._getframe(2)),))  # _on_post's caller
+            if entry is not None:
+                ctx, started = entry[1], entry[2]
+            if not (self._pre or self._around):  # a stored context was pending: back to
+                self.invalidate()  # the fast path if none is
         if ctx is None:
             ctx = CallContext.for_call(
                 self.name, module, args, kwargs, next(self._calls), "post", self
@@ -404,7 +432,16 @@ class ModulePoint:
             rebind(ctx, "post", module, args, kwargs)
         ctx.result = output
         if self._post:
-            self._run(self._post, self._post_fast, ctx)
+            try:
+                self._run(self._post, self._post_fast, ctx)
+            except Exception as error:
+                # Raised in this dispatcher, so ours to finish: the exception hooks see
+                # it and may recover, the around hooks' teardown too; what is left
+                # propagates through torch.
+                ctx.result = self._after_post_error(ctx, started, error)
+                started = _NO_STARTED
+        if started:
+            ctx.result = resume_arounds(started, ctx, ctx.result, None)  # may raise
         result = ctx.result
         if self._grad:
             handles = self._grad_handles  # kept to remove at uninstall()
@@ -412,6 +449,23 @@ class ModulePoint:
             if kept is not handles:
                 self._grad_handles = kept
         return None if result is output else self._replaced(output, result)
+
+    def _after_post_error(
+        self, ctx: CallContext, started: List[Tuple[Handle, Any]], error: Exception
+    ) -> Any:
+        """A post hook raised ``error``: exception hooks, then the around hooks' teardown.
+
+        Returns the output a hook recovered, or raises what error is left.
+        """
+        rebind(ctx, "exception", ctx.target, ctx.args, ctx.kwargs, error)
+        if self._exception:
+            run_phase(self.registry, self._exception, ctx)
+        left = None if ctx.recovered else ctx.exception
+        if started:
+            return resume_arounds(started, ctx, None if left else ctx.result, left)
+        if left is not None:
+            raise left
+        return ctx.result
 
     def _replaced(self, output: Any, result: Any) -> Any:
         """The output a post hook assigned, checked: the rare path, off the common one."""
@@ -435,20 +489,45 @@ class ModulePoint:
         caller: Any,
     ) -> None:
         ctx: Optional[CallContext] = None
+        started = _NO_STARTED
         if self._shared:
-            found, ctx = self._pop_shared(call_keys(caller, error))
-            if found and ctx is None:
-                return  # a pre hook of ours raised: the call never started
-        if not self._exception or isinstance(error, INTERNAL_STOPS):
-            return  # not an error of the call: torch swallows it (checkpointing)
+            entry = self._pop_shared(call_keys(caller, error))
+            if entry is not None:
+                ctx, started = entry[1], entry[2]
+                if ctx is None:
+                    return  # an around hook's set-up raised: nothing else started
+        if isinstance(error, INTERNAL_STOPS):
+            for _, around in started:
+                around.close()  # not an error of the call (checkpointing): finally blocks run
+            return
         if ctx is None:
+            if not self._exception:
+                return
             ctx = CallContext.for_call(
                 self.name, module, args, kwargs, next(self._calls), "exception", self
             )
         rebind(ctx, "exception", module, args, kwargs, error)
-        run_phase(self.registry, self._exception, ctx)  # every exception hook runs
+        if self._exception:
+            run_phase(self.registry, self._exception, ctx)  # every exception hook runs
         replaced = ctx.exception
-        if replaced is not error and replaced is not None:
+        if started:
+            try:
+                resume_arounds(started, ctx, None, replaced)
+            except BaseException as left:
+                replaced = left
+            else:
+                replaced = None  # an around hook recovered: torch re-raises all the same
+        if replaced is None:
+            warnings.warn(
+                f"hookbus: ctx.recover() cannot change the result of the module call "
+                f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
+                f"{type(error).__name__} propagates. Recover around the call instead, with "
+                f"bus.wrap(model, 'name') and an exception hook on that name",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
+        if replaced is not error:
             # torch re-raises the module's own error after its hooks: say so.
             warnings.warn(
                 f"hookbus: an exception hook on module {self.name!r} raised "
