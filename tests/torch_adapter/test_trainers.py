@@ -394,3 +394,50 @@ def test_mmengine_stops_at_the_end_of_the_epoch_a_hook_asked_in(tmp_path: Path) 
 def test_attach_refuses_what_is_no_trainer() -> None:
     with pytest.raises(TypeError, match=r"takes a transformers\.Trainer"):
         trainers.attach(nn.Linear(1, 1))
+
+
+RUNS = {"hf": hf_run, "lightning": lightning_run, "mmengine": mmengine_run}
+
+
+class Broken:
+    hook_events = training.EVENTS
+
+    def after_train_iter(self, runner: Any, **_: Any) -> None:
+        raise ValueError("broken hook")
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_priorities_and_the_log_policy_hold_under(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = hookbus.EventBus(errors="log")
+    order: List[str] = []
+
+    class Low:
+        hook_events = training.EVENTS
+        hook_priority = "LOW"
+
+        def after_train_iter(self, runner: Any, **_: Any) -> None:
+            order.append("low")
+
+    class High(Low):
+        hook_priority = "HIGH"
+
+        def after_train_iter(self, runner: Any, **_: Any) -> None:
+            order.append("high")
+
+    for hook in (Low(), Broken(), High()):  # registration order doesn't matter
+        bus.subscribe(hook)
+    with caplog.at_level("ERROR", logger="hookbus"):
+        RUNS[kind](tmp_path, bus, epochs=1)
+    assert order == ["high", "low"] * 4  # every step ran, in priority order
+    errors = [r for r in caplog.records if r.name == "hookbus" and r.exc_info]
+    assert [type(r.exc_info[1]) for r in errors if r.exc_info] == [ValueError] * 4
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_a_hook_error_under_the_raise_policy_ends_the_run(kind: str, tmp_path: Path) -> None:
+    bus = hookbus.EventBus()
+    bus.subscribe(Broken())
+    with pytest.raises(ValueError, match="broken hook"):
+        RUNS[kind](tmp_path, bus, epochs=1)
