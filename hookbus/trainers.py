@@ -475,13 +475,13 @@ def mmengine_hook(bus: Optional[hookbus.EventBus] = None) -> Any:
 
         def _relay(self, event: str, runner: Any, **keywords: Any) -> None:
             view = self.relay.runner
-            view.trainer, view.model, view.epoch = runner, runner.model, runner.epoch
+            # mmengine's runner.iter counts the finished iterations, as TrainerRunner.iter does.
+            view.trainer, view.model = runner, runner.model
+            view.epoch, view.iter = runner.epoch, runner.iter
             if event in _MMENGINE_ITER_EVENTS:
                 keywords.setdefault("data_batch", None)
                 if event.startswith("after_"):
                     keywords["outputs"] = _as_outputs(keywords.get("outputs"))
-            if event == training.AFTER_TRAIN_ITER or event == training.BEFORE_TRAIN_ITER:
-                view.iter = runner.iter
             self.relay.emit(event, {"runner": runner}, **keywords)
 
     def relayer(event: str) -> Callable[..., None]:
