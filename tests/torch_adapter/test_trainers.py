@@ -28,6 +28,7 @@ class Recorder:
         self.iters: List[Tuple[int, int, float]] = []  # (epoch, runner.iter, loss)
         self.metrics: List[Dict[str, Any]] = []
         self.runners: set[int] = set()
+        self.finished_iters = -1  # runner.iter at after_run
 
     def _saw(self, event: str, runner: Any) -> None:
         assert isinstance(runner, trainers.TrainerRunner)
@@ -44,6 +45,8 @@ class Recorder:
                 self.iters.append((runner.epoch, runner.iter, keywords["outputs"]["loss"]))
             if name == training.AFTER_VAL_EPOCH:
                 self.metrics.append(keywords["metrics"])
+            if name == training.AFTER_RUN:
+                self.finished_iters = runner.iter
 
         return record
 
@@ -157,6 +160,7 @@ def test_hf_trainer_emits_the_mapped_events(tmp_path: Path) -> None:
     assert len(recorder.metrics) == 2  # one evaluation per epoch
     assert isinstance(recorder.metrics[0]["eval_loss"], float)
     assert len(recorder.runners) == 1
+    assert recorder.finished_iters == 8
 
 
 def test_hf_trainer_stops_when_a_hook_asks(tmp_path: Path) -> None:
@@ -265,6 +269,7 @@ def test_lightning_emits_the_mapped_events(tmp_path: Path) -> None:
     assert all(isinstance(loss, float) for _, _, loss in recorder.iters)
     assert isinstance(recorder.metrics[0]["val_loss"], float)
     assert len(recorder.runners) == 1
+    assert recorder.finished_iters == 8
 
 
 def test_lightning_stops_when_a_hook_asks(tmp_path: Path) -> None:
@@ -374,6 +379,7 @@ def test_mmengine_emits_the_same_named_events(tmp_path: Path) -> None:
     assert all(isinstance(loss, float) for _, _, loss in recorder.iters)
     assert isinstance(recorder.metrics[0]["mse"], float)
     assert len(recorder.runners) == 1
+    assert recorder.finished_iters == 8
 
 
 def test_mmengine_stops_at_the_end_of_the_epoch_a_hook_asked_in(tmp_path: Path) -> None:
