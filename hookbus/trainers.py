@@ -176,7 +176,7 @@ def hf_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
     """
     transformers = _framework("hf", "hf_callback")
 
-    class HookbusCallback(transformers.TrainerCallback):  # type: ignore[misc,name-defined]  # pyright: ignore
+    class HookbusCallback(transformers.TrainerCallback):  # type: ignore[misc,name-defined]
         """Relays the Trainer's callback points to hookbus's training events."""
 
         def __init__(self) -> None:
@@ -304,7 +304,7 @@ def lightning_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
     """
     pl = _framework("lightning", "lightning_callback")
 
-    class HookbusCallback(pl.Callback):  # type: ignore[misc,name-defined]  # pyright: ignore
+    class HookbusCallback(pl.Callback):  # type: ignore[misc,name-defined]
         """Relays Lightning's callback points to hookbus's training events."""
 
         def __init__(self) -> None:
@@ -464,7 +464,7 @@ def mmengine_hook(bus: Optional[hookbus.EventBus] = None) -> Any:
     """
     hooks = _framework("mmengine", "mmengine_hook")
 
-    class HookbusHook(hooks.Hook):  # type: ignore[misc,name-defined]  # pyright: ignore
+    class HookbusHook(hooks.Hook):  # type: ignore[misc,name-defined]
         """Relays mmengine's hook stages to the same-named hookbus events."""
 
         def __init__(self) -> None:
@@ -521,18 +521,21 @@ def attach(trainer: Any, bus: Optional[hookbus.EventBus] = None) -> TrainerRunne
     if transformers is not None and isinstance(trainer, transformers.Trainer):
         callback = hf_callback(bus)
         trainer.add_callback(callback)
-        callback.relay.runner.trainer = trainer
-        return callback.relay.runner  # type: ignore[no-any-return]
+        runner: TrainerRunner = callback.relay.runner
+        runner.trainer = trainer  # the Trainer passes itself to no callback
+        return runner
     lightning = sys.modules.get("lightning.pytorch")
     if lightning is not None and isinstance(trainer, lightning.Trainer):
         callback = lightning_callback(bus)
         trainer.callbacks.append(callback)
-        return callback.relay.runner  # type: ignore[no-any-return]
+        runner = callback.relay.runner
+        return runner
     runner_module = sys.modules.get("mmengine.runner")
     if runner_module is not None and isinstance(trainer, runner_module.Runner):
         hook = mmengine_hook(bus)
         trainer.register_hook(hook)
-        return hook.relay.runner  # type: ignore[no-any-return]
+        runner = hook.relay.runner
+        return runner
     raise TypeError(
         "attach() takes a transformers.Trainer, a lightning.pytorch.Trainer or an mmengine "
         f"Runner, got {type(trainer).__name__}"

@@ -7,6 +7,7 @@ hook class saw must be exactly those points mapped through the table in docs/hoo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -395,6 +396,24 @@ def test_mmengine_stops_at_the_end_of_the_epoch_a_hook_asked_in(tmp_path: Path) 
 
 
 # --- all of them -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bridge", "module", "extra"),
+    [
+        (trainers.hf_callback, "transformers", "hf"),
+        (trainers.lightning_callback, "lightning.pytorch", "lightning"),
+        (trainers.mmengine_hook, "mmengine.hooks", "mmengine"),
+    ],
+)
+def test_a_bridge_without_its_framework_names_the_extra(
+    bridge: Any, module: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # what a missing package looks like
+    with pytest.raises(ImportError) as raised:
+        bridge()
+    assert f'pip install "hookbus[{extra}]"' in str(raised.value)
+    assert f'pip install torch==2.13.0 -e ".[{extra}]"' in str(raised.value)
 
 
 def test_attach_refuses_what_is_no_trainer() -> None:
