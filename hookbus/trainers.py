@@ -126,7 +126,10 @@ class TrainerRunner:
         self._ask_trainer_to_stop = stop
 
     def stop(self) -> None:
-        """Ask the trainer to stop training; when it stops differs per trainer (see the docs)."""
+        """Ask the trainer to stop training; when it stops differs per trainer (see the docs).
+
+        Asked before the run's first event, the request reaches the trainer at that event.
+        """
         self.stop_requested = True
         self._ask_trainer_to_stop()
 
@@ -135,7 +138,7 @@ class TrainerRunner:
 
 
 class _Relay:
-    """What the three bridges share: the bus, the runner, and the iteration counters."""
+    """What the three bridges share: the bus, and the runner they pass to its hooks."""
 
     def __init__(
         self, kind: str, bus: Optional[hookbus.EventBus], stop: Callable[[], None]
@@ -145,12 +148,22 @@ class _Relay:
         elif not isinstance(bus, hookbus.EventBus):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"bus must be a hookbus.EventBus or None, got {type(bus).__name__}")
         self.bus = bus
-        self.runner = TrainerRunner(kind, trainer=None, stop=stop)
-        self.val_batch = 0
+        self.runner = TrainerRunner(kind, trainer=None, stop=self._stop)
+        self._ask_trainer_to_stop = stop
+
+    def _stop(self) -> None:
+        if self.runner.native:  # the trainer's objects are known from the first event on
+            self._ask_trainer_to_stop()
 
     def emit(self, event: str, native: Dict[str, Any], **keywords: Any) -> None:
-        self.runner.native = native
-        self.bus.emit(event, self.runner, **keywords)
+        runner = self.runner
+        first = not runner.native
+        if event == training.BEFORE_RUN and not first:
+            runner.stop_requested = False  # a new run (fit, then fit again) starts unstopped
+        runner.native = native
+        if first and runner.stop_requested:
+            runner.stop()
+        self.bus.emit(event, runner, **keywords)
 
 
 # --- Hugging Face Trainer --------------------------------------------------------------
@@ -182,7 +195,8 @@ def hf_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
         def __init__(self) -> None:
             self.relay = _Relay("hf", bus, self._stop)
             self.losses: list[float] = []
-            self.batch_idx = 0
+            self.batch_idx = 0  # training steps in this epoch
+            self.val_batch = 0  # prediction steps in this evaluation
             self.in_evaluation = False
             self.loss_hook: Any = None
 
@@ -250,7 +264,7 @@ def hf_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
 
         def _begin_evaluation(self, native: Dict[str, Any]) -> None:
             if not self.in_evaluation:
-                self.in_evaluation, self.relay.val_batch = True, 0
+                self.in_evaluation, self.val_batch = True, 0
                 self.relay.emit(training.BEFORE_VAL, native)
                 self.relay.emit(training.BEFORE_VAL_EPOCH, native)
 
@@ -258,10 +272,10 @@ def hf_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
             native = self._native(args, state, control, **kwargs)
             self._begin_evaluation(native)
             # The Trainer calls back only after a prediction step: both events are sent here.
-            step = {"batch_idx": self.relay.val_batch, "data_batch": None}
+            step = {"batch_idx": self.val_batch, "data_batch": None}
             self.relay.emit(training.BEFORE_VAL_ITER, native, **step)
             self.relay.emit(training.AFTER_VAL_ITER, native, **step, outputs=None)
-            self.relay.val_batch += 1
+            self.val_batch += 1
             return control
 
         def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:

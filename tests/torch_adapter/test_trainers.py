@@ -416,6 +416,26 @@ def test_a_bridge_without_its_framework_names_the_extra(
     assert f'pip install torch==2.13.0 -e ".[{extra}]"' in str(raised.value)
 
 
+def test_a_stop_asked_before_the_run_reaches_it_and_the_next_run_starts_unstopped() -> None:
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    callback = trainers.hf_callback(hookbus.EventBus())
+    runner = callback.relay.runner
+    runner.stop()  # before any event: nothing to tell the trainer yet
+
+    def train_begin() -> Any:
+        control = SimpleNamespace(should_training_stop=False)
+        state = SimpleNamespace(global_step=0)
+        callback.on_train_begin(None, state, control, model=nn.Linear(1, 1))
+        callback.on_train_end(None, state, control)
+        return control
+
+    assert train_begin().should_training_stop
+    assert not train_begin().should_training_stop
+    assert not runner.stop_requested
+
+
 def test_attach_refuses_what_is_no_trainer() -> None:
     with pytest.raises(TypeError, match=r"takes a transformers\.Trainer"):
         trainers.attach(nn.Linear(1, 1))
