@@ -177,7 +177,8 @@ def hf_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
     :func:`attach`, which also sets ``runner.trainer``. ``outputs["loss"]`` of
     ``after_train_iter`` is the loss the model's forward returned (averaged over the step's
     micro-batches), read by a forward hook the callback keeps on the model during training,
-    since the Trainer passes no loss to its callbacks.
+    since the Trainer passes no loss to its callbacks (a run that raises, which the Trainer
+    tells no callback of, leaves that hook until the next run begins).
 
     Example:
         >>> import hookbus
