@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 PACKAGE = "hookbus"
 ROOT = Path(__file__).parent
@@ -95,3 +96,26 @@ def pytest_report_header() -> List[str]:
         f"doctests not collected from {path}: needs {missing}, which is not installed"
         for path, missing in sorted(_SKIPPED.items())
     ]
+
+
+def pytest_collection_modifyitems(items: List[Any]) -> None:
+    """Skip a docstring example that imports a module missing here, as the docs pages do.
+
+    ``hookbus.trainers`` imports its frameworks only when asked, so its module is collected
+    everywhere; the examples that show a framework need it (and say so when skipped).
+    """
+    import pytest
+
+    for item in items:
+        test = getattr(item, "dtest", None)  # a DoctestItem's doctest.DocTest
+        if test is None:
+            continue
+        imported = {
+            match.group(1)
+            for example in test.examples
+            for match in re.finditer(r"^(?:import|from) (\w+)", example.source, re.M)
+        }
+        missing = sorted(name for name in imported if importlib.util.find_spec(name) is None)
+        if missing:
+            reason = f"the example imports {', '.join(missing)}, which is not installed"
+            item.add_marker(pytest.mark.skip(reason=reason))

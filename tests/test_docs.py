@@ -46,7 +46,7 @@ def test_every_page_is_built(site: Path) -> None:
 
 def _public_modules() -> List[str]:
     """The modules whose ``__all__`` the API page documents (hookbus.torch needs torch)."""
-    modules = ["hookbus"]
+    modules = ["hookbus", "hookbus.trainers"]  # the trainers' bridges import them lazily
     if importlib.util.find_spec("torch") and (ROOT / "hookbus" / "torch" / "__init__.py").exists():
         modules.append("hookbus.torch")
     return modules
@@ -164,7 +164,13 @@ def test_every_page_is_reachable_from_the_home_page(site: Path) -> None:
 
 # --- the docstrings ------------------------------------------------------------------
 
-_DOCUMENTED_MODULES = ["hookbus", "hookbus.training", "hookbus.pytest_plugin", "hookbus.torch"]
+_DOCUMENTED_MODULES = [
+    "hookbus",
+    "hookbus.training",
+    "hookbus.trainers",
+    "hookbus.pytest_plugin",
+    "hookbus.torch",
+]
 
 
 def _exported_callables() -> List[Tuple[str, object]]:

@@ -25,6 +25,8 @@ needs_torch = [
 
 CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py", "method_hooks.py"]
 TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture.py"]
+# Trains under each trainer that is installed (the dev extra installs all three).
+TORCH_EXAMPLES.append("trainers.py")
 # Run by torchrun on 2 CPU processes (gloo), as their docstrings say.
 DISTRIBUTED_EXAMPLES = ["distributed_stats.py"]
 
