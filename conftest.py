@@ -101,7 +101,7 @@ def pytest_report_header() -> List[str]:
 def pytest_collection_modifyitems(items: List[Any]) -> None:
     """Skip a docstring example that imports a module missing here, as the docs pages do.
 
-    ``hookbus.trainers`` imports its frameworks only when asked, so its module is collected
+    ``hookbus.bridges`` imports its frameworks only when asked, so its module is collected
     everywhere; the examples that show a framework need it (and say so when skipped).
     """
     import pytest

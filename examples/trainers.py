@@ -1,7 +1,7 @@
 """One hook class, unchanged, in a hand-written loop and inside three trainers.
 
 Shows:
-* ``hookbus.trainers.attach(trainer, bus)`` on a Hugging Face ``Trainer``, a Lightning
+* ``hookbus.bridges.attach(trainer, bus)`` on a Hugging Face ``Trainer``, a Lightning
   ``Trainer`` and an mmengine ``Runner``: each then emits the events of ``hookbus.training``
   on the bus, at the points where it calls its own callbacks;
 * a ``Logger`` and an ``EarlyStop`` hook class written once against those events, run
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import hookbus
-from hookbus import trainers, training
+from hookbus import bridges, training
 
 EPOCHS = 20  # the most any run may take; EarlyStop ends each one well before
 STOP_BELOW = 0.01  # EarlyStop's loss threshold
@@ -173,7 +173,7 @@ def hugging_face(model: TinyRegressor, bus: hookbus.EventBus, work_dir: Path) ->
     )
     trainer = transformers.Trainer(model=model, args=args, train_dataset=TRAIN, eval_dataset=VAL)
     trainer.remove_callback(transformers.PrinterCallback)  # it prints each evaluation's metrics
-    trainers.attach(trainer, bus)
+    bridges.attach(trainer, bus)
     trainer.train()
 
 
@@ -206,7 +206,7 @@ def lightning(model: TinyRegressor, bus: hookbus.EventBus, work_dir: Path) -> No
         num_sanity_val_steps=0,
         default_root_dir=str(work_dir),
     )
-    trainers.attach(trainer, bus)
+    bridges.attach(trainer, bus)
     trainer.fit(Module(), loader(TRAIN, batch_size=8), loader(VAL, batch_size=8))
 
 
@@ -254,7 +254,7 @@ def mmengine(model: TinyRegressor, bus: hookbus.EventBus, work_dir: Path) -> Non
         default_hooks={"checkpoint": None, "logger": None},
         log_level="ERROR",
     )
-    trainers.attach(runner, bus)
+    bridges.attach(runner, bus)
     runner.train()
 
 

@@ -46,7 +46,7 @@ def test_every_page_is_built(site: Path) -> None:
 
 def _public_modules() -> List[str]:
     """The modules whose ``__all__`` the API page documents (hookbus.torch needs torch)."""
-    modules = ["hookbus", "hookbus.trainers"]  # the trainers' bridges import them lazily
+    modules = ["hookbus", "hookbus.bridges"]  # the trainers' bridges import them lazily
     if importlib.util.find_spec("torch") and (ROOT / "hookbus" / "torch" / "__init__.py").exists():
         modules.append("hookbus.torch")
     return modules
@@ -167,7 +167,7 @@ def test_every_page_is_reachable_from_the_home_page(site: Path) -> None:
 _DOCUMENTED_MODULES = [
     "hookbus",
     "hookbus.training",
-    "hookbus.trainers",
+    "hookbus.bridges",
     "hookbus.pytest_plugin",
     "hookbus.torch",
 ]

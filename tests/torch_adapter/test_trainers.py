@@ -1,4 +1,4 @@
-"""hookbus.trainers: one hook class, unchanged, under a Hugging Face, Lightning and mmengine run.
+"""hookbus.bridges: one hook class, unchanged, under a Hugging Face, Lightning and mmengine run.
 
 Each test trains a tiny model on CPU for a few steps on generated data, with the trainer's own
 callback recording its callback points side by side with the bridge; the events the hookbus
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import hookbus
-from hookbus import trainers, training
+from hookbus import bridges, training
 
 
 class Recorder:
@@ -32,7 +32,7 @@ class Recorder:
         self.finished_iters = -1  # runner.iter at after_run
 
     def _saw(self, event: str, runner: Any) -> None:
-        assert isinstance(runner, trainers.TrainerRunner)
+        assert isinstance(runner, bridges.TrainerRunner)
         self.runners.add(id(runner))
         self.events.append(event)
 
@@ -139,7 +139,7 @@ def hf_run(tmp_path: Path, bus: hookbus.EventBus, epochs: int) -> Tuple[List[str
         model=model, args=args, train_dataset=rows[:8], eval_dataset=rows[8:]
     )
     trainer.add_callback(NativeRecorder())
-    runner = trainers.attach(trainer, bus)
+    runner = bridges.attach(trainer, bus)
     assert runner.trainer is trainer
     trainer.train()
     return native, runner
@@ -250,7 +250,7 @@ def lightning_run(tmp_path: Path, bus: hookbus.EventBus, epochs: int, fail_at: i
         default_root_dir=str(tmp_path),
         callbacks=[recorder_callback],
     )
-    runner = trainers.attach(trainer, bus)
+    runner = bridges.attach(trainer, bus)
     trainer.fit(Net(), train, val)
     assert recorder_callback.sanity > 0  # Lightning did run its sanity check
     return native, runner
@@ -357,7 +357,7 @@ def mmengine_run(tmp_path: Path, bus: hookbus.EventBus, epochs: int) -> Tuple[Li
         default_hooks={"checkpoint": {"type": "CheckpointHook", "interval": 1}},
         log_level="WARNING",
     )
-    view = trainers.attach(runner, bus)
+    view = bridges.attach(runner, bus)
     runner.register_hook(NativeRecorder())
     runner.train()
     return native, view
@@ -401,9 +401,9 @@ def test_mmengine_stops_at_the_end_of_the_epoch_a_hook_asked_in(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("bridge", "module", "extra"),
     [
-        (trainers.hf_callback, "transformers", "hf"),
-        (trainers.lightning_callback, "lightning.pytorch", "lightning"),
-        (trainers.mmengine_hook, "mmengine.hooks", "mmengine"),
+        (bridges.hf_callback, "transformers", "hf"),
+        (bridges.lightning_callback, "lightning.pytorch", "lightning"),
+        (bridges.mmengine_hook, "mmengine.hooks", "mmengine"),
     ],
 )
 def test_a_bridge_without_its_framework_names_the_extra(
@@ -420,7 +420,7 @@ def test_a_stop_asked_before_the_run_reaches_it_and_the_next_run_starts_unstoppe
     pytest.importorskip("transformers")
     from types import SimpleNamespace
 
-    callback = trainers.hf_callback(hookbus.EventBus())
+    callback = bridges.hf_callback(hookbus.EventBus())
     runner = callback.relay.runner
     runner.stop()  # before any event: nothing to tell the trainer yet
 
@@ -438,7 +438,7 @@ def test_a_stop_asked_before_the_run_reaches_it_and_the_next_run_starts_unstoppe
 
 def test_attach_refuses_what_is_no_trainer() -> None:
     with pytest.raises(TypeError, match=r"takes a transformers\.Trainer"):
-        trainers.attach(nn.Linear(1, 1))
+        bridges.attach(nn.Linear(1, 1))
 
 
 RUNS = {"hf": hf_run, "lightning": lightning_run, "mmengine": mmengine_run}

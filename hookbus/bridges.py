@@ -8,7 +8,7 @@ unchanged under each trainer and in a loop you write. :func:`attach` picks the b
 trainer and adds it:
 
     >>> import hookbus
-    >>> from hookbus import trainers, training
+    >>> from hookbus import bridges, training
     >>> class StopAfter:
     ...     hook_events = training.EVENTS
     ...     def __init__(self, steps):
@@ -19,7 +19,7 @@ trainer and adds it:
     >>> bus = hookbus.EventBus()
     >>> group = bus.subscribe(StopAfter(steps=3))
 
-and then ``trainers.attach(trainer, bus)`` (a Hugging Face or Lightning ``Trainer``, or an
+and then ``bridges.attach(trainer, bus)`` (a Hugging Face or Lightning ``Trainer``, or an
 mmengine ``Runner``) before ``trainer.train()`` / ``trainer.fit(model)``. The runner every
 bridge passes is a :class:`TrainerRunner`, the same object for the whole run. The mapping of
 each trainer's callback points to events, and where a trainer's order differs from the one
@@ -60,7 +60,7 @@ def _framework(extra: str, needed_by: str) -> Any:
         return importlib.import_module(module)
     except ImportError as error:
         raise ImportError(
-            f"hookbus.trainers.{needed_by} needs {package}, which is not installed: "
+            f"hookbus.bridges.{needed_by} needs {package}, which is not installed: "
             f'pip install "hookbus[{extra}]" (from a hookbus checkout: '
             f'pip install torch==2.13.0 -e ".[{extra}]")'
         ) from error
@@ -104,7 +104,7 @@ class TrainerRunner:
     * :meth:`stop`: ask the trainer to stop training, and ``stop_requested``.
 
     Example:
-        >>> from hookbus.trainers import TrainerRunner
+        >>> from hookbus.bridges import TrainerRunner
         >>> runner = TrainerRunner("hand-written", trainer=None, stop=lambda: print("stopping"))
         >>> runner.epoch, runner.iter, runner.stop_requested
         (0, 0, False)
@@ -182,7 +182,7 @@ def hf_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
 
     Example:
         >>> import hookbus
-        >>> from hookbus.trainers import hf_callback
+        >>> from hookbus.bridges import hf_callback
         >>> import transformers
         >>> callback = hf_callback(hookbus.EventBus())
         >>> isinstance(callback, transformers.TrainerCallback)
@@ -312,7 +312,7 @@ def lightning_callback(bus: Optional[hookbus.EventBus] = None) -> Any:
 
     Example:
         >>> import hookbus
-        >>> from hookbus.trainers import lightning_callback
+        >>> from hookbus.bridges import lightning_callback
         >>> import lightning.pytorch as pl
         >>> isinstance(lightning_callback(hookbus.EventBus()), pl.Callback)
         True
@@ -472,7 +472,7 @@ def mmengine_hook(bus: Optional[hookbus.EventBus] = None) -> Any:
 
     Example:
         >>> import hookbus
-        >>> from hookbus.trainers import mmengine_hook
+        >>> from hookbus.bridges import mmengine_hook
         >>> from mmengine.hooks import Hook
         >>> isinstance(mmengine_hook(hookbus.EventBus()), Hook)
         True
@@ -525,8 +525,8 @@ def attach(trainer: Any, bus: Optional[hookbus.EventBus] = None) -> TrainerRunne
 
     Example:
         >>> import hookbus
-        >>> from hookbus import trainers
-        >>> trainers.attach(object(), hookbus.EventBus())
+        >>> from hookbus import bridges
+        >>> bridges.attach(object(), hookbus.EventBus())
         Traceback (most recent call last):
         ...
         TypeError: attach() takes a transformers.Trainer, ... or an mmengine Runner, got object
