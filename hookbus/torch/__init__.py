@@ -37,8 +37,15 @@ from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
 from ._moments import Stat
+from ._point import inert_point
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
+
+# What a pickle names (a hooked module saved with torch.save holds inert_point; a Stat
+# is saved as itself): the public package, so that moving a private module never
+# breaks loading a file saved before.
+for _saved in (inert_point, Stat):
+    _saved.__module__ = __name__
 
 __all__ = [
     "ROOT",

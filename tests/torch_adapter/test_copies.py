@@ -200,3 +200,20 @@ def test_hooks_in_a_worker_need_the_bus_made_in_the_worker() -> None:
     worker_bus.post("fc1", record)
     in_worker(torch.ones(1, 2))
     assert seen == ["worker fc1"]
+
+
+def test_saved_files_name_the_public_package_not_a_private_module() -> None:
+    # Moving private modules (issue 17) broke loading files saved before: they named
+    # hookbus.torch._copies and hookbus.torch._stat. What a pickle names is public now.
+    import pickletools
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    net.post("0", lambda ctx: None)
+    saved = pickle.dumps(model)
+    texts = [arg for _, arg, _ in pickletools.genops(saved) if isinstance(arg, str)]
+    assert "hookbus.torch" in texts
+    assert not [text for text in texts if text.startswith("hookbus.torch._")], texts
+    assert hookbus.torch.Stat.__module__ == "hookbus.torch"
+    twin = pickle.loads(saved)
+    assert len(twin) == 1
