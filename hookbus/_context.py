@@ -195,7 +195,9 @@ class CallContext:
         keys: List[object] = list(value)
         bad = [key for key in keys if not isinstance(key, str)]
         if bad:
-            raise TypeError(f"ctx.kwargs keys must be str, got {bad[0]!r}")
+            raise TypeError(
+                f"ctx.kwargs keys must be str, got a key of type {type(bad[0]).__name__}"
+            )
         self._kwargs = value
 
     @property
