@@ -651,22 +651,22 @@ class Event(Generic[P]):
     @overload
     def on(
         self,
-        hook: Callable[P, Any],
+        hook: Callable[P, R],
         /,
         *,
         with_name: Literal[False] = False,
         **options: Unpack[HookOptions],
-    ) -> Handle: ...
+    ) -> Callable[P, R]: ...
 
     @overload
     def on(
         self,
-        hook: Callable[Concatenate[str, P], Any],
+        hook: Callable[Concatenate[str, P], R],
         /,
         *,
         with_name: Literal[True],
         **options: Unpack[HookOptions],
-    ) -> Handle: ...
+    ) -> Callable[Concatenate[str, P], R]: ...
 
     @overload
     def on(
@@ -687,11 +687,16 @@ class Event(Generic[P]):
     ) -> _OnNamedDecorator[P]: ...
 
     def on(self, hook: Optional[Callable[..., Any]] = None, /, **options: Any) -> Any:
-        """Register a hook for this event; with no hook, return a decorator.
+        """Register a hook for this event and return it; with no hook, return a decorator.
 
         The hook is checked against the spec at once (``TypeError`` if it can't
         take what the event passes, and nothing is registered), and by type
         checkers. The options are :meth:`EventBus.on`'s.
+
+        Every form returns the hook itself, so that a bare ``@event.on`` leaves the
+        decorated name the working function (blinker's and psygnal's habit);
+        :meth:`EventBus.handles_of` finds its handle, and ``bus.on(event.name, hook)``
+        returns one.
 
         Example:
             >>> import hookbus
@@ -703,13 +708,19 @@ class Event(Generic[P]):
             ...     print("step", n)
             >>> step.emit(3)
             step 3
+            >>> @step.on
+            ... def count(n):
+            ...     return n + 1
+            >>> count(1), [handle.name for handle in bus.handles_of(count)]
+            (2, ['step'])
             >>> step.on(lambda: None)  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             TypeError: hook <lambda> (...) does not accept what event 'step' passes, ...
         """
         if hook is None:
             return self.bus.on(self.name, **options)
-        return self.bus.on(self.name, hook, **options)
+        self.bus.on(self.name, hook, **options)
+        return hook
 
     def hooks(self) -> List[Handle]:
         """The hooks that run for this event, in order, as handles.
