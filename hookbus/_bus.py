@@ -16,15 +16,17 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Coroutine,
     Iterable,
     List,
     NamedTuple,
     Optional,
+    Type,
     TypeVar,
     overload,
 )
 
-from typing_extensions import ParamSpec, Unpack
+from typing_extensions import Concatenate, ParamSpec, Unpack
 
 from ._declared import (
     Declared,
@@ -46,6 +48,7 @@ from ._registry import Registry
 from ._spec import spec_of
 from ._subscribe import subscribe
 from ._trace import Trace
+from ._typed_point import AsyncTypedPoint, TypedClassPoint, TypedPoint
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -55,6 +58,7 @@ __all__ = ["EventBus", "Pause", "PointInfo"]
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+S = TypeVar("S")
 H = TypeVar("H", bound=Callable[..., Any])
 AnyHook = Callable[..., Any]
 
@@ -468,10 +472,22 @@ class EventBus:
     def hookable(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 
     @overload
-    def hookable(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+    def hookable(  # type: ignore[overload-overlap]  # pyright: ignore[reportOverlappingOverload]
+        self, fn: staticmethod[P, R], /
+    ) -> staticmethod[P, R]: ...
 
     @overload
-    def hookable(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+    def hookable(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTypedPoint[P, R]: ...
+
+    @overload
+    def hookable(  # pyright: ignore[reportOverlappingOverload]
+        self, fn: Callable[Concatenate[Type[S], P], R], /
+    ) -> TypedClassPoint[S, P, R]: ...
+
+    @overload
+    def hookable(self, fn: Callable[P, R], /) -> TypedPoint[P, R]: ...
 
     @overload
     def hookable(self, name: Optional[str] = None, /) -> Decorator: ...
@@ -531,12 +547,22 @@ class EventBus:
     ) -> classmethod[T, P, R]: ...
 
     @overload
-    def wrap(
+    def wrap(  # type: ignore[overload-overlap]  # pyright: ignore[reportOverlappingOverload]
         self, fn: staticmethod[P, R], name: Optional[str] = None, /
     ) -> staticmethod[P, R]: ...
 
     @overload
-    def wrap(self, fn: Callable[P, R], name: Optional[str] = None, /) -> Callable[P, R]: ...
+    def wrap(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], name: Optional[str] = None, /
+    ) -> AsyncTypedPoint[P, R]: ...
+
+    @overload
+    def wrap(  # pyright: ignore[reportOverlappingOverload]
+        self, fn: Callable[Concatenate[Type[S], P], R], name: Optional[str] = None, /
+    ) -> TypedClassPoint[S, P, R]: ...
+
+    @overload
+    def wrap(self, fn: Callable[P, R], name: Optional[str] = None, /) -> TypedPoint[P, R]: ...
 
     def wrap(self, fn: Any, name: Optional[str] = None, /) -> Any:
         """Return ``fn`` wrapped as the hook point ``name``; ``fn`` itself is unchanged.

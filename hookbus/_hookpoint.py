@@ -11,30 +11,35 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Coroutine,
     Dict,
     Optional,
     Tuple,
+    Type,
     TypeVar,
     cast,
     overload,
 )
 
-from typing_extensions import ParamSpec
+from typing_extensions import Concatenate, ParamSpec
 
 from ._context import CallContext, Layout, layout_of
 from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import where_defined
 from ._names import check_name
+from ._options import decorator
 from ._plan import PointPlan
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._typed_point import AsyncTypedPoint, TypedClassPoint, TypedPoint
 
 __all__ = ["Decorator", "HookPoint", "SharedNameWarning", "make_hookable"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class _Unresolved:
@@ -164,6 +169,73 @@ class HookPoint:
     def __repr__(self) -> str:
         state = "unresolved" if self.plan is UNRESOLVED else "hooked" if self.plan else "no hooks"
         return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    # --- f.pre, f.post, f.exception: registering through the point --------------------
+    # The wrapper that @bus.hookable returns carries these three bound methods; type
+    # checkers see them through _typed_point.TypedPoint.
+
+    def pre(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` to run before each call: ``bus.pre(name, hook)``; return ``hook``.
+
+        With no hook, return a decorator. Every form returns the hook itself, so a
+        decorated function stays callable; :meth:`EventBus.handles_of` finds its handle.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("greet")
+            ... def greet(name):
+            ...     return f"hello {name}"
+            >>> @greet.pre
+            ... def shout(ctx):
+            ...     ctx.args = (ctx.args[0].upper(),)
+            >>> greet("ada"), callable(shout)
+            ('hello ADA', True)
+        """
+        return self._register("pre", hook, options)
+
+    def post(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` to run after each call that returned: ``bus.post(name, hook)``.
+
+        Returns ``hook``, or with no hook a decorator, as :meth:`pre` does.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("double")
+            ... def double(x):
+            ...     return 2 * x
+            >>> @double.post(priority="HIGH")
+            ... def plus_one(ctx):
+            ...     ctx.result += 1
+            >>> double(4)
+            9
+        """
+        return self._register("post", hook, options)
+
+    def exception(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` to run when a call raises: ``bus.exception(name, hook)``.
+
+        Returns ``hook``, or with no hook a decorator, as :meth:`pre` does.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("parse")
+            ... def parse(text):
+            ...     return int(text)
+            >>> _ = parse.exception(lambda ctx: ctx.recover(0))
+            >>> parse("12"), parse("oops")
+            (12, 0)
+        """
+        return self._register("exception", hook, options)
+
+    def _register(self, kind: str, hook: Any, options: Dict[str, Any]) -> Any:
+        registry = self.bus.registry
+        if hook is None:
+            return decorator(registry, kind, self.name, options)
+        registry.register(kind, self.name, hook, options)
+        return hook
 
 
 _SELF_NAMES = frozenset({"self", "cls", "mcs", "metacls"})
@@ -422,6 +494,10 @@ def make_hookable(
     if not hasattr(fn, "__name__"):  # a callable object: name the wrapper after its type
         wrapper.__name__ = wrapper.__qualname__ = type(fn).__name__
     wrapper.__hookbus_point__ = point  # type: ignore[attr-defined]
+    # f.pre(hook), f.post(hook), f.exception(hook): typed by f (_typed_point.TypedPoint).
+    wrapper.pre = point.pre  # type: ignore[attr-defined]
+    wrapper.post = point.post  # type: ignore[attr-defined]
+    wrapper.exception = point.exception  # type: ignore[attr-defined]
     registry.add_point(point)
     return wrapper
 
@@ -433,9 +509,21 @@ class Decorator:
     def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 
     @overload
-    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+    def __call__(  # type: ignore[overload-overlap]  # pyright: ignore[reportOverlappingOverload]
+        self, fn: staticmethod[P, R], /
+    ) -> staticmethod[P, R]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTypedPoint[P, R]: ...
+
+    @overload
+    def __call__(  # pyright: ignore[reportOverlappingOverload]
+        self, fn: Callable[Concatenate[Type[S], P], R], /
+    ) -> TypedClassPoint[S, P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> TypedPoint[P, R]: ...
 
     def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
