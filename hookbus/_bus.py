@@ -40,7 +40,7 @@ from ._declared import (
 from ._dispatch import check_event_result, dispatch_event, dispatch_event_async
 from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
-from ._hookpoint import Decorator, make_hookable
+from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, decorator
 from ._plan import NO_HOOKS
@@ -48,7 +48,6 @@ from ._registry import Registry
 from ._spec import spec_of
 from ._subscribe import subscribe
 from ._trace import Trace
-from ._typed_point import AsyncTypedPoint, TypedClassPoint, TypedPoint
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -1,4 +1,13 @@
-"""Hook points: the wrapper that runs pre, post and exception hooks around a callable."""
+"""Hook points: the wrapper that runs pre, post and exception hooks around a callable.
+
+And what type checkers see of one (:class:`TypedPoint`): typing only, and free at run
+time. ``@bus.hookable`` returns the plain wrapper function that :func:`make_hookable`
+builds, with ``pre``, ``post`` and ``exception`` set to its :class:`HookPoint`'s
+methods; the protocols say so to mypy and pyright: calling the point takes ``f``'s
+parameters and returns its result, and a hook registered through it must take a
+``CallContext[R]`` (``R`` being what ``f`` returns, awaited for an ``async def``) and
+return ``None``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ import warnings
 from typing import (
     TYPE_CHECKING,
     Any,
+    Awaitable,
     Callable,
     Coroutine,
     Dict,
@@ -21,7 +31,7 @@ from typing import (
     overload,
 )
 
-from typing_extensions import Concatenate, ParamSpec
+from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
 from ._context import CallContext, Layout, layout_of
 from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
@@ -32,14 +42,24 @@ from ._plan import PointPlan
 
 if TYPE_CHECKING:
     from ._bus import EventBus
-    from ._typed_point import AsyncTypedPoint, TypedClassPoint, TypedPoint
+    from ._options import HookOptions
 
-__all__ = ["Decorator", "HookPoint", "SharedNameWarning", "make_hookable"]
+__all__ = [
+    "AsyncTypedPoint",
+    "Decorator",
+    "HookPoint",
+    "SharedNameWarning",
+    "TypedClassPoint",
+    "TypedPoint",
+    "make_hookable",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 S = TypeVar("S")
+Q = ParamSpec("Q")
+C = TypeVar("C", contravariant=True)
 
 
 class _Unresolved:
@@ -172,7 +192,7 @@ class HookPoint:
 
     # --- f.pre, f.post, f.exception: registering through the point --------------------
     # The wrapper that @bus.hookable returns carries these three bound methods; type
-    # checkers see them through _typed_point.TypedPoint.
+    # checkers see them through TypedPoint.
 
     def pre(self, hook: Any = None, /, **options: Any) -> Any:
         """Register ``hook`` to run before each call: ``bus.pre(name, hook)``; return ``hook``.
@@ -494,7 +514,7 @@ def make_hookable(
     if not hasattr(fn, "__name__"):  # a callable object: name the wrapper after its type
         wrapper.__name__ = wrapper.__qualname__ = type(fn).__name__
     wrapper.__hookbus_point__ = point  # type: ignore[attr-defined]
-    # f.pre(hook), f.post(hook), f.exception(hook): typed by f (_typed_point.TypedPoint).
+    # f.pre(hook), f.post(hook), f.exception(hook): typed by f (TypedPoint).
     wrapper.pre = point.pre  # type: ignore[attr-defined]
     wrapper.post = point.post  # type: ignore[attr-defined]
     wrapper.exception = point.exception  # type: ignore[attr-defined]
@@ -527,3 +547,169 @@ class Decorator:
     def __call__(self, fn: Callable[P, R], /) -> TypedPoint[P, R]: ...
 
     def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
+
+
+# The hooks a point takes: a context of its result type in, nothing out.
+PointHook = Callable[["CallContext[R]"], None]
+AsyncPointHook = Callable[["CallContext[R]"], Optional[Awaitable[None]]]
+
+
+class TypedPoint(Protocol[P, R]):
+    """A hook point made from ``def f(...) -> R``, as type checkers see it.
+
+    It is called as ``f`` is, and its ``pre``, ``post`` and ``exception`` methods
+    register hooks for its name, as ``bus.pre(name, hook)`` does, type-checked: a
+    hook must take one ``CallContext[R]`` (so ``ctx.result`` is an ``R`` in a post
+    hook) and return ``None``. Each returns the hook unchanged, with or without
+    options, called or as a decorator (:meth:`EventBus.handles_of` finds the
+    handle). On a method, hooks run for every instance: register through the
+    class (``Model.forward.post``) and pass ``target=obj`` for one instance.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> @bus.hookable("label")
+        ... def label(x: int) -> str:
+        ...     return f"#{x}"
+        >>> @label.post
+        ... def shout(ctx: hookbus.CallContext[str]) -> None:
+        ...     ctx.result = ctx.result.upper() + "!"
+        >>> label(3)
+        '#3!'
+        >>> [handle.kind for handle in bus.handles_of(shout)]
+        ['post']
+    """
+
+    __name__: str
+    __qualname__: str
+    __hookbus_point__: HookPoint
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    @overload
+    def __get__(self, instance: None, owner: Any, /) -> Self: ...
+
+    @overload
+    def __get__(
+        self: TypedPoint[Concatenate[S, Q], R], instance: S, owner: Any, /
+    ) -> Callable[Q, R]: ...
+
+    @overload
+    def pre(self, hook: PointHook[R], /, **options: Unpack[HookOptions]) -> PointHook[R]: ...
+
+    @overload
+    def pre(self, /, **options: Unpack[HookOptions]) -> Callable[[PointHook[R]], PointHook[R]]: ...
+
+    @overload
+    def post(self, hook: PointHook[R], /, **options: Unpack[HookOptions]) -> PointHook[R]: ...
+
+    @overload
+    def post(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[PointHook[R]], PointHook[R]]: ...
+
+    @overload
+    def exception(self, hook: PointHook[R], /, **options: Unpack[HookOptions]) -> PointHook[R]: ...
+
+    @overload
+    def exception(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[PointHook[R]], PointHook[R]]: ...
+
+    # around: to come with bus.around (a hook that wraps the call), typed the same way.
+
+
+class AsyncTypedPoint(Protocol[P, R]):
+    """A hook point made from ``async def f(...) -> R``: its call is awaited, and its hooks
+    may be plain or ``async def`` functions of a ``CallContext[R]``.
+
+    ``R`` is what the call returns once awaited, which is what ``ctx.result`` holds
+    in a post hook. See :class:`TypedPoint` for the rest.
+
+    Example:
+        >>> import asyncio, hookbus
+        >>> bus = hookbus.EventBus()
+        >>> @bus.hookable("fetch")
+        ... async def fetch(url: str) -> bytes:
+        ...     return b"page"
+        >>> @fetch.post
+        ... async def measure(ctx: hookbus.CallContext[bytes]) -> None:
+        ...     print(len(ctx.result), "bytes")
+        >>> asyncio.run(fetch("https://example.org"))
+        4 bytes
+        b'page'
+    """
+
+    __name__: str
+    __qualname__: str
+    __hookbus_point__: HookPoint
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]: ...
+
+    @overload
+    def __get__(self, instance: None, owner: Any, /) -> Self: ...
+
+    @overload
+    def __get__(
+        self: AsyncTypedPoint[Concatenate[S, Q], R], instance: S, owner: Any, /
+    ) -> Callable[Q, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def pre(
+        self, hook: AsyncPointHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncPointHook[R]: ...
+
+    @overload
+    def pre(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncPointHook[R]], AsyncPointHook[R]]: ...
+
+    @overload
+    def post(
+        self, hook: AsyncPointHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncPointHook[R]: ...
+
+    @overload
+    def post(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncPointHook[R]], AsyncPointHook[R]]: ...
+
+    @overload
+    def exception(
+        self, hook: AsyncPointHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncPointHook[R]: ...
+
+    @overload
+    def exception(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncPointHook[R]], AsyncPointHook[R]]: ...
+
+    # around: to come with bus.around (a hook that wraps the call), typed the same way.
+
+
+class TypedClassPoint(Protocol[C, P, R]):
+    """A hook point made from a classmethod, ``@hookable`` above ``@classmethod``.
+
+    Type checkers hand such a decorator the function, whose first parameter is the
+    class: read through the class or an instance, the point is a :class:`TypedPoint`
+    without it, as Python's classmethod binds it.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> class Model:
+        ...     @bus.hookable("make")
+        ...     @classmethod
+        ...     def make(cls, size: int) -> "Model":
+        ...         return cls()
+        >>> _ = Model.make.post(lambda ctx: print("made", type(ctx.result).__name__))
+        >>> _ = Model.make(3)
+        made Model
+    """
+
+    __name__: str
+    __qualname__: str
+
+    def __call__(self, cls: Type[C], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    def __get__(self, instance: Optional[C], owner: Type[C], /) -> TypedPoint[P, R]: ...
