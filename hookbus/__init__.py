@@ -23,13 +23,14 @@ from ._context import Arguments, CallContext
 from ._declared import Event, UnknownNameError
 from ._errors import ErrorPolicy, HookError
 from ._handle import Handle, HandleGroup, Scope
-from ._hookpoint import HookPoint, SharedNameWarning
+from ._hookpoint import AsyncTypedPoint, HookPoint, SharedNameWarning, TypedClassPoint, TypedPoint
 from ._options import EventHookOptions, HookOptions, Priority, PriorityLike
 from ._subscribe import listens
 from ._trace import Trace, TraceRecord
 
 __all__ = [
     "Arguments",
+    "AsyncTypedPoint",
     "CallContext",
     "ErrorPolicy",
     "Event",
@@ -47,6 +48,8 @@ __all__ = [
     "SharedNameWarning",
     "Trace",
     "TraceRecord",
+    "TypedClassPoint",
+    "TypedPoint",
     "UnknownNameError",
     "around",
     "check_pending",

@@ -16,17 +16,19 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Coroutine,
     Dict,
     Iterable,
     List,
     NamedTuple,
     Optional,
     Tuple,
+    Type,
     TypeVar,
     overload,
 )
 
-from typing_extensions import ParamSpec, Unpack
+from typing_extensions import Concatenate, ParamSpec, Unpack
 
 from ._context import CallContext
 from ._declared import (
@@ -47,7 +49,7 @@ from ._dispatch import (
 )
 from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
-from ._hookpoint import Decorator, make_hookable
+from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, decorator
 from ._plan import NO_HOOKS
@@ -64,6 +66,7 @@ __all__ = ["EventBus", "Pause", "PointInfo"]
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+S = TypeVar("S")
 H = TypeVar("H", bound=Callable[..., Any])
 AnyHook = Callable[..., Any]
 
@@ -601,10 +604,22 @@ class EventBus:
     def hookable(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 
     @overload
-    def hookable(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+    def hookable(  # type: ignore[overload-overlap]  # pyright: ignore[reportOverlappingOverload]
+        self, fn: staticmethod[P, R], /
+    ) -> staticmethod[P, R]: ...
 
     @overload
-    def hookable(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+    def hookable(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTypedPoint[P, R]: ...
+
+    @overload
+    def hookable(  # pyright: ignore[reportOverlappingOverload]
+        self, fn: Callable[Concatenate[Type[S], P], R], /
+    ) -> TypedClassPoint[S, P, R]: ...
+
+    @overload
+    def hookable(self, fn: Callable[P, R], /) -> TypedPoint[P, R]: ...
 
     @overload
     def hookable(self, name: Optional[str] = None, /) -> Decorator: ...
@@ -664,12 +679,22 @@ class EventBus:
     ) -> classmethod[T, P, R]: ...
 
     @overload
-    def wrap(
+    def wrap(  # type: ignore[overload-overlap]  # pyright: ignore[reportOverlappingOverload]
         self, fn: staticmethod[P, R], name: Optional[str] = None, /
     ) -> staticmethod[P, R]: ...
 
     @overload
-    def wrap(self, fn: Callable[P, R], name: Optional[str] = None, /) -> Callable[P, R]: ...
+    def wrap(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], name: Optional[str] = None, /
+    ) -> AsyncTypedPoint[P, R]: ...
+
+    @overload
+    def wrap(  # pyright: ignore[reportOverlappingOverload]
+        self, fn: Callable[Concatenate[Type[S], P], R], name: Optional[str] = None, /
+    ) -> TypedClassPoint[S, P, R]: ...
+
+    @overload
+    def wrap(self, fn: Callable[P, R], name: Optional[str] = None, /) -> TypedPoint[P, R]: ...
 
     def wrap(self, fn: Any, name: Optional[str] = None, /) -> Any:
         """Return ``fn`` wrapped as the hook point ``name``; ``fn`` itself is unchanged.

@@ -10,7 +10,9 @@ reads it costs nothing, and each read or write finds the parameter in
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Tuple
+from typing import Any, Dict, Generic, Iterator, List, MutableMapping, Optional, Tuple, overload
+
+from typing_extensions import TypeVar
 
 __all__ = [
     "Arguments",
@@ -24,8 +26,11 @@ __all__ = [
 
 _new_object = object.__new__
 
+R = TypeVar("R", default=Any)
+"""What the hook point's callable returns: the type of ``ctx.result`` (``Any`` when unsaid)."""
 
-class CallContext:
+
+class CallContext(Generic[R]):
     """What a pre, post or exception hook sees of one call, and how it changes it.
 
     Every hook around a call has the same shape, ``hook(ctx) -> None``, whether the
@@ -60,6 +65,12 @@ class CallContext:
             the hooks of one call can be told from those of the next.
         data: a dict private to this call, shared by its pre, post and exception
             hooks (a pre hook stores a start time, the post hook reads it).
+
+    For type checkers, ``CallContext[R]`` is the context of a callable that returns
+    ``R``: ``ctx.result`` is an ``R``, and so must be what a hook assigns to it or
+    passes to :meth:`recover` and :meth:`skip`. A bare ``CallContext`` is
+    ``CallContext[Any]``. The hooks registered through a typed hook point
+    (``f.post``, see :class:`TypedPoint`) get the right ``R`` from ``f``.
 
     Example:
         >>> import hookbus
@@ -128,7 +139,7 @@ class CallContext:
         call_index: int,
         phase: str = "pre",
         point: Optional[Any] = None,
-    ) -> CallContext:
+    ) -> CallContext[Any]:
         """``CallContext(name, target, args, kwargs, call_index, phase, point)``, only faster.
 
         For dispatchers (the core's and adapters'), which build one context per
@@ -142,7 +153,7 @@ class CallContext:
             >>> type(ctx) is CallContext, ctx.args, ctx.phase
             (True, ('a',), 'pre')
         """
-        ctx: CallContext = _new_object(cls)
+        ctx: CallContext[Any] = _new_object(cls)
         ctx.name = name
         ctx.target = target
         ctx._args = args
@@ -195,7 +206,9 @@ class CallContext:
         keys: List[object] = list(value)
         bad = [key for key in keys if not isinstance(key, str)]
         if bad:
-            raise TypeError(f"ctx.kwargs keys must be str, got {bad[0]!r}")
+            raise TypeError(
+                f"ctx.kwargs keys must be str, got a key of type {type(bad[0]).__name__}"
+            )
         self._kwargs = value
 
     @property
@@ -215,12 +228,13 @@ class CallContext:
         return Arguments(self, layout)  # not kept: it refers back to this context
 
     @property
-    def result(self) -> Any:
+    def result(self) -> R:
         """The return value, in post hooks; assign to replace it (``None`` too)."""
-        return self._result
+        result: R = self._result
+        return result
 
     @result.setter
-    def result(self, value: Any) -> None:
+    def result(self, value: R) -> None:
         if self.phase == "pre":
             raise RuntimeError(
                 f"a pre hook of {self.name!r} cannot set ctx.result: the call has not run, "
@@ -251,6 +265,12 @@ class CallContext:
             self._data = {}
         return self._data
 
+    @overload
+    def recover(self) -> None: ...
+
+    @overload
+    def recover(self, value: R) -> None: ...
+
     def recover(self, value: Any = None) -> None:
         """From an exception hook: swallow the error and make the call return ``value``.
 
@@ -274,6 +294,12 @@ class CallContext:
             )
         self._recovered = True
         self._result = value
+
+    @overload
+    def skip(self) -> None: ...
+
+    @overload
+    def skip(self, value: R) -> None: ...
 
     def skip(self, value: Any = None) -> None:
         """From a pre hook: don't call the callable; the call returns ``value``.

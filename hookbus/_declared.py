@@ -52,7 +52,6 @@ from ._spec import (
 
 if TYPE_CHECKING:
     from ._bus import EventBus
-    from ._context import CallContext
     from ._handle import Handle
     from ._registry import Registry
 
@@ -72,6 +71,7 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
+H = TypeVar("H", bound=Callable[..., Any])
 
 # Names emitted so far, kept for check_pending(); a program emitting ever-new names
 # (f"user.{id}") must not grow this forever.
@@ -625,22 +625,22 @@ class Event(Generic[P]):
     @overload
     def on(
         self,
-        hook: Callable[P, Any],
+        hook: Callable[P, R],
         /,
         *,
         with_name: Literal[False] = False,
         **options: Unpack[HookOptions],
-    ) -> Handle: ...
+    ) -> Callable[P, R]: ...
 
     @overload
     def on(
         self,
-        hook: Callable[Concatenate[str, P], Any],
+        hook: Callable[Concatenate[str, P], R],
         /,
         *,
         with_name: Literal[True],
         **options: Unpack[HookOptions],
-    ) -> Handle: ...
+    ) -> Callable[Concatenate[str, P], R]: ...
 
     @overload
     def on(
@@ -661,11 +661,16 @@ class Event(Generic[P]):
     ) -> _OnNamedDecorator[P]: ...
 
     def on(self, hook: Optional[Callable[..., Any]] = None, /, **options: Any) -> Any:
-        """Register a hook for this event; with no hook, return a decorator.
+        """Register a hook for this event and return it; with no hook, return a decorator.
 
         The hook is checked against the spec at once (``TypeError`` if it can't
         take what the event passes, and nothing is registered), and by type
         checkers. The options are :meth:`EventBus.on`'s.
+
+        Every form returns the hook itself, so that a bare ``@event.on`` leaves the
+        decorated name the working function (blinker's and psygnal's habit);
+        :meth:`EventBus.handles_of` finds its handle, and ``bus.on(event.name, hook)``
+        returns one.
 
         Example:
             >>> import hookbus
@@ -677,21 +682,32 @@ class Event(Generic[P]):
             ...     print("step", n)
             >>> step.emit(3)
             step 3
+            >>> @step.on
+            ... def count(n):
+            ...     return n + 1
+            >>> count(1), [handle.name for handle in bus.handles_of(count)]
+            (2, ['step'])
             >>> step.on(lambda: None)  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             TypeError: hook <lambda> (...) does not accept what event 'step' passes, ...
         """
         if hook is None:
             return self.bus.on(self.name, **options)
-        return self.bus.on(self.name, hook, **options)
+        self.bus.on(self.name, hook, **options)
+        return hook
 
-    def around(
-        self, hook: Callable[[CallContext], Any], /, **options: Unpack[HookOptions]
-    ) -> Handle:
+    @overload
+    def around(self, hook: H, /, **options: Unpack[HookOptions]) -> H: ...
+
+    @overload
+    def around(self, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
+
+    def around(self, hook: Any = None, /, **options: Any) -> Any:
         """Register an around hook for this event: it wraps every emission whole.
 
         A generator function taking ``ctx`` (``ctx.args`` and ``ctx.kwargs`` are the
-        emitted arguments); see :meth:`EventBus.around`.
+        emitted arguments); see :meth:`EventBus.around`. Returns the hook, or with no
+        hook a decorator, as :meth:`on` does.
 
         Example:
             >>> import hookbus
@@ -709,7 +725,10 @@ class Event(Generic[P]):
             saved a.txt
             after
         """
-        return self.bus.around(self.name, hook, **options)
+        if hook is None:
+            return self.bus.around(self.name, **options)
+        self.bus.around(self.name, hook, **options)
+        return hook
 
     def hooks(self) -> List[Handle]:
         """The hooks that run for this event, in order, as handles.

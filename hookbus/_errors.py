@@ -61,7 +61,23 @@ def check_policy(errors: object) -> ErrorPolicy:
 
 
 def add_note(error: BaseException, note: str) -> None:
-    """``error.add_note(note)``, or its ``__notes__`` equivalent before Python 3.11."""
+    """``error.add_note(note)`` unless ``error`` has that note already; before Python 3.11,
+    its ``__notes__`` equivalent.
+
+    Once: one exception object is often raised again and again through the same hook
+    (a sentinel error, a retry loop, ``future.result()``), and a note per dispatch
+    would grow it without end.
+
+    Example:
+        >>> error = ValueError("offline")
+        >>> for _ in range(3):
+        ...     add_note(error, "hookbus: raised by a hook")
+        >>> error.__notes__
+        ['hookbus: raised by a hook']
+    """
+    existing_notes: Any = getattr(error, "__notes__", None)
+    if isinstance(existing_notes, list) and note in existing_notes:
+        return
     if sys.version_info >= (3, 11):
         error.add_note(note)
     else:  # pragma: no cover - exercised on 3.9 and 3.10 only

@@ -1,4 +1,13 @@
-"""Hook points: the wrapper that runs pre, post and exception hooks around a callable."""
+"""Hook points: the wrapper that runs pre, post and exception hooks around a callable.
+
+And what type checkers see of one (:class:`TypedPoint`): typing only, and free at run
+time. ``@bus.hookable`` returns the plain wrapper function that :func:`make_hookable`
+builds, with ``pre``, ``post`` and ``exception`` set to its :class:`HookPoint`'s
+methods; the protocols say so to mypy and pyright: calling the point takes ``f``'s
+parameters and returns its result, and a hook registered through it must take a
+``CallContext[R]`` (``R`` being what ``f`` returns, awaited for an ``async def``) and
+return ``None``.
+"""
 
 from __future__ import annotations
 
@@ -10,31 +19,50 @@ import warnings
 from typing import (
     TYPE_CHECKING,
     Any,
+    AsyncIterator,
+    Awaitable,
     Callable,
+    Coroutine,
     Dict,
+    Iterator,
     Optional,
     Tuple,
+    Type,
     TypeVar,
+    Union,
     cast,
     overload,
 )
 
-from typing_extensions import ParamSpec
+from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
 from ._context import CallContext, Layout, layout_of
 from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import where_defined
 from ._names import check_name
+from ._options import decorator
 from ._plan import PointPlan
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+    from ._options import HookOptions
 
-__all__ = ["Decorator", "HookPoint", "SharedNameWarning", "make_hookable"]
+__all__ = [
+    "AsyncTypedPoint",
+    "Decorator",
+    "HookPoint",
+    "SharedNameWarning",
+    "TypedClassPoint",
+    "TypedPoint",
+    "make_hookable",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+S = TypeVar("S")
+Q = ParamSpec("Q")
+C = TypeVar("C", contravariant=True)
 
 
 class _Unresolved:
@@ -164,6 +192,96 @@ class HookPoint:
     def __repr__(self) -> str:
         state = "unresolved" if self.plan is UNRESOLVED else "hooked" if self.plan else "no hooks"
         return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    # --- f.pre, f.post, f.exception, f.around: registering through the point -----------
+    # The wrapper that @bus.hookable returns carries these bound methods; type
+    # checkers see them through TypedPoint.
+
+    def pre(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` to run before each call: ``bus.pre(name, hook)``; return ``hook``.
+
+        With no hook, return a decorator. Every form returns the hook itself, so a
+        decorated function stays callable; :meth:`EventBus.handles_of` finds its handle.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("greet")
+            ... def greet(name):
+            ...     return f"hello {name}"
+            >>> @greet.pre
+            ... def shout(ctx):
+            ...     ctx.args = (ctx.args[0].upper(),)
+            >>> greet("ada"), callable(shout)
+            ('hello ADA', True)
+        """
+        return self._register("pre", hook, options)
+
+    def post(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` to run after each call that returned: ``bus.post(name, hook)``.
+
+        Returns ``hook``, or with no hook a decorator, as :meth:`pre` does.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("double")
+            ... def double(x):
+            ...     return 2 * x
+            >>> @double.post(priority="HIGH")
+            ... def plus_one(ctx):
+            ...     ctx.result += 1
+            >>> double(4)
+            9
+        """
+        return self._register("post", hook, options)
+
+    def exception(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register ``hook`` to run when a call raises: ``bus.exception(name, hook)``.
+
+        Returns ``hook``, or with no hook a decorator, as :meth:`pre` does.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("parse")
+            ... def parse(text):
+            ...     return int(text)
+            >>> _ = parse.exception(lambda ctx: ctx.recover(0))
+            >>> parse("12"), parse("oops")
+            (12, 0)
+        """
+        return self._register("exception", hook, options)
+
+    def around(self, hook: Any = None, /, **options: Any) -> Any:
+        """Register a generator ``hook`` to run around each call: ``bus.around(name, hook)``.
+
+        Returns ``hook``, or with no hook a decorator, as :meth:`pre` does.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("save")
+            ... def save(path):
+            ...     print("saving", path)
+            >>> @save.around
+            ... def logged(ctx):
+            ...     print("begin")
+            ...     yield
+            ...     print("end")
+            >>> save("a.txt")
+            begin
+            saving a.txt
+            end
+        """
+        return self._register("around", hook, options)
+
+    def _register(self, kind: str, hook: Any, options: Dict[str, Any]) -> Any:
+        registry = self.bus.registry
+        if hook is None:
+            return decorator(registry, kind, self.name, options)
+        registry.register(kind, self.name, hook, options)
+        return hook
 
 
 _SELF_NAMES = frozenset({"self", "cls", "mcs", "metacls"})
@@ -430,6 +548,11 @@ def make_hookable(
     if not hasattr(fn, "__name__"):  # a callable object: name the wrapper after its type
         wrapper.__name__ = wrapper.__qualname__ = type(fn).__name__
     wrapper.__hookbus_point__ = point  # type: ignore[attr-defined]
+    # f.pre(hook), f.post(hook), f.exception(hook): typed by f (TypedPoint).
+    wrapper.pre = point.pre  # type: ignore[attr-defined]
+    wrapper.post = point.post  # type: ignore[attr-defined]
+    wrapper.exception = point.exception  # type: ignore[attr-defined]
+    wrapper.around = point.around  # type: ignore[attr-defined]
     registry.add_point(point)
     return wrapper
 
@@ -441,9 +564,204 @@ class Decorator:
     def __call__(self, fn: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 
     @overload
-    def __call__(self, fn: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+    def __call__(  # type: ignore[overload-overlap]  # pyright: ignore[reportOverlappingOverload]
+        self, fn: staticmethod[P, R], /
+    ) -> staticmethod[P, R]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncTypedPoint[P, R]: ...
+
+    @overload
+    def __call__(  # pyright: ignore[reportOverlappingOverload]
+        self, fn: Callable[Concatenate[Type[S], P], R], /
+    ) -> TypedClassPoint[S, P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> TypedPoint[P, R]: ...
 
     def __call__(self, fn: Any, /) -> Any: ...  # pragma: no cover - typing only
+
+
+# The hooks a point takes: a context of its result type in, nothing out; an around
+# hook is a generator function of the context (async too, on an async point).
+PointHook = Callable[["CallContext[R]"], None]
+AsyncPointHook = Callable[["CallContext[R]"], Optional[Awaitable[None]]]
+AroundHook = Callable[["CallContext[R]"], Iterator[None]]
+AsyncAroundHook = Callable[["CallContext[R]"], Union[Iterator[None], AsyncIterator[None]]]
+
+
+class TypedPoint(Protocol[P, R]):
+    """A hook point made from ``def f(...) -> R``, as type checkers see it.
+
+    It is called as ``f`` is, and its ``pre``, ``post`` and ``exception`` methods
+    register hooks for its name, as ``bus.pre(name, hook)`` does, type-checked: a
+    hook must take one ``CallContext[R]`` (so ``ctx.result`` is an ``R`` in a post
+    hook) and return ``None``. Each returns the hook unchanged, with or without
+    options, called or as a decorator (:meth:`EventBus.handles_of` finds the
+    handle). On a method, hooks run for every instance: register through the
+    class (``Model.forward.post``) and pass ``target=obj`` for one instance.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> @bus.hookable("label")
+        ... def label(x: int) -> str:
+        ...     return f"#{x}"
+        >>> @label.post
+        ... def shout(ctx: hookbus.CallContext[str]) -> None:
+        ...     ctx.result = ctx.result.upper() + "!"
+        >>> label(3)
+        '#3!'
+        >>> [handle.kind for handle in bus.handles_of(shout)]
+        ['post']
+    """
+
+    __name__: str
+    __qualname__: str
+    __hookbus_point__: HookPoint
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    @overload
+    def __get__(self, instance: None, owner: Any, /) -> Self: ...
+
+    @overload
+    def __get__(
+        self: TypedPoint[Concatenate[S, Q], R], instance: S, owner: Any, /
+    ) -> Callable[Q, R]: ...
+
+    @overload
+    def pre(self, hook: PointHook[R], /, **options: Unpack[HookOptions]) -> PointHook[R]: ...
+
+    @overload
+    def pre(self, /, **options: Unpack[HookOptions]) -> Callable[[PointHook[R]], PointHook[R]]: ...
+
+    @overload
+    def post(self, hook: PointHook[R], /, **options: Unpack[HookOptions]) -> PointHook[R]: ...
+
+    @overload
+    def post(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[PointHook[R]], PointHook[R]]: ...
+
+    @overload
+    def exception(self, hook: PointHook[R], /, **options: Unpack[HookOptions]) -> PointHook[R]: ...
+
+    @overload
+    def exception(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[PointHook[R]], PointHook[R]]: ...
+
+    @overload
+    def around(self, hook: AroundHook[R], /, **options: Unpack[HookOptions]) -> AroundHook[R]: ...
+
+    @overload
+    def around(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AroundHook[R]], AroundHook[R]]: ...
+
+
+class AsyncTypedPoint(Protocol[P, R]):
+    """A hook point made from ``async def f(...) -> R``: its call is awaited, and its hooks
+    may be plain or ``async def`` functions of a ``CallContext[R]``.
+
+    ``R`` is what the call returns once awaited, which is what ``ctx.result`` holds
+    in a post hook. See :class:`TypedPoint` for the rest.
+
+    Example:
+        >>> import asyncio, hookbus
+        >>> bus = hookbus.EventBus()
+        >>> @bus.hookable("fetch")
+        ... async def fetch(url: str) -> bytes:
+        ...     return b"page"
+        >>> @fetch.post
+        ... async def measure(ctx: hookbus.CallContext[bytes]) -> None:
+        ...     print(len(ctx.result), "bytes")
+        >>> asyncio.run(fetch("https://example.org"))
+        4 bytes
+        b'page'
+    """
+
+    __name__: str
+    __qualname__: str
+    __hookbus_point__: HookPoint
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]: ...
+
+    @overload
+    def __get__(self, instance: None, owner: Any, /) -> Self: ...
+
+    @overload
+    def __get__(
+        self: AsyncTypedPoint[Concatenate[S, Q], R], instance: S, owner: Any, /
+    ) -> Callable[Q, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def pre(
+        self, hook: AsyncPointHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncPointHook[R]: ...
+
+    @overload
+    def pre(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncPointHook[R]], AsyncPointHook[R]]: ...
+
+    @overload
+    def post(
+        self, hook: AsyncPointHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncPointHook[R]: ...
+
+    @overload
+    def post(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncPointHook[R]], AsyncPointHook[R]]: ...
+
+    @overload
+    def exception(
+        self, hook: AsyncPointHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncPointHook[R]: ...
+
+    @overload
+    def exception(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncPointHook[R]], AsyncPointHook[R]]: ...
+
+    @overload
+    def around(
+        self, hook: AsyncAroundHook[R], /, **options: Unpack[HookOptions]
+    ) -> AsyncAroundHook[R]: ...
+
+    @overload
+    def around(
+        self, /, **options: Unpack[HookOptions]
+    ) -> Callable[[AsyncAroundHook[R]], AsyncAroundHook[R]]: ...
+
+
+class TypedClassPoint(Protocol[C, P, R]):
+    """A hook point made from a classmethod, ``@hookable`` above ``@classmethod``.
+
+    Type checkers hand such a decorator the function, whose first parameter is the
+    class: read through the class or an instance, the point is a :class:`TypedPoint`
+    without it, as Python's classmethod binds it.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> class Model:
+        ...     @bus.hookable("make")
+        ...     @classmethod
+        ...     def make(cls, size: int) -> "Model":
+        ...         return cls()
+        >>> _ = Model.make.post(lambda ctx: print("made", type(ctx.result).__name__))
+        >>> _ = Model.make(3)
+        made Model
+    """
+
+    __name__: str
+    __qualname__: str
+
+    def __call__(self, cls: Type[C], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    def __get__(self, instance: Optional[C], owner: Type[C], /) -> TypedPoint[P, R]: ...

@@ -163,8 +163,9 @@ def bad_arguments(
     try:
         bind(spec, args, kwargs)
     except TypeError as error:
+        # Shapes, never values: the arguments may be passwords or large tensors.
         shown = ", ".join(
-            [*map(_short_repr, args), *(f"{k}={_short_repr(v)}" for k, v in kwargs.items())]
+            [*map(_type_name, args), *(f"{k}={_type_name(v)}" for k, v in kwargs.items())]
         )
         return TypeError(
             f"event {name!r} was emitted with arguments that don't match its spec "
@@ -195,9 +196,8 @@ def bind(signature: Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
     signature.bind(*args, **kwargs)
 
 
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
+def _type_name(value: Any) -> str:
+    return type(value).__name__
 
 
 # --- does a hook accept the spec ----------------------------------------------------------

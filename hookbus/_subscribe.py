@@ -24,8 +24,12 @@ from typing import (
     Tuple,
     TypeVar,
     cast,
+    overload,
 )
 
+from typing_extensions import Concatenate, ParamSpec, Protocol
+
+from ._declared import Event
 from ._handle import HandleGroup
 from ._names import check_name
 from ._options import PriorityLike, to_priority
@@ -36,6 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "Listening", "listens", "subscribe"]
 
 F = TypeVar("F")
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+T = TypeVar("T")
 
 KINDS = ("event", "pre", "post", "exception")
 """What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point."""
@@ -56,13 +64,52 @@ class Listening(NamedTuple):
     """Whether the hook removes itself after its first call."""
 
 
+class _ListensToEvent(Protocol[P]):
+    """What ``listens(event)`` returns for a declared event: it checks the method's
+    parameters (after ``self`` or ``cls``) against the event's spec."""
+
+    @overload
+    def __call__(self, method: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+
+    @overload
+    def __call__(self, method: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+
+    @overload
+    def __call__(
+        self, method: Callable[Concatenate[S, P], R], /
+    ) -> Callable[Concatenate[S, P], R]: ...
+
+    # A staticmethod (or classmethod) below the mark: mypy hands it the function.
+    @overload
+    def __call__(self, method: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def listens(
+    event: Event[P],
+    *,
+    priority: Optional[PriorityLike] = None,
+    once: bool = False,
+) -> _ListensToEvent[P]: ...
+
+
+@overload
 def listens(
     event: str,
     *,
     priority: Optional[PriorityLike] = None,
     once: bool = False,
     kind: str = "event",
-) -> Callable[[F], F]:
+) -> Callable[[F], F]: ...
+
+
+def listens(
+    event: object,
+    *,
+    priority: Optional[PriorityLike] = None,
+    once: bool = False,
+    kind: str = "event",
+) -> Any:
     """Mark a method as a hook for :meth:`EventBus.subscribe`; the method is unchanged.
 
     ``kind="event"`` (the default) makes it an event hook, called with what
@@ -73,6 +120,11 @@ def listens(
     stack, so one method may listen to several names. A subclass that overrides a
     marked method without marking it keeps listening; one that sets the name to
     ``None`` stops. Works on ``async def`` methods, classmethods and staticmethods.
+
+    ``event`` may be a declared :class:`Event` (what ``@bus.event`` returns)
+    instead of its name: type checkers then check the method's parameters after
+    ``self`` against the event's spec, and the bus that declares it checks them
+    when the object is subscribed, as for any hook of a declared event.
 
     Example:
         >>> import hookbus
@@ -88,14 +140,32 @@ def listens(
         >>> bus.emit("temperature", 17)
         17 C
         heating
+        >>> @bus.event
+        ... def order_paid(order_id: int) -> None: ...
+        >>> class Mailer:
+        ...     @hookbus.listens(order_paid)
+        ...     def receipt(self, order_id: int) -> None:
+        ...         print("receipt for", order_id)
+        >>> _ = bus.subscribe(Mailer())
+        >>> order_paid.emit(7)
+        receipt for 7
     """
-    check_name(event, "event name" if kind == "event" else "hook point name", allow_pattern=True)
+    if isinstance(event, Event):
+        if kind != "event":
+            raise ValueError(
+                f"listens({event!r}, kind={kind!r}): a declared event takes event hooks "
+                f"only; for a hook around a hook point, give the point's name"
+            )
+        event = event.name
+    name = check_name(
+        event, "event name" if kind == "event" else "hook point name", allow_pattern=True
+    )
     if kind not in KINDS:
         raise ValueError(f"unknown hook kind {kind!r}; accepted: {', '.join(map(repr, KINDS))}")
     own_priority = None if priority is None else to_priority(priority)
     if not isinstance(once, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"listens(once=) takes True or False, got {type(once).__name__} {once!r}")
-    mark = Listening(event, kind, own_priority, once)
+    mark = Listening(name, kind, own_priority, once)
 
     def mark_method(method: F) -> F:
         # classmethod and staticmethod hide the function: mark the function inside,
@@ -103,14 +173,14 @@ def listens(
         function: Any = getattr(method, "__func__", method)
         if not callable(function):
             raise TypeError(
-                f"@listens({event!r}) needs a method, got {type(method).__name__} {method!r}; "
+                f"@listens({name!r}) needs a method, got {type(method).__name__} {method!r}; "
                 f"accepted: a function defined in a class body (plain, async, classmethod "
                 f"or staticmethod)"
             )
         marks: Tuple[Listening, ...] = getattr(function, _MARK, ())
-        if any(m.event == event and m.kind == kind for m in marks):
+        if any(m.event == name and m.kind == kind for m in marks):
             raise ValueError(
-                f"{_qualname(function)} already listens to {kind} {event!r}; a method "
+                f"{_qualname(function)} already listens to {kind} {name!r}; a method "
                 f"listens to each name once"
             )
         # Decorators apply bottom-up: prepend, so the marks read in source order.

@@ -8,7 +8,8 @@ can ask for:
   registers on it (``hookbus.on``, ``@hookbus.pre``, ``hookbus.subscribe``...) is
   gone after the test, and what it removed is back;
 * ``bus_recorder``: a :class:`BusRecorder` of the default bus (and of ``event_bus``
-  when the test uses it too), with assertion helpers.
+  when the test uses it too, and of the application's buses that the
+  ``hookbus_buses`` fixture lists), with assertion helpers.
 
 To isolate the default bus in every test without asking for the fixture, set
 ``hookbus_isolate_default_bus = true`` in the ``[pytest]`` ini section (or
@@ -21,7 +22,7 @@ imports only pytest and the hookbus core, never torch.
 from __future__ import annotations
 
 import contextlib
-from typing import Generator, Iterator
+from typing import Generator, Iterator, List, Sequence, cast
 
 import pytest
 
@@ -29,7 +30,15 @@ import hookbus
 from hookbus._bus import EventBus
 from hookbus._recorder import BusRecord, BusRecorder
 
-__all__ = ["BusRecord", "BusRecorder", "bus_recorder", "default_bus", "event_bus", "isolate"]
+__all__ = [
+    "BusRecord",
+    "BusRecorder",
+    "bus_recorder",
+    "default_bus",
+    "event_bus",
+    "hookbus_buses",
+    "isolate",
+]
 
 # --- isolating a bus ----------------------------------------------------------------
 
@@ -105,8 +114,31 @@ def default_bus() -> Iterator[EventBus]:
 
 
 @pytest.fixture
-def bus_recorder(request: pytest.FixtureRequest, default_bus: EventBus) -> Iterator[BusRecorder]:
-    """A :class:`BusRecorder` of the (isolated) default bus, and of ``event_bus`` if used.
+def hookbus_buses() -> List[EventBus]:
+    """The application's own buses, which ``bus_recorder`` records too: none unless overridden.
+
+    An application that keeps its buses in its own modules names them once, by
+    overriding this fixture in its ``conftest.py``.
+
+    Example:
+        >>> import pytest, hookbus
+        >>> orders = hookbus.EventBus("orders")  # in the application's own module
+        >>> @pytest.fixture
+        ... def hookbus_buses():  # in conftest.py
+        ...     return [orders]
+        >>> def test_paying_emits(bus_recorder):
+        ...     orders.emit("order.paid", 7)
+        ...     bus_recorder.assert_emitted_with("order.paid", 7)
+    """
+    return []
+
+
+@pytest.fixture
+def bus_recorder(
+    request: pytest.FixtureRequest, default_bus: EventBus, hookbus_buses: List[EventBus]
+) -> Iterator[BusRecorder]:
+    """A :class:`BusRecorder` of the (isolated) default bus, of ``event_bus`` if used, and of
+    the application's buses that :func:`hookbus_buses` lists.
 
     Example:
         >>> import hookbus
@@ -119,8 +151,23 @@ def bus_recorder(request: pytest.FixtureRequest, default_bus: EventBus) -> Itera
     buses = [default_bus]
     if "event_bus" in request.fixturenames:
         buses.append(request.getfixturevalue("event_bus"))
+    buses += _checked_buses(hookbus_buses)
     with BusRecorder(*buses) as recorder:
         yield recorder
+
+
+def _checked_buses(found: object) -> List[EventBus]:
+    """What an overridden ``hookbus_buses`` returned, if it is a list of buses."""
+    kind = type(found).__name__
+    items: Sequence[object] = (
+        cast("Sequence[object]", found) if isinstance(found, (list, tuple)) else [found]
+    )
+    if not all(isinstance(bus, EventBus) for bus in items):
+        raise TypeError(
+            f"the hookbus_buses fixture must return a list of EventBus, got "
+            f"{kind}; for example 'return [myapp.events.bus]'"
+        )
+    return [bus for bus in items if isinstance(bus, EventBus)]
 
 
 @pytest.fixture(autouse=True)

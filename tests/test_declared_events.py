@@ -70,7 +70,8 @@ def test_every_event_method_goes_through_the_bus() -> None:
     bus = EventBus()
     ev = declare_user_created(bus)
     seen: List[Any] = []
-    handle = ev.on(lambda user, admin=False: seen.append((user, admin)) or user.upper())
+    hook = ev.on(lambda user, admin=False: seen.append((user, admin)) or user.upper())
+    (handle,) = bus.handles_of(hook)
     ev.emit("ada", admin=True)
     assert ev.collect("bob") == ["BOB"]
     assert ev.first("cy") == "CY"
@@ -402,7 +403,7 @@ def test_emitting_wrong_arguments_raises_before_any_hook_runs(how: str) -> None:
         call()
     assert str(caught.value) == (
         "event 'user.created' was emitted with arguments that don't match its spec "
-        "user.created(user: str, *, admin: bool = False): got ('ada', 'extra'), "
+        "user.created(user: str, *, admin: bool = False): got (str, str), "
         "too many positional arguments; no hook was called"
     )
     assert ran == []
@@ -535,7 +536,8 @@ def test_after_remove_and_after_emit_nothing_holds_the_hook_or_the_arguments(sha
     bus = EventBus()
     ev = declare_user_created(bus)
     hook = make_hook()
-    handle = ev.on(hook)
+    ev.on(hook)
+    (handle,) = bus.handles_of(hook)
     payload = Payload()
     hook_ref, payload_ref = weakref.ref(hook), weakref.ref(payload)
     gc.disable()
@@ -863,3 +865,32 @@ def test_every_public_bus_method_is_a_module_level_function_on_the_default_bus()
         assert function == getattr(hookbus.default_bus, name), name
         assert name in hookbus.__all__, name
         assert inspect.signature(function) == inspect.signature(getattr(hookbus.default_bus, name))
+
+
+# --- every decorator form returns the function ---------------------------------------------
+
+
+def test_a_bare_event_on_leaves_the_decorated_name_the_function() -> None:
+    # blinker's and psygnal's habit: @signal.connect, @signal.connect with no call.
+    bus = EventBus()
+    ev = declare_user_created(bus)
+    seen: List[Any] = []
+
+    @ev.on
+    def welcome(user: str, *, admin: bool = False) -> str:
+        seen.append(user)
+        return user.upper()
+
+    @ev.on(priority=5)
+    def audit(user: str, *, admin: bool = False) -> None:
+        seen.append(("audit", user))
+
+    def named(event: str, user: str, *, admin: bool = False) -> None:
+        seen.append((event, user))
+
+    assert ev.on(named, with_name=True) is named
+    ev.emit("ada")
+    assert welcome("bob") == "BOB"  # 'Handle' object is not callable, before
+    assert seen == [("audit", "ada"), "ada", ("user.created", "ada"), "bob"]
+    assert [h.hook for h in bus.handles_of(welcome)] == [welcome]
+    assert [h.priority for h in bus.handles_of(audit)] == [5]

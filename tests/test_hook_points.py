@@ -484,3 +484,100 @@ def test_async_method_binds_self() -> None:
     client = Client()
     assert asyncio.run(client.get("ab")) == "abab"
     assert seen == [client]
+
+
+# --- registering through the point: f.pre, f.post, f.exception ---------------------------
+
+
+def test_a_point_registers_its_own_hooks_and_returns_them() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("parse")
+    def parse(text: str) -> int:
+        return int(text)
+
+    @parse.pre
+    def strip(ctx: CallContext[int]) -> None:
+        ctx.args = (ctx.args[0].strip(),)
+
+    @parse.post(priority="HIGH")
+    def double(ctx: CallContext[int]) -> None:
+        ctx.result = ctx.result * 2
+
+    def zero(ctx: CallContext[int]) -> None:
+        log.append(type(ctx.exception).__name__)
+        ctx.recover(0)
+
+    assert parse.exception(zero, once=True) is zero
+    assert parse(" 21 ") == 42
+    assert parse("oops") == 0
+    assert log == ["ValueError"]
+    # Every form returned the hook itself: the decorated names are still functions.
+    assert callable(strip)
+    assert callable(double)
+    assert [(h.kind, h.priority) for h in bus.handles_of(double)] == [("post", 20)]
+    assert {h.kind for h in bus.hooks("parse")} == {"pre", "post"}  # the once hook went
+
+
+def test_hooks_through_a_method_point_run_for_every_instance_or_the_target() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    class Motor:
+        @bus.hookable("spin")
+        def spin(self, rpm: int) -> int:
+            return rpm
+
+    first, second = Motor(), Motor()
+    Motor.spin.post(lambda ctx: seen.append(("all", ctx.target)))
+    Motor.spin.pre(lambda ctx: seen.append(("first", ctx.target)), target=first)
+    first.spin(1)
+    second.spin(2)
+    assert seen == [("first", first), ("all", first), ("all", second)]
+
+
+def test_classmethods_and_async_points_register_through_the_point() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    class Model:
+        @bus.hookable("make")
+        @classmethod
+        def make(cls, size: int) -> Model:
+            return cls()
+
+    @bus.hookable("fetch")
+    async def fetch(url: str) -> bytes:
+        return b"page"
+
+    async def measure(ctx: CallContext[bytes]) -> None:
+        seen.append(len(ctx.result))
+
+    Model.make.post(lambda ctx: seen.append(type(ctx.result).__name__))
+    fetch.post(measure)
+    Model.make(3)
+    assert asyncio.run(fetch("u")) == b"page"
+    assert seen == ["Model", 4]
+
+
+def test_a_point_checks_its_registrations_as_the_bus_does() -> None:
+    bus = EventBus()
+
+    @bus.hookable("parse")
+    def parse(text: str) -> int:
+        return int(text)
+
+    with pytest.raises(TypeError, match="priorty"):
+        parse.post(lambda ctx: None, priorty=1)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="priorty"):
+        parse.post(priorty=1)  # type: ignore[call-overload]
+    assert bus.hooks() == []
+
+
+def test_a_wrapped_callable_is_a_point_too() -> None:
+    bus = EventBus()
+    hooked_len = bus.wrap(len, "len")
+    hooked_len.post(lambda ctx: setattr(ctx, "result", ctx.result + 1))
+    assert hooked_len("abc") == 4
+    assert len("abc") == 3

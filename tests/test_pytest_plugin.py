@@ -177,6 +177,50 @@ def test_isolate_does_not_bring_back_a_weak_hook_whose_object_died() -> None:
     assert bus.hooks() == []
 
 
+def test_the_recorder_sees_the_applications_own_buses(pytester: pytest.Pytester) -> None:
+    # An application keeps its buses in its own modules: conftest.py names them once.
+    pytester.makepyfile(
+        app_events="""
+        import hookbus
+
+        orders = hookbus.EventBus("orders")
+        audit = hookbus.EventBus("audit")
+
+        @orders.hookable("charge")
+        def charge(amount):
+            return amount * 100
+        """
+    )
+    pytester.makeconftest(
+        """
+        import pytest
+        import app_events
+
+        @pytest.fixture
+        def hookbus_buses():
+            return [app_events.orders, app_events.audit]
+        """
+    )
+    result = run_inner(
+        pytester,
+        """
+        import app_events
+
+        def test_records_them(bus_recorder):
+            app_events.orders.emit("order.paid", 7)
+            app_events.audit.emit("audit.logged")
+            app_events.charge(3)
+            bus_recorder.assert_emitted_with("order.paid", 7)
+            bus_recorder.assert_emitted("audit.logged")
+            bus_recorder.assert_returned("charge", 300)
+
+        def test_and_stop_after_the_test():
+            assert app_events.orders.hooks() == app_events.audit.hooks() == []
+        """,
+    )
+    result.assert_outcomes(passed=2)
+
+
 # --- the recorder: what it captures -------------------------------------------------
 
 

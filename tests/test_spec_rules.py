@@ -208,7 +208,7 @@ def test_bad_arguments_names_the_event_the_spec_and_what_was_passed() -> None:
     assert error is not None
     assert str(error) == (
         "event 'user.created' was emitted with arguments that don't match its spec "
-        "user.created(user: str, *, admin: bool = False): got ('ada', 1), "
+        "user.created(user: str, *, admin: bool = False): got (str, int), "
         "too many positional arguments; no hook was called"
     )
 

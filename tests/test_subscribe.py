@@ -613,3 +613,44 @@ def test_class_attributes_that_answer_every_getattr_are_not_hooks() -> None:
 
     group = EventBus().subscribe(Hooks())
     assert [h.name for h in group] == ["e"]
+
+
+# --- listening to a declared event -----------------------------------------------------------
+
+
+def test_listens_takes_a_declared_event_and_the_bus_checks_the_method() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    @bus.event
+    def order_paid(order_id: int, *, amount: float = 0.0) -> None: ...
+
+    class Mailer:
+        @listens(order_paid, priority="HIGH")
+        def receipt(self, order_id: int, *, amount: float = 0.0) -> None:
+            seen.append(("receipt", order_id, amount))
+
+        @listens(order_paid)
+        @staticmethod
+        def count(order_id: int, *, amount: float = 0.0) -> None:
+            seen.append(("count", order_id))
+
+    class Broken:
+        @listens(order_paid)  # type: ignore[arg-type]
+        def receipt(self, order: int) -> None: ...
+
+    bus.subscribe(Mailer())
+    order_paid.emit(7, amount=9.5)
+    assert seen == [("receipt", 7, 9.5), ("count", 7)]
+    with pytest.raises(TypeError, match="does not accept what event 'order_paid' passes"):
+        bus.subscribe(Broken())
+
+
+def test_listens_to_a_declared_event_takes_event_hooks_only() -> None:
+    bus = EventBus()
+
+    @bus.event
+    def order_paid(order_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match="event hooks only"):
+        listens(order_paid, kind="post")  # type: ignore[call-overload]

@@ -69,3 +69,37 @@ def decorated_bad(user: str) -> None: ...
 bus.on("user_created", no_admin, priority=3, once=True, target=None, weak=False)
 bus.on("user_created", no_admin, priorty=3)  # error: the bus's options are spelled out
 bus.post("forward", observe, once="yes")  # error: and typed
+
+
+@user_created.on
+def bare(user: str, *, admin: bool = False) -> int:
+    return 1
+
+
+kept_bare: int = bare("ada")  # a bare @event.on leaves the function, as every form does
+also_kept: int = user_created.on(bare, priority=1)("bob")
+
+
+@user_created.on  # error: a bare decorator checks the hook too
+def bare_bad(user: int) -> None: ...
+
+
+class Plugin:
+    @hookbus.listens(user_created, priority="HIGH")
+    def created(self, user: str, *, admin: bool = False) -> None: ...
+
+    @hookbus.listens(user_created)
+    @staticmethod
+    def counted(user: str, *, admin: bool = False) -> None: ...
+
+    @hookbus.listens("user_created")
+    def by_name(self, anything: int) -> None: ...  # a name is not checked statically
+
+    @hookbus.listens(user_created)  # error: a declared event checks the method
+    def no_admin(self, user: str) -> None: ...
+
+    @hookbus.listens(user_created, kind="pre")  # error: an event takes event hooks only
+    def around(self, user: str, *, admin: bool = False) -> None: ...
+
+
+Plugin().created("ada", admin=True)
