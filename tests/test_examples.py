@@ -27,6 +27,7 @@ CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py"]
 TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture.py"]
 # Run by torchrun on 2 CPU processes (gloo), as their docstrings say.
 DISTRIBUTED_EXAMPLES = ["distributed_stats.py"]
+TOUR = ["tour.py"]  # the README's demo: run and checked by tests/test_demo.py
 
 
 def all_examples() -> List[str]:
@@ -44,7 +45,7 @@ def run(name: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_example_is_run_by_a_test() -> None:
-    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES + DISTRIBUTED_EXAMPLES)
+    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES + DISTRIBUTED_EXAMPLES + TOUR)
 
 
 @pytest.mark.parametrize("name", all_examples())
