@@ -41,8 +41,11 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
     "--remote-debugging-port=0",
-    "--window-size=1400,1000",  # wide enough for Material's navigation sidebar
+    "--window-size=1400,1000",
 ]
+# The width the pages are checked at (a laptop screen): Material shows both sidebars from
+# 1220 px, so the code column is at its narrowest there; no code block may scroll sideways.
+WIDTH = 1280
 WAIT = 20.0  # seconds, for any one step (start, load, search)
 
 pytestmark = pytest.mark.timeout(300)
@@ -179,6 +182,13 @@ def tab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tab]:
         opened = Tab(page["webSocketDebuggerUrl"])
         for domain in ("Page", "Runtime", "Log", "Network"):
             opened.send(f"{domain}.enable")
+        opened.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=WIDTH,
+            height=1000,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         yield opened
         opened.close()
     finally:
@@ -238,6 +248,25 @@ _REPORT = """(() => {
     plainText: blocks.filter((pre) => language(pre) === "language-text").length,
     tokenColored: !!token && getComputedStyle(token).color !== getComputedStyle(plain).color,
     copyButtons: document.querySelectorAll(".md-code__button, .md-clipboard").length,
+    // Blocks that scroll sideways: their code is wider than the box that shows it.
+    scrolling: blocks.filter((pre) => {
+      const code = pre.querySelector("code") || pre;
+      return code.scrollWidth > code.clientWidth + 1;
+    }).map((pre) => {
+      const code = pre.querySelector("code") || pre;
+      const longest = pre.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a));
+      return `${code.scrollWidth - code.clientWidth}px too wide: ${longest.trim().slice(0, 70)}`;
+    }),
+    // What each block's copy button copies, the way Material's clipboard code takes it:
+    // the nearest [data-copy] attribute, else the code's text as rendered while copying.
+    copied: blocks.map((pre) => {
+      const code = pre.querySelector("code") || pre;
+      code.setAttribute("data-md-copying", "");
+      const box = code.closest("[data-copy]");
+      const text = box ? box.getAttribute("data-copy") : code.innerText;
+      code.removeAttribute("data-md-copying");
+      return text;
+    }),
   };
 })()"""
 
@@ -327,6 +356,25 @@ def test_code_blocks_are_highlighted(visits: List[Visit]) -> None:
         assert report["copyButtons"] >= 1, f"{where}: Material's script added no copy button"
     # The highlighting's colors apply (the stylesheet loaded), not only its markup.
     assert any(visit.report["tokenColored"] for visit in with_code)
+
+
+def test_no_code_block_scrolls_sideways_at_1280_px(visits: List[Visit]) -> None:
+    scrolling = [
+        f"/{visit.path}: {block}" for visit in visits for block in visit.report["scrolling"]
+    ]
+    assert not scrolling, f"{len(scrolling)} code blocks scroll sideways:\n" + "\n".join(scrolling)
+
+
+def test_copied_code_has_no_prompts_output_or_doctest_directives(visits: List[Visit]) -> None:
+    """A reader pastes what the copy button copies: plain code, ready to run."""
+    console = 0
+    for visit in visits:
+        for text in visit.report["copied"]:
+            for line in text.splitlines():
+                assert not line.startswith((">>>", "...")), f"/{visit.path}: {line!r} copied"
+                assert "doctest:" not in line, f"/{visit.path}: {line!r} copied"
+            console += "import hookbus" in text
+    assert console > 20, "the console examples were not found among the copied blocks"
 
 
 def test_the_console_shows_no_errors_or_warnings(visits: List[Visit]) -> None:
