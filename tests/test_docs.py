@@ -272,4 +272,3 @@ def test_the_home_pages_example_runs(capsys: pytest.CaptureFixture[str]) -> None
     finally:
         hookbus.clear()
     assert capsys.readouterr().out == "mail for 17\n"
-
