@@ -257,6 +257,23 @@ _REPORT = """(() => {
       const longest = pre.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a));
       return `${code.scrollWidth - code.clientWidth}px too wide: ${longest.trim().slice(0, 70)}`;
     }),
+    // Code lines (in a console block, the statements) longer than the column: with long
+    // lines wrapped (extra.css) nothing scrolls, but a wrapped statement reads badly, so
+    // only output may wrap. Measured in the code's own font, without the hidden prompts.
+    wrappedCode: blocks.flatMap((pre) => {
+      const code = pre.querySelector("code") || pre;
+      const style = getComputedStyle(code);
+      const pen = document.createElement("canvas").getContext("2d");
+      pen.font = `${style.fontSize} ${style.fontFamily}`;
+      const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+      const room = code.clientWidth - padding;
+      const console = language(pre) === "language-pycon";
+      return code.textContent.split("\\n")
+        .filter((line) => !console || /^(>>>|\\.\\.\\.)( |$)/.test(line))
+        .map((line) => (console ? line.slice(4).replace(/\\s*#\\s*doctest:.*$/, "") : line))
+        .filter((line) => pen.measureText(line).width > room + 1)
+        .map((line) => `${Math.ceil(pen.measureText(line).width - room)}px over: ${line.trim()}`);
+    }),
     // What each block's copy button copies, the way Material's clipboard code takes it:
     // the nearest [data-copy] attribute, else the code's text as rendered while copying.
     copied: blocks.map((pre) => {
@@ -363,6 +380,27 @@ def test_no_code_block_scrolls_sideways_at_1280_px(visits: List[Visit]) -> None:
         f"/{visit.path}: {block}" for visit in visits for block in visit.report["scrolling"]
     ]
     assert not scrolling, f"{len(scrolling)} code blocks scroll sideways:\n" + "\n".join(scrolling)
+
+
+# Three docstring examples on the API page, a few characters too long (hookbus/training.py,
+# and EventBus.wrap's). The core's docstrings were left alone in the change that added this
+# check; shorten them, then drop them from here.
+LONG_DOCSTRING_LINES = {
+    "def after_train_iter(self, runner, *, batch_idx, data_batch=None, outputs=None):",
+    'bus.emit(training.AFTER_TRAIN_ITER, None, batch_idx=i, outputs={"loss": loss})',
+    '_ = bus.post("forward", lambda ctx: print(type(ctx.target).__name__, ctx.result))',
+}
+
+
+def test_no_line_of_code_wraps_at_1280_px(visits: List[Visit]) -> None:
+    """Only output (long error messages, checked as one line) may wrap, never a statement."""
+    wrapped = [
+        f"/{visit.path}: {line}"
+        for visit in visits
+        for line in visit.report["wrappedCode"]
+        if not (visit.path == "api/" and line.split(": ", 1)[1] in LONG_DOCSTRING_LINES)
+    ]
+    assert not wrapped, f"{len(wrapped)} lines of code wrap:\n" + "\n".join(wrapped)
 
 
 def test_copied_code_has_no_prompts_output_or_doctest_directives(visits: List[Visit]) -> None:

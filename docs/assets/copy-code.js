@@ -10,18 +10,20 @@
 
   function plainCode(text) {
     var lines = [];
-    var inBlock = false;
+    var inBlock = false; // after a continuation line: a compound statement is open
+    var inOutput = false; // after an output line, "..." is output too (doctest's ELLIPSIS)
     text.split("\n").forEach(function (line) {
       var prompt = line.slice(0, 4);
       if (prompt === ">>> " || line === ">>>") {
         if (inBlock) lines.push(""); // a compound statement ended: a REPL needs a blank line
-        inBlock = false;
+        inBlock = inOutput = false;
         lines.push(line.slice(4).replace(DIRECTIVE, ""));
-      } else if (prompt === "... " || line === "...") {
+      } else if (!inOutput && (prompt === "... " || line === "...")) {
         inBlock = true;
         lines.push(line.slice(4).replace(DIRECTIVE, ""));
+      } else {
+        inOutput = true; // output: left out
       }
-      // anything else is output: left out
     });
     return lines.join("\n").replace(/\s+$/, "") + "\n";
   }
