@@ -14,6 +14,7 @@ ran (the body of its function below), then what they printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib.util
 import inspect
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import hookbus
 from hookbus import CallContext, EventBus, training
@@ -34,6 +35,16 @@ from hookbus import CallContext, EventBus, training
 def _say(text: str) -> None:
     """Print an indented line, wrapped to fit a terminal."""
     print(textwrap.fill(text, 92, initial_indent="  ", subsequent_indent="    "))
+
+
+def _say_error(what: str, error: BaseException) -> None:
+    """Print what failed and the error's message."""
+    _say(f"{what}: {_short_paths(str(error))}")
+
+
+def _short_paths(text: str) -> str:
+    """A message with its paths cut to the file name: (/home/.../tour.py:12) -> (tour.py:12)."""
+    return re.sub(r"\(\S*[/\\]", "(", text)
 
 
 # (title, docs page, run, code shown): the tour, in order.
@@ -116,17 +127,16 @@ def declared_events() -> None:
     try:
         user_created.on(on_created)  # type: ignore[arg-type]  # mypy sees it too
     except TypeError as error:
-        reason = re.sub(r"\(\S*[/\\]", "(", str(error).split(". A hook")[0])
-        _say(f"registering on_created fails at once: {reason}")
+        _say_error("registering on_created fails at once", error)
     try:
         bus.emit("user_created", "bob", "extra")
     except TypeError as error:
-        _say("emit with the wrong arguments fails: " + str(error).split(": got ")[1])
+        _say_error("emit with the wrong arguments fails", error)
     bus.on("user_craeted", welcome)  # a typo: this hook would never run
     try:
         bus.check_pending()
     except hookbus.UnknownNameError as error:
-        _say("check_pending() finds it: " + str(error).splitlines()[1].split("): ")[1])
+        _say_error("check_pending() finds it", error)
 
 
 @part("Hook points: @bus.hookable with pre, post and exception hooks", "Concepts")
@@ -288,23 +298,28 @@ def async_hooks() -> None:
     try:
         bus.emit("signup", "bob")
     except TypeError as error:
-        reason = re.sub(r" \(<Handle.*>\)", "", str(error))
-        print(f"a plain bus.emit('signup', ...) refuses, before any hook runs:\n  {reason}")
+        _say_error("a plain bus.emit('signup', ...) refuses, before any hook runs", error)
 
 
 @part("Error policies: raise, collect, log", "Guarantees, Error policies")
 def error_policies() -> None:
     """What the bus does when a hook raises, per policy."""
     bus = EventBus("shop")
+
+    def reserve_stock(order_id: int) -> None:
+        raise KeyError(f"no stock for order {order_id}")
+
+    def send_receipt(order_id: int) -> None:
+        print(f"  the next hook ran for order {order_id}")
+
     bus.on("order.placed", reserve_stock)
     bus.on("order.placed", send_receipt)
     print('errors="raise" (the default): the error propagates at once, with a note:')
     try:
         bus.emit("order.placed", 1)
     except KeyError as error:
-        for note in getattr(error, "__notes__", []):
-            # The note names the hook and where it is defined (file:line).
-            _say(re.sub(r"\(\S*[/\\]", "(", note))
+        for note in getattr(error, "__notes__", []):  # the hook, and where it is defined
+            _say(_short_paths(note))
     bus.errors = "collect"
     print('errors="collect": every hook runs, then one HookError (an ExceptionGroup):')
     try:
@@ -312,26 +327,23 @@ def error_policies() -> None:
     except hookbus.HookError as group:
         print(f"  HookError({group.message!r}, {group.exceptions!r})")
     bus.errors = "log"
-    handler = _PrintHandler()
-    hookbus_logger = logging.getLogger("hookbus")
-    hookbus_logger.addHandler(handler)
-    hookbus_logger.propagate = False
-    try:
-        print('errors="log": the error goes to the "hookbus" logger, and dispatch goes on:')
+    print('errors="log": the error goes to the "hookbus" logger, and dispatch goes on:')
+    with _log_printed("hookbus"):
         bus.emit("order.placed", 3)
+
+
+@contextlib.contextmanager
+def _log_printed(name: str) -> Iterator[None]:
+    """Print a logger's records as one line each (no traceback), to keep the tour short."""
+    handler = _PrintHandler()
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
     finally:
-        hookbus_logger.removeHandler(handler)
-        hookbus_logger.propagate = True
-
-
-def reserve_stock(order_id: int) -> None:
-    """A hook that fails."""
-    raise KeyError(f"no stock for order {order_id}")
-
-
-def send_receipt(order_id: int) -> None:
-    """The hook after it."""
-    print(f"  the next hook ran for order {order_id}")
+        logger.removeHandler(handler)
+        logger.propagate = True
 
 
 class _PrintHandler(logging.Handler):
