@@ -26,7 +26,7 @@ import sys
 import textwrap
 import venv
 from pathlib import Path
-from typing import List
+from typing import Iterator, List
 
 import pytest
 
@@ -90,25 +90,38 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+# Each environment is deleted after its tests: one with torch takes about 1 GB, and pytest
+# keeps the temporary folders of its last three runs.
+
+
 @pytest.fixture(scope="module")
-def core_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Env:
+def core_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[Env]:
     env = Env(tmp_path_factory.mktemp("core") / "venv")
-    env.pip_install(str(wheel), "pytest")  # pytest: to load the plugin as a user's run does
-    return env
+    try:
+        env.pip_install(str(wheel), "pytest")  # pytest: to load the plugin as a user's run does
+        yield env
+    finally:
+        shutil.rmtree(env.path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def torch_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Env:
+def torch_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[Env]:
     env = Env(tmp_path_factory.mktemp("torch") / "venv")
-    env.pip_install(TORCH, f"{wheel}[torch]")
-    return env
+    try:
+        env.pip_install(TORCH, f"{wheel}[torch]")
+        yield env
+    finally:
+        shutil.rmtree(env.path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def editable_env(tmp_path_factory: pytest.TempPathFactory) -> Env:
+def editable_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     env = Env(tmp_path_factory.mktemp("editable") / "venv")
-    env.pip_install(TORCH, "-e", f"{ROOT}[torch]")
-    return env
+    try:
+        env.pip_install(TORCH, "-e", f"{ROOT}[torch]")
+        yield env
+    finally:
+        shutil.rmtree(env.path, ignore_errors=True)
 
 
 # --- core only, from the wheel -------------------------------------------------------
