@@ -91,7 +91,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Each environment is deleted after its tests: one with torch takes about 1 GB, and pytest
-# keeps the temporary folders of its last three runs.
+# keeps the temporary folders of its last three runs. Not in CI (CI=true), whose machine
+# goes away after the run: deleting two torch installs took 165 s on a busy dev machine.
+
+
+def _delete(env: Env) -> None:
+    if not os.environ.get("CI"):
+        shutil.rmtree(env.path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +107,7 @@ def core_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[
         env.pip_install(str(wheel), "pytest")  # pytest: to load the plugin as a user's run does
         yield env
     finally:
-        shutil.rmtree(env.path, ignore_errors=True)
+        _delete(env)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +117,7 @@ def torch_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator
         env.pip_install(TORCH, f"{wheel}[torch]")
         yield env
     finally:
-        shutil.rmtree(env.path, ignore_errors=True)
+        _delete(env)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +127,7 @@ def editable_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         env.pip_install(TORCH, "-e", f"{ROOT}[torch]")
         yield env
     finally:
-        shutil.rmtree(env.path, ignore_errors=True)
+        _delete(env)
 
 
 # --- core only, from the wheel -------------------------------------------------------
