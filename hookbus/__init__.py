@@ -12,8 +12,8 @@ process-wide default bus, :data:`default_bus`, so that hooks need no set-up:
     forward -> 42
     42
 
-The PyTorch adapter lives in :mod:`hookbus.torch` (``pip install "hookbus[torch]"``);
-importing :mod:`hookbus` never imports torch.
+The PyTorch adapter lives in :mod:`hookbus.torch` (the ``torch`` extra: ``pip install -e
+".[torch]"`` in a checkout); importing :mod:`hookbus` never imports torch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``python -m hookbus.demo``: a clean first run that shows every part, each titled."""
+"""``python examples/tour.py``, the README's demo: a clean first run that shows every part,
+each titled, with the code that ran above what it printed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Dict, List
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TOUR = ROOT / "examples" / "tour.py"
 
 # What each part must show: its title, and lines that prove it ran.
 PARTS = {
@@ -33,7 +35,7 @@ PARTS = {
 def demo() -> subprocess.CompletedProcess[str]:
     # -X dev -W default: every warning shows, DeprecationWarning and ResourceWarning too.
     return subprocess.run(
-        [sys.executable, "-X", "dev", "-W", "default", "-m", "hookbus.demo"],
+        [sys.executable, "-X", "dev", "-W", "default", str(TOUR)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -43,16 +45,41 @@ def demo() -> subprocess.CompletedProcess[str]:
     )
 
 
-def _parts(output: str) -> Dict[str, List[str]]:
-    """The title line of each part, and the lines it printed."""
-    parts: Dict[str, List[str]] = {}
-    lines: List[str] = []
+# A call that each part's code must show: the API the part is about.
+CODE = [
+    "bus.emit(",
+    "@bus.event",
+    "bus.pre(",
+    "handle.remove()",
+    "bus.subscribe(",
+    "training.AFTER_TRAIN_ITER",
+    "await bus.emit_async(",
+    'bus.errors = "collect"',
+    "bus_recorder.assert_emitted_with(",
+    "hookbus.torch.capture(",
+]
+
+
+def _sections(output: str) -> Dict[str, Dict[str, List[str]]]:
+    """Each part's title line, and its code and output lines."""
+    parts: Dict[str, Dict[str, List[str]]] = {}
+    section: List[str] = []
     for line in output.splitlines():
         if line.startswith("== "):
-            lines = parts[line] = []
+            current = parts[line] = {"code": [], "output": []}
+            section = current["code"]
+        elif line == "-- code:":
+            section = current["code"]
+        elif line == "-- output:":
+            section = current["output"]
         elif line:
-            lines.append(line)
+            section.append(line)
     return parts
+
+
+def _parts(output: str) -> Dict[str, List[str]]:
+    """The title line of each part, and the lines it printed."""
+    return {title: lines["output"] for title, lines in _sections(output).items()}
 
 
 def test_the_demo_runs_clean(demo: subprocess.CompletedProcess[str]) -> None:
@@ -92,6 +119,20 @@ def test_each_part_shows_what_it_is_about_in_a_screenful_or_two(
         assert all(len(line) <= 100 for line in lines), f"{title}: a line over 100 characters"
 
 
+def test_each_part_shows_its_code_above_its_output(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    """The tour teaches the API: the lines that ran, as they are in examples/tour.py."""
+    source = TOUR.read_text(encoding="utf-8")
+    for (title, lines), call in zip(_sections(demo.stdout).items(), CODE):
+        code = lines["code"]
+        assert 3 <= len(code) <= 50, f"{title}: {len(code)} lines of code"
+        assert all(len(line) <= 100 for line in code), f"{title}: a line over 100 characters"
+        assert any(call in line for line in code), f"{title}: {call!r} not in its code"
+        shown = [line.strip() for line in code]
+        assert all(line in source for line in shown), f"{title}: code not from the tour"
+
+
 def test_the_pytest_part_runs_the_fixtures(demo: subprocess.CompletedProcess[str]) -> None:
     printed = "\n".join(list(_parts(demo.stdout).values())[8])
     for fixture in ("event_bus", "default_bus", "bus_recorder"):
@@ -106,7 +147,7 @@ def test_the_torch_part_runs_when_torch_is_installed(
 ) -> None:
     printed = "\n".join(list(_parts(demo.stdout).values())[9])
     if importlib.util.find_spec("torch") is None:
-        assert 'pip install "hookbus[torch]"' in printed
+        assert 'pip install torch==2.13.0 -e ".[torch]"' in " ".join(printed.split())
         return
     assert "captured == forward's own tensors: True" in printed
     assert "native hooks left on the net: 0" in printed
@@ -115,8 +156,9 @@ def test_the_torch_part_runs_when_torch_is_installed(
 def test_without_pytest_the_recorder_still_shows_the_checks() -> None:
     # A first run with only the torch extra has no pytest: the part runs in-process.
     code = (
-        "import sys; sys.modules['pytest'] = None; import hookbus.demo as demo; "
-        "[run() for title, docs, run in demo.PARTS if title.startswith('Testing')]"
+        "import sys, runpy; sys.modules['pytest'] = None; "
+        f"tour = runpy.run_path({str(TOUR)!r}); "
+        "[run() for title, docs, run, code in tour['PARTS'] if title.startswith('Testing')]"
     )
     run = subprocess.run(
         [sys.executable, "-X", "dev", "-W", "default", "-c", code],

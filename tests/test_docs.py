@@ -262,3 +262,19 @@ def test_page_examples_run(page: Path) -> None:
     assert failed == 0, f"{failed} of {attempted} examples failed on {page.name} (output above)"
     if not ran:
         pytest.skip(f"every example of {page.name} needs a missing module: {skipped}")
+
+
+def test_the_home_pages_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The ten-line example on the home page: plain code a reader pastes, and it works."""
+    import hookbus
+
+    text = (DOCS / "index.md").read_text(encoding="utf-8")
+    block = re.search(r"^```python\n(.*?)^```", text, re.S | re.M)
+    assert block, "the home page has no Python example"
+    code = block.group(1)
+    assert len(code.strip().splitlines()) <= 14, "the first example should stay short"
+    try:
+        exec(compile(code, "docs/index.md", "exec"), {"__name__": "docs.index"})
+    finally:
+        hookbus.clear()
+    assert capsys.readouterr().out == "mail for 17\n"

@@ -224,7 +224,7 @@ def test_import_hookbus_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, hookbus, hookbus.demo; print('torch' in sys.modules)"
+    code = "import sys, hookbus, hookbus.pytest_plugin; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -29,6 +29,7 @@ TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture
 TORCH_EXAMPLES.append("trainers.py")
 # Run by torchrun on 2 CPU processes (gloo), as their docstrings say.
 DISTRIBUTED_EXAMPLES = ["distributed_stats.py"]
+TOUR = ["tour.py"]  # the README's demo: run and checked by tests/test_demo.py
 
 
 def all_examples() -> List[str]:
@@ -46,7 +47,7 @@ def run(name: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_example_is_run_by_a_test() -> None:
-    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES + DISTRIBUTED_EXAMPLES)
+    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES + DISTRIBUTED_EXAMPLES + TOUR)
 
 
 @pytest.mark.parametrize("name", all_examples())

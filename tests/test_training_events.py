@@ -195,14 +195,14 @@ def _documented_keywords() -> Dict[str, Set[str]]:
 
 
 def _sources() -> Iterator[Tuple[str, str]]:
-    """(where, Python source) of the README's blocks, the docs' examples, demo and examples."""
+    """(where, Python source) of the README's blocks, the docs' examples and examples/."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for index, block in enumerate(re.findall(r"```python\n(.*?)```", readme, flags=re.S)):
         yield f"README.md block {index}", block
     for page in sorted((ROOT / "docs").glob("*.md")):
         lines = re.findall(r"^(?:>>>|\.\.\.) ?(.*)$", page.read_text(encoding="utf-8"), re.M)
         yield str(page.relative_to(ROOT)), "\n".join(lines)
-    for path in [ROOT / "hookbus" / "demo.py", *sorted((ROOT / "examples").glob("*.py"))]:
+    for path in sorted((ROOT / "examples").glob("*.py")):
         yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
 
 

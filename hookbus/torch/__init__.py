@@ -21,7 +21,8 @@ The one-line way to look inside a model is :func:`capture`:
     >>> cache["0"].output.shape
     torch.Size([1, 2])
 
-This is the only part of hookbus that imports torch (``pip install "hookbus[torch]"``).
+This is the only part of hookbus that imports torch (the ``torch`` extra: ``pip install -e
+".[torch]"`` in a checkout, or a built wheel with ``[torch]``; hookbus is not on PyPI).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ try:
     import torch as _torch  # noqa: F401  # pyright: ignore[reportUnusedImport] - fail here
 except ImportError as _error:  # pragma: no cover - tested in a subprocess without torch
     raise ImportError(
-        'hookbus.torch needs PyTorch, which is not installed: pip install "hookbus[torch]"'
+        "hookbus.torch needs PyTorch, which is not installed: pip install torch, or install "
+        'hookbus with its torch extra (not on PyPI: pip install -e ".[torch]" in a checkout)'
     ) from _error
 
 from ._attach import ROOT, Attachment, Selector, attach

@@ -8,7 +8,7 @@ from typing import List
 import pytest
 
 pytest.importorskip(
-    "torch", reason='the torch adapter tests need PyTorch: pip install "hookbus[torch]"'
+    "torch", reason='the torch adapter tests need PyTorch: pip install -e ".[torch]"'
 )
 
 HERE = Path(__file__).resolve().parent

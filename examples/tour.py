@@ -1,14 +1,20 @@
-"""A tour of every part of hookbus: ``python -m hookbus.demo``.
+"""A tour of every part of hookbus, each part's code shown above what it printed.
 
-Each part has a numbered title naming the docs page that explains it, then prints
-what happened: events; declared events; hook points with pre, post and exception hooks; handles,
-scopes, pauses and traces; hook classes; the training-loop events; async; the
-error policies; the pytest plugin; and (when torch is installed) the torch adapter.
+Run it from a checkout, with hookbus installed (see the README):
+
+    python examples/tour.py
+
+Shows: events; declared events; hook points with pre, post and exception hooks; handles,
+scopes, pauses and traces; hook classes; the training-loop events; async; the error
+policies; the pytest plugin; and (when torch is installed) the torch adapter. Each part has
+a numbered title naming the docs page that explains it, then the few lines of code that
+ran (the body of its function below), then what they printed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib.util
 import inspect
@@ -20,7 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import hookbus
 from hookbus import CallContext, EventBus, training
@@ -31,18 +37,43 @@ def _say(text: str) -> None:
     print(textwrap.fill(text, 92, initial_indent="  ", subsequent_indent="    "))
 
 
-# (title, docs page, run): the tour, in order.
-PARTS: List[Tuple[str, str, Callable[[], None]]] = []
+def _say_error(what: str, error: BaseException) -> None:
+    """Print what failed and the error's message."""
+    _say(f"{what}: {_short_paths(str(error))}")
 
 
-def part(title: str, docs: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
-    """Add a part to the tour, printed under a numbered title that names its docs page."""
+def _short_paths(text: str) -> str:
+    """A message with its paths cut to the file name: (/home/.../tour.py:12) -> (tour.py:12)."""
+    return re.sub(r"\(\S*[/\\]", "(", text)
+
+
+# (title, docs page, run, code shown): the tour, in order.
+PARTS: List[Tuple[str, str, Callable[[], None], str]] = []
+
+
+def part(
+    title: str, docs: str, show: Optional[str] = None
+) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """Add a part to the tour: a numbered title naming its docs page, its code, its output.
+
+    The code shown is the function's body, or ``show`` when the body is only plumbing.
+    """
 
     def add(run: Callable[[], None]) -> Callable[[], None]:
-        PARTS.append((title, docs, run))
+        PARTS.append((title, docs, run, show if show is not None else _body(run)))
         return run
 
     return add
+
+
+def _body(function: Callable[[], None]) -> str:
+    """The source of a function's body, without its docstring, dedented."""
+    lines = inspect.getsource(function).splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("def ")) + 1
+    body = textwrap.dedent("\n".join(lines[start:]))
+    if body.startswith('"""'):
+        body = body[body.index('"""', 3) + 3 :].lstrip("\n")
+    return body
 
 
 @part("Events: bus.on, bus.emit, bus.collect", "Concepts")
@@ -96,17 +127,16 @@ def declared_events() -> None:
     try:
         user_created.on(on_created)  # type: ignore[arg-type]  # mypy sees it too
     except TypeError as error:
-        reason = re.sub(r"\(\S*[/\\]", "(", str(error).split(". A hook")[0])
-        _say(f"registering on_created fails at once: {reason}")
+        _say_error("registering on_created fails at once", error)
     try:
         bus.emit("user_created", "bob", "extra")
     except TypeError as error:
-        _say("emit with the wrong arguments fails: " + str(error).split(": got ")[1])
+        _say_error("emit with the wrong arguments fails", error)
     bus.on("user_craeted", welcome)  # a typo: this hook would never run
     try:
         bus.check_pending()
     except hookbus.UnknownNameError as error:
-        _say("check_pending() finds it: " + str(error).splitlines()[1].split("): ")[1])
+        _say_error("check_pending() finds it", error)
 
 
 @part("Hook points: @bus.hookable with pre, post and exception hooks", "Concepts")
@@ -268,23 +298,28 @@ def async_hooks() -> None:
     try:
         bus.emit("signup", "bob")
     except TypeError as error:
-        reason = re.sub(r" \(<Handle.*>\)", "", str(error))
-        print(f"a plain bus.emit('signup', ...) refuses, before any hook runs:\n  {reason}")
+        _say_error("a plain bus.emit('signup', ...) refuses, before any hook runs", error)
 
 
 @part("Error policies: raise, collect, log", "Guarantees, Error policies")
 def error_policies() -> None:
     """What the bus does when a hook raises, per policy."""
     bus = EventBus("shop")
+
+    def reserve_stock(order_id: int) -> None:
+        raise KeyError(f"no stock for order {order_id}")
+
+    def send_receipt(order_id: int) -> None:
+        print(f"  the next hook ran for order {order_id}")
+
     bus.on("order.placed", reserve_stock)
     bus.on("order.placed", send_receipt)
     print('errors="raise" (the default): the error propagates at once, with a note:')
     try:
         bus.emit("order.placed", 1)
     except KeyError as error:
-        for note in getattr(error, "__notes__", []):
-            # The note names the hook and where it is defined (file:line).
-            _say(re.sub(r"\(\S*[/\\]", "(", note))
+        for note in getattr(error, "__notes__", []):  # the hook, and where it is defined
+            _say(_short_paths(note))
     bus.errors = "collect"
     print('errors="collect": every hook runs, then one HookError (an ExceptionGroup):')
     try:
@@ -292,26 +327,23 @@ def error_policies() -> None:
     except hookbus.HookError as group:
         print(f"  HookError({group.message!r}, {group.exceptions!r})")
     bus.errors = "log"
-    handler = _PrintHandler()
-    hookbus_logger = logging.getLogger("hookbus")
-    hookbus_logger.addHandler(handler)
-    hookbus_logger.propagate = False
-    try:
-        print('errors="log": the error goes to the "hookbus" logger, and dispatch goes on:')
+    print('errors="log": the error goes to the "hookbus" logger, and dispatch goes on:')
+    with _log_printed("hookbus"):
         bus.emit("order.placed", 3)
+
+
+@contextlib.contextmanager
+def _log_printed(name: str) -> Iterator[None]:
+    """Print a logger's records as one line each (no traceback), to keep the tour short."""
+    handler = _PrintHandler()
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
     finally:
-        hookbus_logger.removeHandler(handler)
-        hookbus_logger.propagate = True
-
-
-def reserve_stock(order_id: int) -> None:
-    """A hook that fails."""
-    raise KeyError(f"no stock for order {order_id}")
-
-
-def send_receipt(order_id: int) -> None:
-    """The hook after it."""
-    print(f"  the next hook ran for order {order_id}")
+        logger.removeHandler(handler)
+        logger.propagate = True
 
 
 class _PrintHandler(logging.Handler):
@@ -342,13 +374,11 @@ def test_a_readable_failure(bus_recorder):
 """
 
 
-@part("Testing: the pytest plugin's fixtures", "Testing with pytest")
+@part("Testing: the pytest plugin's fixtures", "Testing with pytest", show=_TEST_FILE)
 def pytest_plugin() -> None:
     """The fixtures event_bus, default_bus and bus_recorder, in a test file run by pytest."""
     print("installing hookbus gives every test the fixtures event_bus, default_bus and")
-    print("bus_recorder; a test file using them:")
-    for line in _TEST_FILE.strip("\n").splitlines():
-        print(f"  | {line}".rstrip())
+    print("bus_recorder; the code above is a test file using them, test_shop.py.")
     if importlib.util.find_spec("pytest") is None:
         print("pytest is not installed (pip install pytest, to run the file); here are the")
         print("same checks, with the BusRecorder behind bus_recorder:")
@@ -403,22 +433,114 @@ def _package_root() -> str:
     return root + (os.pathsep + path if path else "")
 
 
+def _torch_installed() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        print("torch is not installed: pip install torch (or, in a checkout of hookbus,")
+        print('pip install torch==2.13.0 -e ".[torch]") to see this part.')
+        return False
+    return True
+
+
 @part("The PyTorch adapter: capture, steer, gradients", "PyTorch adapter")
 def torch_adapter() -> None:
     """The same hooks on nn.Module, when torch is installed."""
-    if importlib.util.find_spec("torch") is None:
-        print('torch is not installed: pip install "hookbus[torch]" to see this part.')
+    if not _torch_installed():
         return
-    from hookbus.torch._demo import tour
+    import torch
 
-    tour()
+    import hookbus.torch
+
+    net = _small_net()  # fc1 -> relu -> fc2 -> relu6, every weight 1.0
+    x = torch.full((2, 2), 0.1)
+    with hookbus.torch.capture(net, ["fc1", "relu", "fc2"], inputs=True) as cache:
+        out = net(x)
+    for name, record in cache.items():
+        print(f"  {name:5} input {_row(record.args[0])} -> output {_row(record.output)}")
+    fc1 = net.fc1(x)  # forward, step by step: the hooks saw the same tensors
+    steps = {"fc1": fc1, "relu": torch.relu(fc1), "fc2": net.fc2(torch.relu(fc1))}
+    same = all(torch.equal(cache[name].output, value) for name, value in steps.items())
+    print(f"  captured == forward's own tensors: {same}; net(x) = {out[0].item():.1f}")
+
+    bus = EventBus("demo-torch")
+    with hookbus.torch.attach(net, bus) as attached:
+
+        def halve(ctx: CallContext) -> None:
+            ctx.result = ctx.result / 2
+
+        with attached.post("fc2", halve):
+            print(f"a post hook halving fc2's output: net(x) = {net(x)[0].item():.1f}")
+        print(f"after the with block: net(x) = {net(x)[0].item():.1f}, hooks: {bus.hooks()}")
+
+        grads: List[Any] = []
+        with attached.grad("fc1", lambda ctx: grads.append(ctx.result)):
+            net(x).sum().backward()
+        print(f"gradient reaching fc1's output (row 0): {_row(grads[0])}")
+
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    b = torch.tensor([3.0, 4.0], requires_grad=True)
+    z = ((b - a) ** 2).mean()
+
+    def double(ctx: CallContext) -> None:
+        ctx.result = ctx.result * 2
+
+    hookbus.torch.on_grad(z, double)
+    z.backward()
+    print(f"on_grad(z, double): a.grad = {_row(a.grad)}, b.grad = {_row(b.grad)}")
+    print(f"native hooks left on the net: {_native_hooks(net)}")
+
+
+def _small_net() -> Any:
+    """The classic 2-layer hook tutorial net, every weight 1.0."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(2, 2)
+            self.relu = nn.ReLU()
+            self.fc2 = nn.Linear(2, 1)
+            self.relu6 = nn.ReLU6()
+
+        def forward(self, x: Any) -> Any:
+            return self.relu6(self.fc2(self.relu(self.fc1(x))))
+
+    net = Net()
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.fill_(1.0)
+    return net
+
+
+def _row(tensor: Any) -> List[float]:
+    """The first row (or the values of a 1-d tensor), rounded for printing."""
+    if tensor is None:
+        return []
+    row = tensor[0] if tensor.dim() > 1 else tensor
+    return [round(value, 4) for value in row.tolist()]
+
+
+def _native_hooks(net: Any) -> int:
+    """torch's own hooks left on the modules: capture and attach leave none."""
+    return sum(
+        len(module._forward_hooks) + len(module._forward_pre_hooks) + len(module._backward_hooks)
+        for module in net.modules()
+    )
+
+
+_INDENT = "    "
 
 
 def main() -> None:
-    """Run the tour."""
+    """Run the tour: each part's title, its code, then what it printed."""
     print(f"hookbus {hookbus.__version__}: a tour of every part, each with its docs page")
-    for number, (title, docs, run) in enumerate(PARTS, 1):
+    for number, (title, docs, run, code) in enumerate(PARTS, 1):
         print(f"\n== {number}. {title}  (docs: {docs})")
+        print("-- code:")
+        for line in code.strip("\n").splitlines():
+            print(f"{_INDENT}{line}".rstrip())
+        print("-- output:")
+        sys.stdout.flush()
         run()
 
 
