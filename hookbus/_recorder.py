@@ -162,7 +162,7 @@ class BusRecorder:
             self.watch(bus)
 
     def watch(self, bus: EventBus) -> None:
-        """BusRecord ``bus`` too (watching a bus twice records it once)."""
+        """Record ``bus`` too (watching a bus twice records it once)."""
         if any(watched is bus for watched in self._watched):
             return
         self._watched.append(bus)
