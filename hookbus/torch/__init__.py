@@ -37,7 +37,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 
 from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
-from ._grad import GradHandle, on_grad
+from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat
 from ._point import inert_point
 from ._stats import Stats, stats
@@ -63,6 +63,7 @@ __all__ = [
     "attach",
     "bare_names",
     "capture",
+    "on_accumulated_grad",
     "on_grad",
     "stats",
 ]

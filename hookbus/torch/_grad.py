@@ -1,4 +1,5 @@
-"""Gradient hooks on tensors: :func:`on_grad`, and the one tensor hook hookbus installs.
+"""Gradient hooks on tensors: :func:`on_grad`, :func:`on_accumulated_grad`, and the one
+tensor hook hookbus installs.
 
 Three features hook gradients: :func:`on_grad` on any tensor, the ``grad``
 hooks of a module point on its outputs, and a capture with ``grads=True``.
@@ -10,6 +11,7 @@ tensor of a module's output and keeps their handles for removal.
 from __future__ import annotations
 
 import functools
+import itertools
 import weakref
 from typing import Any, Callable, List, Optional
 
@@ -19,7 +21,14 @@ from torch.utils.hooks import RemovableHandle
 from ..adapter import CallContext, Removable, reject_returned
 from ._tree import Path, iter_tensors
 
-__all__ = ["Deliver", "GradHandle", "GradHook", "hook_output_grads", "on_grad"]
+__all__ = [
+    "Deliver",
+    "GradHandle",
+    "GradHook",
+    "hook_output_grads",
+    "on_accumulated_grad",
+    "on_grad",
+]
 
 Deliver = Callable[[torch.Tensor, int, Path], Optional[torch.Tensor]]
 """``deliver(grad, call_index, path)``: what a :class:`GradHook` hands a gradient to.
@@ -108,6 +117,60 @@ def on_grad(
     register: Any = tensor.register_hook  # untyped in torch  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     deliver = functools.partial(_run_on_grad, hook, name, weakref.ref(tensor))
     return GradHandle(register(GradHook(deliver, 0, ())))
+
+
+def on_accumulated_grad(
+    parameter: torch.Tensor, hook: Callable[[CallContext], None], *, name: str = "parameter"
+) -> GradHandle:
+    """Call ``hook(ctx)`` once ``parameter.grad`` holds this backward's accumulated gradient.
+
+    torch's ``register_post_accumulate_grad_hook``, behind hookbus's hook shape: for
+    per-parameter optimisers (an update inside backward) and gradient statistics.
+    ``ctx.result`` is ``parameter.grad``; assigning it replaces ``parameter.grad``.
+    ``ctx.target`` is the parameter, ``ctx.phase`` ``"accumulated_grad"``, and
+    ``ctx.call_index`` counts the backward passes that reached it. A leaf tensor
+    that requires grad is needed (torch accumulates gradients into leaves only).
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> def clip(ctx):
+        ...     ctx.result = ctx.result.clamp(max=1.0)
+        >>> handle = hookbus.torch.on_accumulated_grad(weight, clip)
+        >>> (weight * 5).sum().backward()
+        >>> weight.grad
+        tensor([1., 1.])
+        >>> handle.remove()
+    """
+    if not isinstance(parameter, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(
+            f"on_accumulated_grad() needs a torch.Tensor (a parameter), got "
+            f"{type(parameter).__name__}"
+        )
+    if not callable(hook):
+        raise TypeError(
+            f"on_accumulated_grad() needs a callable hook(ctx), got {type(hook).__name__}"
+        )
+    if not (parameter.is_leaf and parameter.requires_grad):
+        raise ValueError(
+            f"on_accumulated_grad() needs a leaf tensor that requires grad (a parameter), "
+            f"got a {'non-leaf' if not parameter.is_leaf else 'leaf'} tensor of shape "
+            f"{tuple(parameter.shape)} with requires_grad={parameter.requires_grad}; for "
+            f"the gradient of any tensor, use on_grad()"
+        )
+    calls = itertools.count()
+
+    def accumulated(tensor: torch.Tensor) -> None:
+        ctx = CallContext(name, tensor, (), {}, next(calls), "accumulated_grad")
+        ctx.result = tensor.grad
+        returned: Any = hook(ctx)  # type: ignore[func-returns-value]  # checked: None
+        if returned is not None:
+            reject_returned(hook, ctx, returned)
+        if ctx.result is not tensor.grad:
+            tensor.grad = ctx.result
+
+    register: Any = parameter.register_post_accumulate_grad_hook  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    return GradHandle(register(accumulated))
 
 
 def _run_on_grad(

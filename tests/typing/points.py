@@ -136,7 +136,6 @@ label("one")  # error: the call itself is checked, as before
 later: Any = fetch(1)  # error: and an async point's too
 
 
-
 @label.around
 def span(ctx: CallContext[str]) -> Iterator[None]:
     yield
