@@ -10,6 +10,7 @@ methods return.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from types import CoroutineType
 from typing import (
@@ -204,7 +205,9 @@ class EventBus:
         plan: Any
         try:
             plan = self._plans[event]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
+            if event.__class__ is not str:  # an enum member: its string, from here on
+                event = check_name(event, "event name", allow_pattern=False)
             plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
@@ -245,6 +248,8 @@ class EventBus:
         """
         results: List[Any] = []
         registry = self.registry
+        if event.__class__ is not str:  # an enum member: its string, from here on
+            event = check_name(event, "event name", allow_pattern=False)
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
@@ -270,6 +275,8 @@ class EventBus:
             notified ada
         """
         registry = self.registry
+        if event.__class__ is not str:  # an enum member: its string, from here on
+            event = check_name(event, "event name", allow_pattern=False)
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
@@ -291,6 +298,8 @@ class EventBus:
         """
         results: List[Any] = []
         registry = self.registry
+        if event.__class__ is not str:  # an enum member: its string, from here on
+            event = check_name(event, "event name", allow_pattern=False)
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
@@ -514,10 +523,10 @@ class EventBus:
             2
         """
         bus = self
-        if fn_or_name is None or isinstance(fn_or_name, str):
-            name: Optional[str] = fn_or_name
-            if name is not None:
-                check_name(name, "hook point name", allow_pattern=False)
+        if fn_or_name is None or isinstance(fn_or_name, (str, enum.Enum)):
+            name: Optional[str] = None
+            if fn_or_name is not None:
+                name = check_name(fn_or_name, "hook point name", allow_pattern=False)
 
             def decorate(fn: Any) -> Any:
                 return make_hookable(bus, fn, name)
@@ -574,6 +583,8 @@ class EventBus:
         """
         results: List[Any] = []
         registry = self.registry
+        if event.__class__ is not str:  # an enum member: its string, from here on
+            event = check_name(event, "event name", allow_pattern=False)
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking
@@ -623,10 +634,10 @@ class EventBus:
             raise TypeError(
                 f"option historic= takes True or False, got {type(historic).__name__} {historic!r}"
             )
-        if stub_or_name is None or isinstance(stub_or_name, str):
-            name: Optional[str] = stub_or_name
-            if name is not None:
-                check_name(name, "event name", allow_pattern=False)
+        if stub_or_name is None or isinstance(stub_or_name, (str, enum.Enum)):
+            name: Optional[str] = None
+            if stub_or_name is not None:
+                name = check_name(stub_or_name, "event name", allow_pattern=False)
 
             def declare(stub: Any) -> Any:
                 return self._declare_stub(stub, name, historic)
@@ -748,7 +759,7 @@ class EventBus:
             [('train.step', 5), ('train.*', 0)]
         """
         if name is not None:
-            check_name(name, "hooks() name", allow_pattern=True)
+            name = check_name(name, "hooks() name", allow_pattern=True)
         handles = self.registry.hooks(name)
         return [handle for handle in handles if kind is None or handle.kind == kind]
 
@@ -821,7 +832,7 @@ class EventBus:
             heard
         """
         if name is not None:
-            check_name(name, "paused() name", allow_pattern=True)
+            name = check_name(name, "paused() name", allow_pattern=True)
         return Pause(self, name)
 
     def trace(self) -> Trace:
@@ -853,7 +864,7 @@ class EventBus:
             (False, [])
         """
         if name is not None:
-            check_name(name, "clear() name", allow_pattern=True)
+            name = check_name(name, "clear() name", allow_pattern=True)
         self.registry.clear(name)
 
     @property

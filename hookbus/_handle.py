@@ -7,10 +7,11 @@ import functools
 import inspect
 import sys
 import weakref
-from types import BuiltinMethodType, MethodWrapperType, ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from types import BuiltinMethodType, MethodType, MethodWrapperType, ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ._names import Matcher
+from ._spec import CallerFactory
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MARKED_COROUTINES",
     "NO_SENDER",
+    "VALUE_TYPES",
     "Handle",
     "HandleGroup",
     "Removable",
@@ -103,15 +105,18 @@ class Handle(Removable):
         "__weakref__",
         "_hook",
         "_registered",
+        "_target",
+        "_target_by",
         "bus",
+        "by_name",
         "is_async",
         "kind",
         "match",
         "name",
         "once",
+        "optional",
         "priority",
         "seq",
-        "target",
         "weak",
         "with_name",
     )
@@ -130,6 +135,7 @@ class Handle(Removable):
         is_async: bool,
         match: Optional[Matcher],
         with_name: bool = False,
+        optional: bool = False,
     ) -> None:
         self.bus = bus
         self.kind = kind
@@ -137,13 +143,18 @@ class Handle(Removable):
         self.priority = priority
         self.seq = seq
         self.once = once
-        self.target = target
         self.weak = weak
         self.is_async = is_async
         self.match = match
         self.with_name = with_name
+        self.optional = optional
+        self.by_name: Optional[Dict[str, CallerFactory]] = None
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
+        self._target_by = _NO_TARGET
+        self._target: Any = None
+        if target is not None:
+            self._target_by, self._target = _hold_target(target, self)
         # plain() below builds the same fields for the default options.
 
     @classmethod
@@ -175,13 +186,16 @@ class Handle(Removable):
         handle.priority = 0
         handle.seq = 0
         handle.once = False
-        handle.target = None
         handle.weak = False
         handle.is_async = is_async
         handle.match = match
         handle.with_name = False
+        handle.optional = False
+        handle.by_name = None
         handle._registered = False
         handle._hook = hook
+        handle._target_by = _NO_TARGET
+        handle._target = None
         return handle
 
     @property
@@ -190,9 +204,93 @@ class Handle(Removable):
         return self._hook() if self.weak else self._hook  # type: ignore[no-any-return]
 
     @property
+    def target(self) -> Any:
+        """The only sender (an event's first argument) or call target the hook fires for.
+
+        ``None`` for any, and once a weakly held target was collected (the hook is
+        then unregistered). Built-in values (``str``, ``int``, ``float``, ``bytes``,
+        ``complex``) match by value, as blinker's senders do; other objects by
+        identity, held weakly when they support it.
+        """
+        target = self._target
+        return target() if self._target_by is _BY_WEAK_IDENTITY else target
+
+    @property
+    def targeted(self) -> bool:
+        """Whether the hook was registered with a ``target`` (even one since collected)."""
+        return self._target_by is not _NO_TARGET
+
+    @property
     def active(self) -> bool:
-        """Whether the hook is registered and (if held weakly) still alive."""
-        return self._registered and (not self.weak or self._hook() is not None)
+        """Whether the hook is registered and (if held weakly) still alive, its target too."""
+        return (
+            self._registered
+            and (not self.weak or self._hook() is not None)
+            and (self._target_by is not _BY_WEAK_IDENTITY or self._target() is not None)
+        )
+
+    def fires_for(self, subject: Any) -> bool:
+        """Whether the hook's ``target`` lets it fire for ``subject`` (the sender, or target).
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> handle = bus.on("sig", print, target=123456789)
+            >>> handle.fires_for(int("123456789")), handle.fires_for(1)
+            (True, False)
+        """
+        by, target = self._target_by, self._target
+        if by is _NO_TARGET:
+            return True
+        if by is _BY_WEAK_IDENTITY:
+            target = target()
+            return target is not None and subject is target
+        if subject is target:
+            return True
+        # By value only between built-in values: a user's __eq__ is never asked.
+        return by is _BY_VALUE and isinstance(subject, VALUE_TYPES) and subject == target
+
+    def same_registration(self, other: Handle) -> bool:
+        """Whether ``other`` registers the same callable for the same target (see register).
+
+        Bound methods count as the same when they bind the same function to the
+        same object, as ``==`` says, without calling the user's ``__eq__``.
+        """
+        if self.kind != other.kind or self.name != other.name:
+            return False
+        mine: Any = self.hook
+        theirs: Any = other.hook
+        if mine is None or theirs is None:
+            return False
+        if mine is not theirs and not (
+            type(mine) is MethodType
+            and type(theirs) is MethodType
+            and mine.__self__ is theirs.__self__
+            and mine.__func__ is theirs.__func__
+        ):
+            return False
+        if self._target_by is _NO_TARGET or other._target_by is _NO_TARGET:
+            return self._target_by is other._target_by
+        return self.fires_for(other.target) and other.target is not None
+
+    def call_for(self, event: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """What a dispatch of the declared ``event`` calls for ``hook``: the hook itself,
+        or, for a hook that takes the spec's arguments by name, its caller."""
+        by_name = self.by_name
+        if by_name is not None:
+            factory = by_name.get(event)
+            if factory is not None:
+                return factory(hook)
+        return hook
+
+    def bind_by_name(self, event: str, factory: Optional[CallerFactory]) -> None:
+        """Record how the declared ``event`` calls this hook (a new dict: plans read it)."""
+        by_name: Dict[str, CallerFactory] = dict(self.by_name or {})
+        if factory is None:
+            by_name.pop(event, None)
+        else:
+            by_name[event] = factory
+        self.by_name = by_name or None
 
     @property
     def where(self) -> str:
@@ -212,13 +310,15 @@ class Handle(Removable):
         collected weak hook is skipped; a ``once`` hook runs only for the one
         dispatch that claims it; ``with_name`` gets ``name`` first.
         """
-        if self.target is not None and subject is not self.target:
+        if self._target_by is not _NO_TARGET and not self.fires_for(subject):
             return None
         hook = self._hook() if self.weak else self._hook
         if hook is None:  # a weak hook whose object was collected
             return None
         if self.once and not self.bus.registry.claim(self):
             return None  # another thread's dispatch ran it first
+        if self.by_name is not None:  # a declared event's hook that takes arguments by name
+            hook = self.call_for(name, hook)
         return functools.partial(hook, name) if self.with_name else hook
 
     def remove(self) -> None:
@@ -239,6 +339,7 @@ class Handle(Removable):
                 f" priority={self.priority}" if self.priority else "",
                 " once" if self.once else "",
                 " weak" if self.weak else "",
+                " optional" if self.optional else "",
                 " with_name" if self.with_name else "",
                 f" target={type(self.target).__name__}" if self.target is not None else "",
             )
@@ -397,16 +498,50 @@ def innermost_scope(bus: EventBus) -> Optional[Scope]:
     return None
 
 
-def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
-    """A weak reference to ``hook`` that unregisters ``handle`` when it dies."""
-    # Bound methods are made afresh at each attribute access: hold the object and
-    # the function apart, as WeakMethod does, or the reference dies at once.
+# How a handle holds its target: none, by value, by identity (strongly), or weakly.
+_NO_TARGET: Any = "none"
+_BY_VALUE: Any = "value"
+_BY_IDENTITY: Any = "identity"
+_BY_WEAK_IDENTITY: Any = "weak identity"
+
+VALUE_TYPES = (str, int, float, bytes, complex)
+"""Senders matched by value (blinker keys ``str`` and ``int`` senders by value)."""
+
+
+def _unregister_when_collected(handle: Handle) -> Callable[[object], None]:
+    """A weakref callback that unregisters ``handle`` (its hook or target died)."""
     handle_ref = weakref.ref(handle)
 
     def collected(_: object) -> None:
         alive = handle_ref()
         if alive is not None:
             alive.bus.registry.forget_collected(alive)
+
+    return collected
+
+
+def _hold_target(target: Any, handle: Handle) -> Tuple[Any, Any]:
+    """``(how, what)``: by value for built-in values, else weakly by identity when the
+    target supports it (the hook goes with it, as blinker's do), else strongly."""
+    if isinstance(target, VALUE_TYPES):
+        return _BY_VALUE, target
+    try:
+        return _BY_WEAK_IDENTITY, weakref.ref(target, _unregister_when_collected(handle))
+    except TypeError:  # no weak references (a tuple, __slots__ without __weakref__)
+        return _BY_IDENTITY, target
+
+
+def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
+    """A weak reference to ``hook`` that unregisters ``handle`` when it dies."""
+    if getattr(hook, "__name__", None) == "<lambda>":
+        raise TypeError(
+            "weak=True on a lambda: nothing else refers to a lambda written in the call, "
+            "so it would be collected at once and never run; register it strongly (the "
+            "default), or hold a named function and register that weakly"
+        )
+    # Bound methods are made afresh at each attribute access: hold the object and
+    # the function apart, as WeakMethod does, or the reference dies at once.
+    collected = _unregister_when_collected(handle)
 
     if hasattr(hook, "__self__") and hasattr(hook, "__func__"):
         return weakref.WeakMethod(hook, collected)
