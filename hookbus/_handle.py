@@ -106,7 +106,6 @@ class Handle(Removable):
         "_hook",
         "_registered",
         "_target",
-        "_target_by",
         "bus",
         "by_name",
         "is_async",
@@ -151,10 +150,7 @@ class Handle(Removable):
         self.by_name: Optional[Dict[str, CallerFactory]] = None
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
-        self._target_by = _NO_TARGET
-        self._target: Any = None
-        if target is not None:
-            self._target_by, self._target = _hold_target(target, self)
+        self._target = None if target is None else _Sender(target, self)
         # plain() below builds the same fields for the default options.
 
     @classmethod
@@ -194,7 +190,6 @@ class Handle(Removable):
         handle.by_name = None
         handle._registered = False
         handle._hook = hook
-        handle._target_by = _NO_TARGET
         handle._target = None
         return handle
 
@@ -212,13 +207,13 @@ class Handle(Removable):
         ``complex``) match by value, as blinker's senders do; other objects by
         identity, held weakly when they support it.
         """
-        target = self._target
-        return target() if self._target_by is _BY_WEAK_IDENTITY else target
+        sender = self._target
+        return None if sender is None else sender.get()
 
     @property
     def targeted(self) -> bool:
         """Whether the hook was registered with a ``target`` (even one since collected)."""
-        return self._target_by is not _NO_TARGET
+        return self._target is not None
 
     @property
     def active(self) -> bool:
@@ -226,7 +221,7 @@ class Handle(Removable):
         return (
             self._registered
             and (not self.weak or self._hook() is not None)
-            and (self._target_by is not _BY_WEAK_IDENTITY or self._target() is not None)
+            and (self._target is None or self._target.get() is not None)
         )
 
     def fires_for(self, subject: Any) -> bool:
@@ -239,16 +234,8 @@ class Handle(Removable):
             >>> handle.fires_for(int("123456789")), handle.fires_for(1)
             (True, False)
         """
-        by, target = self._target_by, self._target
-        if by is _NO_TARGET:
-            return True
-        if by is _BY_WEAK_IDENTITY:
-            target = target()
-            return target is not None and subject is target
-        if subject is target:
-            return True
-        # By value only between built-in values: a user's __eq__ is never asked.
-        return by is _BY_VALUE and isinstance(subject, VALUE_TYPES) and subject == target
+        sender = self._target
+        return sender is None or sender.matches(subject)
 
     def same_registration(self, other: Handle) -> bool:
         """Whether ``other`` registers the same callable for the same target (see register).
@@ -269,9 +256,10 @@ class Handle(Removable):
             and mine.__func__ is theirs.__func__
         ):
             return False
-        if self._target_by is _NO_TARGET or other._target_by is _NO_TARGET:
-            return self._target_by is other._target_by
-        return self.fires_for(other.target) and other.target is not None
+        if self._target is None or other._target is None:
+            return self._target is other._target
+        target = other.target
+        return target is not None and self.fires_for(target)
 
     def call_for(self, event: str, hook: Callable[..., Any]) -> Callable[..., Any]:
         """What a dispatch of the declared ``event`` calls for ``hook``: the hook itself,
@@ -310,7 +298,7 @@ class Handle(Removable):
         collected weak hook is skipped; a ``once`` hook runs only for the one
         dispatch that claims it; ``with_name`` gets ``name`` first.
         """
-        if self._target_by is not _NO_TARGET and not self.fires_for(subject):
+        if self._target is not None and not self._target.matches(subject):
             return None
         hook = self._hook() if self.weak else self._hook
         if hook is None:  # a weak hook whose object was collected
@@ -498,12 +486,6 @@ def innermost_scope(bus: EventBus) -> Optional[Scope]:
     return None
 
 
-# How a handle holds its target: none, by value, by identity (strongly), or weakly.
-_NO_TARGET: Any = "none"
-_BY_VALUE: Any = "value"
-_BY_IDENTITY: Any = "identity"
-_BY_WEAK_IDENTITY: Any = "weak identity"
-
 VALUE_TYPES = (str, int, float, bytes, complex)
 """Senders matched by value (blinker keys ``str`` and ``int`` senders by value)."""
 
@@ -520,15 +502,40 @@ def _unregister_when_collected(handle: Handle) -> Callable[[object], None]:
     return collected
 
 
-def _hold_target(target: Any, handle: Handle) -> Tuple[Any, Any]:
-    """``(how, what)``: by value for built-in values, else weakly by identity when the
-    target supports it (the hook goes with it, as blinker's do), else strongly."""
-    if isinstance(target, VALUE_TYPES):
-        return _BY_VALUE, target
-    try:
-        return _BY_WEAK_IDENTITY, weakref.ref(target, _unregister_when_collected(handle))
-    except TypeError:  # no weak references (a tuple, __slots__ without __weakref__)
-        return _BY_IDENTITY, target
+class _Sender:
+    """A handle's ``target``, held and compared as blinker holds and compares senders.
+
+    By value for built-in values; else by identity, weakly when the object supports
+    it (its hook is unregistered when it is collected), strongly when it can't.
+    """
+
+    __slots__ = ("_held", "_how")
+
+    def __init__(self, target: Any, handle: Handle) -> None:
+        self._held: Any
+        self._how: str
+        if isinstance(target, VALUE_TYPES):
+            self._how, self._held = "value", target
+            return
+        try:
+            self._held = weakref.ref(target, _unregister_when_collected(handle))
+            self._how = "weak"
+        except TypeError:  # no weak references (a tuple, __slots__ without __weakref__)
+            self._how, self._held = "identity", target
+
+    def get(self) -> Any:
+        """The target, or ``None`` once a weakly held one was collected."""
+        return self._held() if self._how == "weak" else self._held
+
+    def matches(self, subject: Any) -> bool:
+        held = self._held
+        if self._how == "weak":
+            held = held()
+            return held is not None and subject is held
+        if subject is held:
+            return True
+        # By value only between built-in values: a user's __eq__ is never asked.
+        return self._how == "value" and isinstance(subject, VALUE_TYPES) and subject == held
 
 
 def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:

@@ -120,6 +120,14 @@ def _same_registration(handles: Iterable[Handle], handle: Handle) -> Optional[Ha
     return None
 
 
+class _Duplicate(Exception):
+    """Carries the registration found again out of the locked section, to be reported."""
+
+    def __init__(self, handle: Handle) -> None:
+        super().__init__()
+        self.handle = handle
+
+
 def _duplicate_error(handle: Handle, existing: Handle) -> ValueError:
     """The error for a second registration of one callable on one name (and target)."""
     return ValueError(
@@ -260,32 +268,32 @@ class Registry:
             or _open_scopes.get()
         ):
             return self._register_checked(handle, scope)
-        duplicate: Optional[Handle] = None
-        self._lock.acquire()  # not ``with``: it costs twice as much
         try:
-            if not self.checking:  # else a declaration came meanwhile: check the hook
-                if self._collected:
-                    self._sweep_collected_locked()
-                names = self._exact.get("event")
-                if names is None:
-                    names = self._exact["event"] = {}
-                bucket = names.get(name)
-                if bucket is None:
-                    names[name] = [handle]
-                else:
-                    duplicate = _same_registration(bucket, handle)
-                    if duplicate is None:
+            self._lock.acquire()  # not ``with``: it costs twice as much
+            try:
+                if not self.checking:  # else a declaration came meanwhile: check the hook
+                    if self._collected:
+                        self._sweep_collected_locked()
+                    names = self._exact.get("event")
+                    if names is None:
+                        names = self._exact["event"] = {}
+                    bucket = names.get(name)
+                    if bucket is None:
+                        names[name] = [handle]
+                    else:
+                        duplicate = _same_registration(bucket, handle)
+                        if duplicate is not None:
+                            raise _Duplicate(duplicate)
                         bucket.append(handle)
-                if duplicate is None:
                     handle.seq = next(self._seq)
                     handle._registered = True
                     self.event_plans.pop(name, None)  # _invalidate_locked() for an event name
                     self._event_handles.pop(name, None)
                     return handle
-        finally:
-            self._unlock()
-        if duplicate is not None:  # raised here: the message reads the user's hook
-            raise _duplicate_error(handle, duplicate)
+            finally:
+                self._unlock()
+        except _Duplicate as found:  # raised here: the message reads the user's hook
+            raise _duplicate_error(handle, found.handle) from None
         return self._register_checked(handle, scope)
 
     def _register_checked(self, handle: Handle, scope: Optional[Scope]) -> Handle:
