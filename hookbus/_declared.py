@@ -218,9 +218,12 @@ class Declarations:
 
     def refuse_mismatches(self, declared: Declared, handles: Iterable[Handle]) -> None:
         """Raise listing every hook among ``handles`` that doesn't fit ``declared`` (no lock)."""
+        handles = tuple(handles)
         lines = self.mismatches(declared, handles)
         if not lines:
             return
+        for handle in handles:  # the name stays undeclared: no hook takes it by name
+            handle.bind_by_name(declared.name, None)
         many = len(lines) != 1
         raise TypeError(
             f"cannot declare event {declared.name!r} as {declared.text}: {len(lines)} "

@@ -203,3 +203,15 @@ def test_a_historic_emission_gives_every_result_to_its_callback_late_hooks_inclu
     bus.on("register_formats", lambda registry: f"json for {registry}")
     bus.on("register_formats", lambda registry: None)  # None is no result, as in pluggy
     assert results == ["csv for main", "json for main"]
+
+
+def test_a_refused_declaration_leaves_no_by_name_binding_behind() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+    bus.on("order.paid", lambda amount: seen.append(amount))  # fits the spec, by name
+    bus.on("order.paid", lambda customer: None)  # needs customer: the declaration fails
+    with pytest.raises(TypeError, match="'customer'"):
+        declare_order_paid(bus)
+    bus.emit("order.paid", 5)  # undeclared: called with what is emitted, as before
+    bus.collect("order.paid", 6)  # the full loop too
+    assert seen == [5, 6]
