@@ -318,9 +318,13 @@ class EventBus:
     def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
         """Register ``hook`` for ``event``; with no hook, return a decorator.
 
-        ``event`` may be a glob pattern (``"train.*"``, ``"*"``). The hook is called
-        with exactly what :meth:`emit` is given. ``target=obj`` makes it fire only
-        when ``obj`` is the first positional argument (the sender, as in blinker).
+        ``event`` may be a glob pattern (``"train.*"``, ``"*"``; a name holding glob
+        characters is registered as :func:`hookbus.literal` of it) or an enum member.
+        The hook is called with exactly what :meth:`emit` is given (a declared event's
+        hook may take a subset of its spec, by name). ``target=obj`` makes it fire
+        only when ``obj`` is the first positional argument (the sender, as in blinker:
+        built-in values compare by value, other objects by identity, held weakly). A
+        callable is registered once per name and target: a second registration raises.
         ``with_name=True`` passes the event's name first, ``hook(event, *args,
         **kwargs)``, for hooks that watch many events through a pattern.
 
@@ -448,7 +452,9 @@ class EventBus:
         their own take ``priority=``, else the object's ``hook_priority`` (an int
         or a :class:`Priority` name, mmengine's included), else 0. ``weak=True``
         holds the methods weakly: when ``obj`` is collected, its hooks go too.
-        ``target`` applies to every method. All are registered, or none.
+        ``target`` applies to every method. All are registered, or none; an object
+        subscribed already is refused (``ValueError``). A module subscribes its
+        functions marked with :func:`hookbus.listens` (pluggy's plugin modules).
 
         Example:
             >>> import hookbus
