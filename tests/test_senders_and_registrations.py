@@ -214,3 +214,23 @@ def test_a_module_subscribes_its_marked_functions() -> None:
             bus.subscribe(types.ModuleType("empty"))
     finally:
         del sys.modules["my_plugin"]
+
+
+@pytest.mark.torch
+def test_a_torch_users_second_registration_is_refused_not_dropped() -> None:
+    torch = pytest.importorskip("torch")
+    import hookbus.torch
+
+    bus = EventBus()
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    hookbus.torch.attach(model, bus)
+    calls: List[str] = []
+
+    def hook(ctx: Any) -> None:
+        calls.append(ctx.name)
+
+    bus.post("0", hook)
+    with pytest.raises(ValueError, match="torch would run the hook twice"):
+        bus.post("0", hook)  # torch's register_forward_hook would run it twice
+    model(torch.zeros(1, 2))
+    assert calls == ["0"]
