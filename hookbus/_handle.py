@@ -84,8 +84,12 @@ class Handle(Removable):
         name: the event or hook-point name, or the glob pattern, it was registered for.
         priority: higher runs first; ties run in registration order.
         once: whether it removes itself after its first call.
-        target: the only target (or sender) it fires for, or ``None`` for any.
+        target: the only target (or sender) it fires for, or ``None`` for any
+            (see the ``target`` property: by value or identity, held weakly).
         with_name: whether an event hook gets the event's name first.
+        optional: whether its name may never exist (pluggy's ``optionalhook``).
+        by_name: for each declared event whose spec it takes a subset of, by name,
+            what makes its caller (``None`` when it takes every spec as it is).
 
     Example:
         >>> import hookbus
