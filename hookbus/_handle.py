@@ -553,12 +553,23 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
     # Bound methods are made afresh at each attribute access: hold the object and
     # the function apart, as WeakMethod does, or the reference dies at once.
     collected = _unregister_when_collected(handle)
-
-    if hasattr(hook, "__self__") and hasattr(hook, "__func__"):
+    is_method = hasattr(hook, "__self__") and hasattr(hook, "__func__")
+    is_c_method = isinstance(hook, _C_METHODS) and not isinstance(
+        getattr(hook, "__self__", None), (ModuleType, type(None))
+    )
+    # Counted before anything here holds the object: only the method refers to it?
+    if (is_method or is_c_method) and _refs_of_owner(hook) <= _OWNER_ALONE:
+        raise TypeError(
+            f"weak=True on {hook_name(hook)}, a method of an object that nothing else refers "
+            f"to (one made in the call, say): the object would be collected at once and the "
+            f"hook would never run; keep the object somewhere first, or register the hook "
+            f"strongly (the default)"
+        )
+    if is_method:
         return weakref.WeakMethod(hook, collected)
-    owner = getattr(hook, "__self__", None)
-    if isinstance(hook, _C_METHODS) and owner is not None and not isinstance(owner, ModuleType):
-        return _WeakCMethod(hook, owner, collected)
+    if is_c_method:
+        bound: Any = hook
+        return _WeakCMethod(hook, bound.__self__, collected)
     try:
         return weakref.ref(hook, collected)
     except TypeError:
@@ -567,6 +578,21 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
             f"{type(hook).__name__} {hook_name(hook)}; accepted: functions, bound "
             f"methods and most objects (not builtins); or register it strongly"
         ) from None
+
+
+def _refs_of_owner(method: Any) -> int:
+    """How many references the object a method is bound to has, as seen from here."""
+    return sys.getrefcount(method.__self__)
+
+
+class _Alone:
+    def method(self) -> None: ...
+
+
+# The count _refs_of_owner gives for an object that only its bound method refers to,
+# measured through the same code: what Python counts (stack references included)
+# differs between versions, so it is measured rather than assumed.
+_OWNER_ALONE = _refs_of_owner(_Alone().method)
 
 
 # Methods of C types bound to an object (deque().append, d.__setitem__): like a

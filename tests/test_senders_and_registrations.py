@@ -8,6 +8,7 @@ subscribes as a plugin.
 
 from __future__ import annotations
 
+import collections
 import gc
 import sys
 import types
@@ -234,3 +235,27 @@ def test_a_torch_users_second_registration_is_refused_not_dropped() -> None:
         bus.post("0", hook)  # torch's register_forward_hook would run it twice
     model(torch.zeros(1, 2))
     assert calls == ["0"]
+
+
+def test_weak_true_on_a_method_of_an_object_made_in_the_call_is_refused() -> None:
+    class Display:
+        def update(self, value: Any) -> None: ...
+
+    bus = EventBus()
+    with pytest.raises(TypeError, match="nothing else refers"):
+        bus.on("tick", Display().update, weak=True)
+    with pytest.raises(TypeError, match="nothing else refers"):
+        bus.on("tick", collections.deque().append, weak=True)
+    assert bus.hooks() == []
+    display = Display()  # held here: the weak hook lives as long as it does
+    handle = bus.on("tick", display.update, weak=True)
+    table = Table()
+    bus.on("tock", table.__setitem__, weak=True)
+    assert handle.active
+    del display
+    gc.collect()
+    assert not handle.active
+
+
+class Table(dict):  # type: ignore[type-arg]
+    """A dict that supports weak references."""
