@@ -33,15 +33,20 @@ def _traced(work: Callable[[], object]) -> int:
 def per_hook(count: int, *, distinct_events: bool) -> float:
     """Bytes per hook for ``count`` hooks, on one event or one event each."""
 
-    def listener(x: object) -> None:
-        return None
+    def make() -> Callable[[object], None]:
+        def listener(x: object) -> None:
+            return None
 
-    # The names are the user's (string literals in their code), not the bus's.
+        return listener
+
+    # The names and hooks are the user's (made before tracing), not the bus's: one
+    # listener each, since a callable is registered once per name.
     names = [f"event.{i}" if distinct_events else "event" for i in range(count)]
+    listeners = [make() for _ in range(count)]
 
     def work() -> object:
         bus = hookbus.EventBus()
-        handles = [bus.on(name, listener) for name in names]
+        handles = [bus.on(name, listener) for name, listener in zip(names, listeners)]
         for name in names if distinct_events else names[:1]:
             bus.emit(name, 1)  # build the dispatch plans
         return bus, handles

@@ -118,7 +118,7 @@ def declared_events() -> None:
     def welcome(user: str, admin: bool = False) -> None:
         print(f"  welcome {user} (admin={admin})")
 
-    def on_created(user: str) -> None:  # takes no admin=: it can't take every emission
+    def on_created(user: str, role: str) -> None:  # needs role=, which the event never passes
         pass
 
     print("declared:", user_created)

@@ -24,6 +24,7 @@ from ._declared import Event, UnknownNameError
 from ._errors import ErrorPolicy, HookError
 from ._handle import Handle, HandleGroup, Scope
 from ._hookpoint import AsyncTypedPoint, HookPoint, SharedNameWarning, TypedClassPoint, TypedPoint
+from ._names import literal
 from ._options import EventHookOptions, HookOptions, Priority, PriorityLike
 from ._subscribe import listens
 from ._trace import Trace, TraceRecord
@@ -69,6 +70,7 @@ __all__ = [
     "hookable",
     "hooks",
     "listens",
+    "literal",
     "on",
     "paused",
     "points",

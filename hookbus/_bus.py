@@ -10,6 +10,7 @@ methods return.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from types import CoroutineType
 from typing import (
@@ -217,7 +218,9 @@ class EventBus:
         plan: Any
         try:
             plan = self._plans[event]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
+            if event.__class__ is not str:  # an enum member: its string, from here on
+                event = check_name(event, "event name", allow_pattern=False)
             plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
@@ -271,6 +274,8 @@ class EventBus:
         ``collect`` (the list) or ``first`` (the first result not None) returns.
         """
         registry = self.registry
+        if event.__class__ is not str:  # an enum member: its string, from here on
+            event = check_name(event, "event name", allow_pattern=False)
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
@@ -301,6 +306,8 @@ class EventBus:
     ) -> Any:
         """:meth:`_dispatch` for ``emit_async``, ``collect_async`` and ``gather``."""
         registry = self.registry
+        if event.__class__ is not str:  # an enum member: its string, from here on
+            event = check_name(event, "event name", allow_pattern=False)
         handles = (
             checked_handles(registry, event, args, kwargs)
             if registry.checking
@@ -393,9 +400,13 @@ class EventBus:
     def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
         """Register ``hook`` for ``event``; with no hook, return a decorator.
 
-        ``event`` may be a glob pattern (``"train.*"``, ``"*"``). The hook is called
-        with exactly what :meth:`emit` is given. ``target=obj`` makes it fire only
-        when ``obj`` is the first positional argument (the sender, as in blinker).
+        ``event`` may be a glob pattern (``"train.*"``, ``"*"``; a name holding glob
+        characters is registered as :func:`hookbus.literal` of it) or an enum member.
+        The hook is called with exactly what :meth:`emit` is given (a declared event's
+        hook may take a subset of its spec, by name). ``target=obj`` makes it fire
+        only when ``obj`` is the first positional argument (the sender, as in blinker:
+        built-in values compare by value, other objects by identity, held weakly). A
+        callable is registered once per name and target: a second registration raises.
         ``with_name=True`` passes the event's name first, ``hook(event, *args,
         **kwargs)``, for hooks that watch many events through a pattern.
 
@@ -575,7 +586,9 @@ class EventBus:
         their own take ``priority=``, else the object's ``hook_priority`` (an int
         or a :class:`Priority` name, mmengine's included), else 0. ``weak=True``
         holds the methods weakly: when ``obj`` is collected, its hooks go too.
-        ``target`` applies to every method. All are registered, or none.
+        ``target`` applies to every method. All are registered, or none; an object
+        subscribed already is refused (``ValueError``). A module subscribes its
+        functions marked with :func:`hookbus.listens` (pluggy's plugin modules).
 
         Example:
             >>> import hookbus
@@ -662,10 +675,10 @@ class EventBus:
             2
         """
         bus = self
-        if fn_or_name is None or isinstance(fn_or_name, str):
-            name: Optional[str] = fn_or_name
-            if name is not None:
-                check_name(name, "hook point name", allow_pattern=False)
+        if fn_or_name is None or isinstance(fn_or_name, (str, enum.Enum)):
+            name: Optional[str] = None
+            if fn_or_name is not None:
+                name = check_name(fn_or_name, "hook point name", allow_pattern=False)
 
             def decorate(fn: Any) -> Any:
                 return make_hookable(bus, fn, name)
@@ -773,10 +786,10 @@ class EventBus:
             raise TypeError(
                 f"option historic= takes True or False, got {type(historic).__name__} {historic!r}"
             )
-        if stub_or_name is None or isinstance(stub_or_name, str):
-            name: Optional[str] = stub_or_name
-            if name is not None:
-                check_name(name, "event name", allow_pattern=False)
+        if stub_or_name is None or isinstance(stub_or_name, (str, enum.Enum)):
+            name: Optional[str] = None
+            if stub_or_name is not None:
+                name = check_name(stub_or_name, "event name", allow_pattern=False)
 
             def declare(stub: Any) -> Any:
                 return self._declare_stub(stub, name, historic)
@@ -898,7 +911,7 @@ class EventBus:
             [('train.step', 5), ('train.*', 0)]
         """
         if name is not None:
-            check_name(name, "hooks() name", allow_pattern=True)
+            name = check_name(name, "hooks() name", allow_pattern=True)
         handles = self.registry.hooks(name)
         return [handle for handle in handles if kind is None or handle.kind == kind]
 
@@ -971,7 +984,7 @@ class EventBus:
             heard
         """
         if name is not None:
-            check_name(name, "paused() name", allow_pattern=True)
+            name = check_name(name, "paused() name", allow_pattern=True)
         return Pause(self, name)
 
     def trace(self) -> Trace:
@@ -1003,7 +1016,7 @@ class EventBus:
             (False, [])
         """
         if name is not None:
-            check_name(name, "clear() name", allow_pattern=True)
+            name = check_name(name, "clear() name", allow_pattern=True)
         self.registry.clear(name)
 
     @property

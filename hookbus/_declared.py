@@ -40,13 +40,13 @@ from typing_extensions import Concatenate, Literal, ParamSpec, Protocol, Unpack
 from ._dispatch import dispatch_event
 from ._errors import HookError, raise_collected
 from ._handle import hook_name, where_defined
-from ._names import Matcher
+from ._names import Matcher, literal
 from ._options import HookOptions
 from ._spec import (
     bad_arguments,
+    by_name,
     code_shape,
     format_spec,
-    hook_mismatch,
     make_binder,
 )
 
@@ -66,6 +66,7 @@ __all__ = [
     "close_names",
     "declare",
     "replay",
+    "unknown_emitted",
     "unmatched",
 ]
 
@@ -77,8 +78,11 @@ H = TypeVar("H", bound=Callable[..., Any])
 # (f"user.{id}") must not grow this forever.
 _EMITTED_LIMIT = 65_536
 
-# One past emission of a historic event: (order across events, args, kwargs).
-Emission = Tuple[int, Tuple[Any, ...], Dict[str, Any]]
+ResultCallback = Optional[Callable[[Any], Any]]
+
+# One past emission of a historic event: (order across events, args, kwargs, and the
+# callback that gets each hook's result, replays included: Event.emit_with_results).
+Emission = Tuple[int, Tuple[Any, ...], Dict[str, Any], ResultCallback]
 
 
 class UnknownNameError(LookupError):
@@ -216,9 +220,12 @@ class Declarations:
 
     def refuse_mismatches(self, declared: Declared, handles: Iterable[Handle]) -> None:
         """Raise listing every hook among ``handles`` that doesn't fit ``declared`` (no lock)."""
+        handles = tuple(handles)
         lines = self.mismatches(declared, handles)
         if not lines:
             return
+        for handle in handles:  # the name stays undeclared: no hook takes it by name
+            handle.bind_by_name(declared.name, None)
         many = len(lines) != 1
         raise TypeError(
             f"cannot declare event {declared.name!r} as {declared.text}: {len(lines)} "
@@ -238,9 +245,17 @@ class Declarations:
         return [declared for event, declared in list(self.specs.items()) if match(event)]
 
     @staticmethod
-    def mismatch(hook: Callable[..., Any], declared: Declared, with_name: bool) -> Optional[str]:
-        """Why ``hook`` can't take what ``declared`` passes, or None."""
-        return hook_mismatch(hook, declared.name, declared.signature, with_name=with_name)
+    def fit(handle: Handle, hook: Callable[..., Any], declared: Declared) -> Optional[str]:
+        """Why ``hook`` can't take what ``declared`` passes, or None.
+
+        A hook that takes the spec's arguments by name gets its caller recorded on
+        ``handle`` (worked out once here, before any plan runs it).
+        """
+        name = declared.name
+        reason, factory = by_name(hook, name, declared.signature, with_name=handle.with_name)
+        if reason is None:
+            handle.bind_by_name(name, factory)
+        return reason
 
     def mismatches(self, declared: Declared, handles: Iterable[Handle]) -> List[str]:
         """One line per hook among ``handles`` that can't take what ``declared`` passes."""
@@ -249,7 +264,7 @@ class Declarations:
             hook = handle.hook
             if hook is None:
                 continue  # a weak hook whose object died: it will never run
-            reason = self.mismatch(hook, declared, handle.with_name)
+            reason = self.fit(handle, hook, declared)
             if reason is None and handle.is_async and declared.historic:
                 reason = (
                     "an async hook, which the synchronous replay of past emissions can't await"
@@ -284,22 +299,28 @@ class Declarations:
 
     # --- historic events --------------------------------------------------------------------
 
-    def record(self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+    def record(
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        result_callback: ResultCallback = None,
+    ) -> None:
         """Keep an emission of a historic event (lock held)."""
-        self.history[event].append((next(self._emissions), args, dict(kwargs)))
+        self.history[event].append((next(self._emissions), args, dict(kwargs), result_callback))
 
     def history_for(
         self, name: str, match: Optional[Matcher]
-    ) -> List[Tuple[str, Tuple[Any, ...], Dict[str, Any]]]:
+    ) -> List[Tuple[str, Tuple[Any, ...], Dict[str, Any], ResultCallback]]:
         """The past emissions a new hook for ``name`` must get, oldest first (lock held)."""
         found = [
-            (order, event, args, kwargs)
+            (order, event, args, kwargs, callback)
             for event, emissions in self.history.items()
             if event == name or (match is not None and match(event))
-            for order, args, kwargs in emissions
+            for order, args, kwargs, callback in emissions
         ]
         found.sort(key=lambda entry: entry[0])
-        return [(event, args, kwargs) for _, event, args, kwargs in found]
+        return [(event, args, kwargs, callback) for _, event, args, kwargs, callback in found]
 
     # --- names ----------------------------------------------------------------------------
 
@@ -322,8 +343,9 @@ def mismatch_message(what: str, declared: Declared, reason: str, with_name: bool
     first = " after the event's name (with_name=True)" if with_name else ""
     return (
         f"{what} does not accept what event {declared.name!r} passes, {declared.text}"
-        f"{first}: {reason}. A hook must accept every parameter of the spec (by name, "
-        f"or through *args / **kwargs), and need no argument the spec doesn't give"
+        f"{first}: {reason}. A hook takes the spec's parameters it names (any of them, "
+        f"by name), or every one (at their places, or through *args / **kwargs), and "
+        f"needs no argument the spec doesn't give"
     )
 
 
@@ -339,12 +361,12 @@ def check_registration(registry: Registry, handle: Handle) -> None:
     declarations = registry.declarations
     kind, name, match, hook = handle.kind, handle.name, handle.match, handle.hook
     what = f"{'async ' if handle.is_async else ''}hook {hook_name(hook)} ({where_defined(hook)})"
-    if declarations.strict and match is None:
+    if declarations.strict and match is None and not handle.optional:
         _refuse_unknown_name(registry, kind, name, what)
     if kind != "event" or hook is None:
         return
     for declared in declarations.specs_for(name, match):
-        reason = declarations.mismatch(hook, declared, handle.with_name)
+        reason = declarations.fit(handle, hook, declared)
         if reason is not None:
             raise TypeError(mismatch_message(what, declared, reason, handle.with_name))
         if handle.is_async and declared.historic:
@@ -372,6 +394,15 @@ def _refuse_unknown_name(registry: Registry, kind: str, name: str, what: str) ->
     )
 
 
+def unknown_emitted(bus_name: str, event: str, known: Iterable[str]) -> UnknownNameError:
+    """``strict=True``: the error for emitting a name that is neither declared nor a point."""
+    return UnknownNameError(
+        f"strict bus {bus_name!r} refuses to emit {event!r}: no declared event or hook "
+        f"point has that name{close_names(event, known)}\nDeclare the event with @bus.event "
+        f"before emitting it (or make the bus with strict=False)"
+    )
+
+
 def _other_namespace(kind: str, name: str, events: Set[str], points: Set[str]) -> str:
     if kind == "event" and name in points:
         return f"; {name!r} is a hook point: use pre, post or exception"
@@ -391,19 +422,25 @@ def declare(registry: Registry, declared: Declared) -> None:
     while True:
         if registry.declarations.already(declared):
             return
-        checked = tuple(h for h in registry.hooks(declared.name) if h.kind == "event")
+        hooks = registry.hooks(declared.name, literal=True)
+        checked = tuple(h for h in hooks if h.kind == "event")
         registry.declarations.refuse_mismatches(declared, checked)
         if registry.commit_declaration(declared, checked):
             return
 
 
 def checked_handles(
-    registry: Registry, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    registry: Registry,
+    event: str,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    result_callback: ResultCallback = None,
 ) -> Tuple[Handle, ...]:
     """The hooks of an emission, once a declared event's arguments are checked.
 
     Called by the slow paths (``collect``, ``first``, the async twins, emit's full
-    loop) on a bus that declares events; a historic emission is recorded.
+    loop) on a bus that declares events; a historic emission is recorded (with the
+    ``result_callback`` that its replays give their results to).
     """
     declared = registry.declarations.specs.get(event)
     if declared is None:
@@ -414,22 +451,29 @@ def checked_handles(
         registry.declarations.refuse_arguments(error, event, args, kwargs)
         raise
     if declared.historic:
-        return registry.record_emission(event, args, kwargs)
+        return registry.record_emission(event, args, kwargs, result_callback)
     return registry.event_handles(event)
 
 
-def replay(registry: Registry, handle: Handle, history: List[Tuple[str, Any, Any]]) -> None:
+def replay(
+    registry: Registry, handle: Handle, history: List[Tuple[str, Any, Any, ResultCallback]]
+) -> None:
     """Call a new hook of a historic event with each past emission, in order (no lock).
 
     Under the ``"collect"`` policy every emission is replayed, then one group holds
     the errors of all; ``"raise"`` stops at the first error, ``"log"`` never does.
+    An emission made with :meth:`Event.emit_with_results` gets the hook's result.
     """
     errors: List[Exception] = []
-    for event, args, kwargs in history:
+    for event, args, kwargs, result_callback in history:
+        results: Optional[List[Any]] = None if result_callback is None else []
         try:
-            dispatch_event(registry, event, (handle,), args, kwargs, None)
+            dispatch_event(registry, event, (handle,), args, kwargs, results)
         except HookError as group:
             errors.extend(group.exceptions)
+        for result in results or ():
+            if result is not None:
+                result_callback(result)  # type: ignore[misc]
     raise_collected(errors, handle.name)
 
 
@@ -443,8 +487,8 @@ def unmatched(registry: Registry) -> Tuple[List[Handle], List[str]]:
     found: List[Handle] = []
     lines: List[str] = []
     for handle in handles:
-        if handle.name == "*":
-            continue  # watches everything, names nothing
+        if handle.name == "*" or handle.optional:
+            continue  # watches everything, names nothing; or may never find its name
         if handle.kind == "event":
             known, noun = events, "declared or emitted event"
         else:
@@ -588,6 +632,34 @@ class Event(Generic[P]):
         """
         return self.bus.first(self.name, *args, **kwargs)
 
+    def emit_with_results(
+        self, result_callback: Callable[[Any], Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """Emit, and give ``result_callback`` each hook's result that is not ``None``.
+
+        On a historic event, a hook registered later is replayed this emission, and
+        its result goes to the same callback: pluggy's
+        ``call_historic(result_callback=...)``. The error policy is the bus's.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.event(historic=True)
+            ... def formats(registry: str) -> None: ...
+            >>> _ = formats.on(lambda registry: "csv")
+            >>> formats.emit_with_results(print, "main")
+            csv
+            >>> _ = formats.on(lambda registry: "json")  # replayed: its result too
+            json
+        """
+        registry = self.bus.registry
+        handles = checked_handles(registry, self.name, args, kwargs, result_callback)
+        results: List[Any] = []
+        dispatch_event(registry, self.name, handles, args, kwargs, results)
+        for result in results:
+            if result is not None:
+                result_callback(result)
+
     async def emit_async(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Call every hook, awaiting async ones: ``await bus.emit_async(name, ...)``.
 
@@ -687,13 +759,14 @@ class Event(Generic[P]):
             ...     return n + 1
             >>> count(1), [handle.name for handle in bus.handles_of(count)]
             (2, ['step'])
-            >>> step.on(lambda: None)  # doctest: +ELLIPSIS
+            >>> step.on(lambda n, size: None)  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             TypeError: hook <lambda> (...) does not accept what event 'step' passes, ...
         """
+        name = literal(self.name)  # the event's own name, whatever it holds
         if hook is None:
-            return self.bus.on(self.name, **options)
-        self.bus.on(self.name, hook, **options)
+            return self.bus.on(name, **options)
+        self.bus.on(name, hook, **options)
         return hook
 
     @overload
@@ -725,9 +798,10 @@ class Event(Generic[P]):
             saved a.txt
             after
         """
+        name = literal(self.name)  # the event's own name, whatever it holds
         if hook is None:
-            return self.bus.around(self.name, **options)
-        self.bus.around(self.name, hook, **options)
+            return self.bus.around(name, **options)
+        self.bus.around(name, hook, **options)
         return hook
 
     def hooks(self) -> List[Handle]:
@@ -742,7 +816,8 @@ class Event(Generic[P]):
             >>> [h.priority for h in tick.hooks()]
             [5]
         """
-        return self.bus.hooks(self.name, kind="event")
+        handles = self.bus.registry.hooks(self.name, literal=True)
+        return [handle for handle in handles if handle.kind == "event"]
 
     def __repr__(self) -> str:
         return f"<Event {format_spec(self.name, self.signature)}>"

@@ -7,10 +7,11 @@ import functools
 import inspect
 import sys
 import weakref
-from types import BuiltinMethodType, MethodWrapperType, ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from types import BuiltinMethodType, MethodType, MethodWrapperType, ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ._names import Matcher
+from ._spec import CallerFactory
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MARKED_COROUTINES",
     "NO_SENDER",
+    "VALUE_TYPES",
     "Handle",
     "HandleGroup",
     "Removable",
@@ -83,8 +85,12 @@ class Handle(Removable):
         name: the event or hook-point name, or the glob pattern, it was registered for.
         priority: higher runs first; ties run in registration order.
         once: whether it removes itself after its first call.
-        target: the only target (or sender) it fires for, or ``None`` for any.
+        target: the only target (or sender) it fires for, or ``None`` for any
+            (see the ``target`` property: by value or identity, held weakly).
         with_name: whether an event hook gets the event's name first.
+        optional: whether its name may never exist (pluggy's ``optionalhook``).
+        by_name: for each declared event whose spec it takes a subset of, by name,
+            what makes its caller (``None`` when it takes every spec as it is).
 
     Example:
         >>> import hookbus
@@ -104,15 +110,17 @@ class Handle(Removable):
         "__weakref__",
         "_hook",
         "_registered",
+        "_target",
         "bus",
+        "by_name",
         "is_async",
         "kind",
         "match",
         "name",
         "once",
+        "optional",
         "priority",
         "seq",
-        "target",
         "weak",
         "with_name",
     )
@@ -131,6 +139,7 @@ class Handle(Removable):
         is_async: bool,
         match: Optional[Matcher],
         with_name: bool = False,
+        optional: bool = False,
     ) -> None:
         self.bus = bus
         self.kind = kind
@@ -138,13 +147,15 @@ class Handle(Removable):
         self.priority = priority
         self.seq = seq
         self.once = once
-        self.target = target
         self.weak = weak
         self.is_async = is_async
         self.match = match
         self.with_name = with_name
+        self.optional = optional
+        self.by_name: Optional[Dict[str, CallerFactory]] = None
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
+        self._target = None if target is None else _Sender(target, self)
         # plain() below builds the same fields for the default options.
 
     @classmethod
@@ -176,13 +187,15 @@ class Handle(Removable):
         handle.priority = 0
         handle.seq = 0
         handle.once = False
-        handle.target = None
         handle.weak = False
         handle.is_async = is_async
         handle.match = match
         handle.with_name = False
+        handle.optional = False
+        handle.by_name = None
         handle._registered = False
         handle._hook = hook
+        handle._target = None
         return handle
 
     @property
@@ -191,9 +204,86 @@ class Handle(Removable):
         return self._hook() if self.weak else self._hook  # type: ignore[no-any-return]
 
     @property
+    def target(self) -> Any:
+        """The only sender (an event's first argument) or call target the hook fires for.
+
+        ``None`` for any, and once a weakly held target was collected (the hook is
+        then unregistered). Built-in values (``str``, ``int``, ``float``, ``bytes``,
+        ``complex``) match by value, as blinker's senders do; other objects by
+        identity, held weakly when they support it.
+        """
+        sender = self._target
+        return None if sender is None else sender.get()
+
+    @property
+    def targeted(self) -> bool:
+        """Whether the hook was registered with a ``target`` (even one since collected)."""
+        return self._target is not None
+
+    @property
     def active(self) -> bool:
-        """Whether the hook is registered and (if held weakly) still alive."""
-        return self._registered and (not self.weak or self._hook() is not None)
+        """Whether the hook is registered and (if held weakly) still alive, its target too."""
+        return (
+            self._registered
+            and (not self.weak or self._hook() is not None)
+            and (self._target is None or self._target.get() is not None)
+        )
+
+    def fires_for(self, subject: Any) -> bool:
+        """Whether the hook's ``target`` lets it fire for ``subject`` (the sender, or target).
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> handle = bus.on("sig", print, target=123456789)
+            >>> handle.fires_for(int("123456789")), handle.fires_for(1)
+            (True, False)
+        """
+        sender = self._target
+        return sender is None or sender.matches(subject)
+
+    def same_registration(self, other: Handle) -> bool:
+        """Whether ``other`` registers the same callable for the same target (see register).
+
+        Bound methods count as the same when they bind the same function to the
+        same object, as ``==`` says, without calling the user's ``__eq__``.
+        """
+        if self.kind != other.kind or self.name != other.name:
+            return False
+        mine: Any = self.hook
+        theirs: Any = other.hook
+        if mine is None or theirs is None:
+            return False
+        if mine is not theirs and not (
+            type(mine) is MethodType
+            and type(theirs) is MethodType
+            and mine.__self__ is theirs.__self__
+            and mine.__func__ is theirs.__func__
+        ):
+            return False
+        if self._target is None or other._target is None:
+            return self._target is other._target
+        target = other.target
+        return target is not None and self.fires_for(target)
+
+    def call_for(self, event: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """What a dispatch of the declared ``event`` calls for ``hook``: the hook itself,
+        or, for a hook that takes the spec's arguments by name, its caller."""
+        by_name = self.by_name
+        if by_name is not None:
+            factory = by_name.get(event)
+            if factory is not None:
+                return factory(hook)
+        return hook
+
+    def bind_by_name(self, event: str, factory: Optional[CallerFactory]) -> None:
+        """Record how the declared ``event`` calls this hook (a new dict: plans read it)."""
+        by_name: Dict[str, CallerFactory] = dict(self.by_name or {})
+        if factory is None:
+            by_name.pop(event, None)
+        else:
+            by_name[event] = factory
+        self.by_name = by_name or None
 
     @property
     def where(self) -> str:
@@ -213,13 +303,15 @@ class Handle(Removable):
         collected weak hook is skipped; a ``once`` hook runs only for the one
         dispatch that claims it; ``with_name`` gets ``name`` first.
         """
-        if self.target is not None and subject is not self.target:
+        if self._target is not None and not self._target.matches(subject):
             return None
         hook = self._hook() if self.weak else self._hook
         if hook is None:  # a weak hook whose object was collected
             return None
         if self.once and not self.bus.registry.claim(self):
             return None  # another thread's dispatch ran it first
+        if self.by_name is not None:  # a declared event's hook that takes arguments by name
+            hook = self.call_for(name, hook)
         return functools.partial(hook, name) if self.with_name else hook
 
     def remove(self) -> None:
@@ -240,6 +332,7 @@ class Handle(Removable):
                 f" priority={self.priority}" if self.priority else "",
                 " once" if self.once else "",
                 " weak" if self.weak else "",
+                " optional" if self.optional else "",
                 " with_name" if self.with_name else "",
                 f" target={type(self.target).__name__}" if self.target is not None else "",
             )
@@ -404,10 +497,12 @@ def innermost_scope(bus: EventBus) -> Optional[Scope]:
     return None
 
 
-def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
-    """A weak reference to ``hook`` that unregisters ``handle`` when it dies."""
-    # Bound methods are made afresh at each attribute access: hold the object and
-    # the function apart, as WeakMethod does, or the reference dies at once.
+VALUE_TYPES = (str, int, float, bytes, complex)
+"""Senders matched by value (blinker keys ``str`` and ``int`` senders by value)."""
+
+
+def _unregister_when_collected(handle: Handle) -> Callable[[object], None]:
+    """A weakref callback that unregisters ``handle`` (its hook or target died)."""
     handle_ref = weakref.ref(handle)
 
     def collected(_: object) -> None:
@@ -415,11 +510,73 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
         if alive is not None:
             alive.bus.registry.forget_collected(alive)
 
-    if hasattr(hook, "__self__") and hasattr(hook, "__func__"):
+    return collected
+
+
+class _Sender:
+    """A handle's ``target``, held and compared as blinker holds and compares senders.
+
+    By value for built-in values; else by identity, weakly when the object supports
+    it (its hook is unregistered when it is collected), strongly when it can't.
+    """
+
+    __slots__ = ("_held", "_how")
+
+    def __init__(self, target: Any, handle: Handle) -> None:
+        self._held: Any
+        self._how: str
+        if isinstance(target, VALUE_TYPES):
+            self._how, self._held = "value", target
+            return
+        try:
+            self._held = weakref.ref(target, _unregister_when_collected(handle))
+            self._how = "weak"
+        except TypeError:  # no weak references (a tuple, __slots__ without __weakref__)
+            self._how, self._held = "identity", target
+
+    def get(self) -> Any:
+        """The target, or ``None`` once a weakly held one was collected."""
+        return self._held() if self._how == "weak" else self._held
+
+    def matches(self, subject: Any) -> bool:
+        held = self._held
+        if self._how == "weak":
+            held = held()
+            return held is not None and subject is held
+        if subject is held:
+            return True
+        # By value only between built-in values: a user's __eq__ is never asked.
+        return self._how == "value" and isinstance(subject, VALUE_TYPES) and subject == held
+
+
+def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
+    """A weak reference to ``hook`` that unregisters ``handle`` when it dies."""
+    if getattr(hook, "__name__", None) == "<lambda>":
+        raise TypeError(
+            "weak=True on a lambda: nothing else refers to a lambda written in the call, "
+            "so it would be collected at once and never run; register it strongly (the "
+            "default), or hold a named function and register that weakly"
+        )
+    # Bound methods are made afresh at each attribute access: hold the object and
+    # the function apart, as WeakMethod does, or the reference dies at once.
+    collected = _unregister_when_collected(handle)
+    is_method = hasattr(hook, "__self__") and hasattr(hook, "__func__")
+    is_c_method = isinstance(hook, _C_METHODS) and not isinstance(
+        getattr(hook, "__self__", None), (ModuleType, type(None))
+    )
+    # Counted before anything here holds the object: only the method refers to it?
+    if (is_method or is_c_method) and _refs_of_owner(hook) <= _OWNER_ALONE:
+        raise TypeError(
+            f"weak=True on {hook_name(hook)}, a method of an object that nothing else refers "
+            f"to (one made in the call, say): the object would be collected at once and the "
+            f"hook would never run; keep the object somewhere first, or register the hook "
+            f"strongly (the default)"
+        )
+    if is_method:
         return weakref.WeakMethod(hook, collected)
-    owner = getattr(hook, "__self__", None)
-    if isinstance(hook, _C_METHODS) and owner is not None and not isinstance(owner, ModuleType):
-        return _WeakCMethod(hook, owner, collected)
+    if is_c_method:
+        bound: Any = hook
+        return _WeakCMethod(hook, bound.__self__, collected)
     try:
         return weakref.ref(hook, collected)
     except TypeError:
@@ -428,6 +585,21 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
             f"{type(hook).__name__} {hook_name(hook)}; accepted: functions, bound "
             f"methods and most objects (not builtins); or register it strongly"
         ) from None
+
+
+def _refs_of_owner(method: Any) -> int:
+    """How many references the object a method is bound to has, as seen from here."""
+    return sys.getrefcount(method.__self__)
+
+
+class _Alone:
+    def method(self) -> None: ...
+
+
+# The count _refs_of_owner gives for an object that only its bound method refers to,
+# measured through the same code: what Python counts (stack references included)
+# differs between versions, so it is measured rather than assumed.
+_OWNER_ALONE = _refs_of_owner(_Alone().method)
 
 
 # Methods of C types bound to an object (deque().append, d.__setitem__): like a

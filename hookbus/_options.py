@@ -113,6 +113,9 @@ class HookOptions(TypedDict, total=False):
     """Fire only for this sender (an event's first argument) or call target."""
     weak: bool
     """Hold the hook by weak reference: it goes when its object is collected."""
+    optional: bool
+    """The name may never be declared or defined (pluggy's ``optionalhook``): a strict bus
+    accepts the hook and ``check_pending()`` does not report it."""
 
 
 class EventHookOptions(HookOptions, total=False):
@@ -134,8 +137,8 @@ class EventHookOptions(HookOptions, total=False):
 OPTION_NAMES: Tuple[str, ...] = tuple(EventHookOptions.__annotations__)
 """Every option name, in the order error messages list them."""
 
-ParsedOptions = Tuple[int, bool, Any, bool, bool]
-"""``(priority, once, target, weak, with_name)``, checked."""
+ParsedOptions = Tuple[int, bool, Any, bool, bool, bool]
+"""``(priority, once, target, weak, with_name, optional)``, checked."""
 
 
 def method_name(kind: str) -> str:
@@ -155,8 +158,9 @@ def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
         )
     priority = to_priority(options.get("priority", 0))
     once, weak = options.get("once", False), options.get("weak", False)
-    with_name = options.get("with_name", False)
-    for option, value in (("once", once), ("weak", weak), ("with_name", with_name)):
+    with_name, optional = options.get("with_name", False), options.get("optional", False)
+    checked = (("once", once), ("weak", weak), ("with_name", with_name), ("optional", optional))
+    for option, value in checked:
         if not isinstance(value, bool):
             raise TypeError(
                 f"option {option}= takes True or False, got {type(value).__name__} {value!r}"
@@ -166,7 +170,7 @@ def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
             f"option with_name= is for event hooks (on); a {method_name(kind)} hook gets "
             f"the name as ctx.name already"
         )
-    return priority, once, options.get("target"), weak, with_name
+    return priority, once, options.get("target"), weak, with_name, optional
 
 
 def decorator(
@@ -184,7 +188,9 @@ def decorator(
         >>> bus.emit("saved", "a.txt")
         saved a.txt
     """
-    check_name(name, "event name" if kind == "event" else "hook point name", allow_pattern=True)
+    name = check_name(
+        name, "event name" if kind == "event" else "hook point name", allow_pattern=True
+    )
     parse_options(kind, options)
 
     def decorate(fn: H) -> H:

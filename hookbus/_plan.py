@@ -86,7 +86,7 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
     if not handles:
         return () if plain else None
     if not plain or any(
-        h.once or h.weak or h.is_async or h.with_name or h.target is not None for h in handles
+        h.once or h.weak or h.is_async or h.with_name or h.targeted for h in handles
     ):
         return None
     # h.hook is never None here: none is weak.
@@ -119,7 +119,9 @@ def event_plan(handles: Hooks, plain: bool, declared: Optional[Declared] = None)
 
     A declared event's tuple starts with something that raises ``TypeError`` before
     any hook runs when the arguments don't bind to the spec: the first hook itself
-    if its own parameters are the spec's, else the generated binder. A historic
+    if its own parameters are the spec's, else the generated binder. A hook that
+    takes the spec's arguments by name runs as its caller (``_spec.by_name``), which
+    has the spec's parameters, so it checks them too when it comes first. A historic
     event always takes the full loop, which records each emission.
     """
     if declared is None:
@@ -130,6 +132,8 @@ def event_plan(handles: Hooks, plain: bool, declared: Optional[Declared] = None)
     fast = None if declared.historic else fast_hooks(handles, plain)
     if fast is None:
         return EventPlan(handles, declared)
+    if any(h.by_name for h in handles):  # hooks that take the spec's arguments by name
+        fast = tuple(h.call_for(declared.name, hook) for h, hook in zip(handles, fast))
     if fast and declared.checks_itself(fast[0]):
         return fast
     return (declared.binder, *fast)

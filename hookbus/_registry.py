@@ -45,7 +45,7 @@ from typing import (
     Tuple,
 )
 
-from ._declared import Declarations, Declared, check_registration, replay
+from ._declared import Declarations, Declared, check_registration, replay, unknown_emitted
 from ._errors import ErrorPolicy
 from ._handle import (
     MARKED_COROUTINES,
@@ -138,6 +138,34 @@ def _around_is_async(handle: Handle) -> bool:
         f"        yield\n"
         f"        ...  # after it (an error of the call is raised at the yield)\n"
         f"'async def' with 'yield' for async hook points and emit_async"
+    )
+
+
+def _same_registration(handles: Iterable[Handle], handle: Handle) -> Optional[Handle]:
+    """The handle among ``handles`` that registers what ``handle`` would, if any (lock held)."""
+    for each in handles:
+        if each.same_registration(handle):
+            return each
+    return None
+
+
+class _Duplicate(Exception):
+    """Carries the registration found again out of the locked section, to be reported."""
+
+    def __init__(self, handle: Handle) -> None:
+        super().__init__()
+        self.handle = handle
+
+
+def _duplicate_error(handle: Handle, existing: Handle) -> ValueError:
+    """The error for a second registration of one callable on one name (and target)."""
+    return ValueError(
+        f"{hook_name(handle.hook)} is already registered for {handle.kind} {handle.name!r} "
+        f"on bus {handle.bus.name!r}: {existing!r}. A callable is registered once per "
+        f"name (and target). blinker and pyee would ignore a second registration and "
+        f"torch would run the hook twice; hookbus refuses it, so that neither happens "
+        f"silently. To change its options, remove the first (handle.remove()) and "
+        f"register again; to run it twice on purpose, register functools.partial(hook)"
     )
 
 
@@ -242,9 +270,11 @@ class Registry:
         warning turned into an error, say), the hook is unregistered again and the
         error propagates.
         """
+        if name.__class__ is not str:  # an enum member (or a mistake): a plain str, or raise
+            name = check_name(name, f"{_what(kind)} name", allow_pattern=True)
         try:
             match = self._names[name]
-        except (KeyError, TypeError):  # TypeError: unhashable, so check_name explains
+        except KeyError:
             match = check_and_cache(self._names, name, f"{_what(kind)} name")
         if hook.__class__ is FunctionType:  # told sync or async without inspect
             is_async = hook.__code__.co_flags & CO_COROUTINE != 0 or (
@@ -253,10 +283,10 @@ class Registry:
         else:
             is_async = _is_async_hook(kind, hook)
         if options:
-            priority, once, target, weak, with_name = parse_options(kind, options)
+            priority, once, target, weak, with_name, optional = parse_options(kind, options)
             handle = Handle(
                 self.bus, kind, name, hook, priority, 0, once, target, weak, is_async, match,
-                with_name,
+                with_name, optional,
             )  # fmt: skip
         else:
             handle = Handle.plain(self.bus, kind, name, hook, is_async, match)
@@ -268,26 +298,32 @@ class Registry:
             or _open_scopes.get()
         ):
             return self._register_checked(handle, scope)
-        self._lock.acquire()  # not ``with``: it costs twice as much
         try:
-            if not self.checking:  # else a declaration came meanwhile: check the hook
-                if self._collected:
-                    self._sweep_collected_locked()
-                handle.seq = next(self._seq)
-                names = self._exact.get("event")
-                if names is None:
-                    names = self._exact["event"] = {}
-                bucket = names.get(name)
-                if bucket is None:
-                    names[name] = [handle]
-                else:
-                    bucket.append(handle)
-                handle._registered = True
-                self.event_plans.pop(name, None)  # _invalidate_locked() for an event name
-                self._event_hooks.pop(name, None)
-                return handle
-        finally:
-            self._unlock()
+            self._lock.acquire()  # not ``with``: it costs twice as much
+            try:
+                if not self.checking:  # else a declaration came meanwhile: check the hook
+                    if self._collected:
+                        self._sweep_collected_locked()
+                    names = self._exact.get("event")
+                    if names is None:
+                        names = self._exact["event"] = {}
+                    bucket = names.get(name)
+                    if bucket is None:
+                        names[name] = [handle]
+                    else:
+                        duplicate = _same_registration(bucket, handle)
+                        if duplicate is not None:
+                            raise _Duplicate(duplicate)
+                        bucket.append(handle)
+                    handle.seq = next(self._seq)
+                    handle._registered = True
+                    self.event_plans.pop(name, None)  # _invalidate_locked() for an event name
+                    self._event_hooks.pop(name, None)
+                    return handle
+            finally:
+                self._unlock()
+        except _Duplicate as found:  # raised here: the message reads the user's hook
+            raise _duplicate_error(handle, found.handle) from None
         return self._register_checked(handle, scope)
 
     def _register_checked(self, handle: Handle, scope: Optional[Scope]) -> Handle:
@@ -304,6 +340,7 @@ class Registry:
             scope = innermost_scope(self.bus)
         history: Any = ()
         conflict: Optional[str] = None
+        duplicate: Optional[Handle] = None
         self._lock.acquire()
         while self._declared_count != declared_count:  # declared meanwhile: check again
             self._unlock()
@@ -315,7 +352,12 @@ class Registry:
                 self._sweep_collected_locked()
             if handle.is_async and kind != "event":
                 conflict = self._async_conflict_locked(handle)
-            if conflict is None:
+            if match is None:
+                same = self._exact.get(kind, _NO_NAMES).get(name, ())
+            else:
+                same = self._patterns.get(kind, ())
+            duplicate = _same_registration(same, handle)
+            if conflict is None and duplicate is None:
                 handle.seq = next(self._seq)
                 if match is None:
                     self._exact.setdefault(kind, {}).setdefault(name, []).append(handle)
@@ -331,7 +373,9 @@ class Registry:
             except BaseException:
                 self.unregister(handle)  # all or nothing, even for a point's error
                 raise
-        if conflict is not None:  # raised here: the message reads the hook
+        if duplicate is not None:  # raised here: the message reads the hook
+            raise _duplicate_error(handle, duplicate)
+        if conflict is not None:
             raise _async_hook_error(handle, conflict)
         if scope is not None:
             scope.add(handle)
@@ -515,15 +559,19 @@ class Registry:
 
     # --- introspection ------------------------------------------------------------------
 
-    def hooks(self, name: Optional[str] = None) -> List[Handle]:
-        """All hooks (by kind, name, order), or those that would run for ``name``, kind by kind."""
+    def hooks(self, name: Optional[str] = None, *, literal: bool = False) -> List[Handle]:
+        """All hooks (by kind, name, order), or those that would run for ``name``, kind by kind.
+
+        A ``name`` with glob characters asks for that pattern's own hooks, unless it is
+        ``literal``: then for those that run when it is emitted or called.
+        """
         with self._changing:
             self._sweep_collected_locked()
             every = self._all_hooks_locked()
             if name is None:
                 return sorted(every, key=lambda h: (h.kind, h.name, -h.priority, h.seq))
             kinds = sorted({h.kind for h in every})
-            return [h for kind in kinds for h in self._matching_locked(kind, name, False)]
+            return [h for kind in kinds for h in self._matching_locked(kind, name, literal)]
 
     def points(self, name: Optional[str] = None) -> List[Point]:
         """The live hook points named ``name``, or all of them."""
@@ -548,7 +596,8 @@ class Registry:
         with self._changing:
             if self.declarations.already(declared):
                 return True
-            if self._resolve_locked("event", declared.name, paused_ok=True) != checked:
+            resolved = self._resolve_locked("event", declared.name, paused_ok=True, literal=True)
+            if resolved != checked:
                 return False
             self.declarations.add(declared)
             self._declared_count += 1
@@ -598,30 +647,50 @@ class Registry:
         """Work out, cache and return the plan of ``event`` (the emit cache missed)."""
         # Emit needs no handles tuple: caching one only for events that are
         # collected (or whose hook raised) saves a tuple and an entry per event.
+        plan = self.event_plans.get(event)  # emit missed it under another key (an enum's)
+        if plan is not None:
+            return plan
         return self._replan_event(event, keep_handles=False)[0]
 
     def _replan_event(
         self, event: str, *, keep_handles: bool = True
     ) -> Tuple[Any, Tuple[Tuple[Handle, ...], Optional[PointPlan]]]:
-        """Work out and cache the plan (and the hooks) of ``event``; return both."""
-        check_name(event, "event name", allow_pattern=False)
+        """Work out and cache the plan (and the hooks) of ``event``; return both.
+
+        Any string is an event name, glob characters included: patterns only
+        select hooks. A strict bus refuses a name it doesn't know.
+        """
+        event = check_name(event, "event name", allow_pattern=False)
         declarations = self.declarations
+        known: Optional[List[str]] = None
+        plan: Any = None
+        handles: Tuple[Handle, ...] = ()
+        around: Optional[PointPlan] = None
         with self._changing:  # the emit cache missed
             self._sweep_collected_locked()
-            declarations.saw_emitted(event)
-            handles = self._resolve_locked("event", event)
-            arounds = self._resolve_locked("around", event)
-            plain = self.errors == "raise" and self.tracer is None
-            declared = declarations.specs.get(event)
-            # Around hooks wrap the whole emission: the full loop runs it.
-            plan = event_plan(handles, plain, declared) if not arounds else EventPlan(handles)
-            around = PointPlan({"around": arounds}, plain) if arounds else None
-            if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
-                self.event_plans.clear()
-                self._event_hooks.clear()
-            self.event_plans[event] = plan
-            if keep_handles:
-                self._event_hooks[event] = (handles, around)
+            if (
+                declarations.strict
+                and event not in declarations.specs
+                and not self._points.get(event)
+            ):
+                known = [*declarations.specs, *(n for n, ps in self._points.items() if ps)]
+            else:
+                declarations.saw_emitted(event)
+                handles = self._resolve_locked("event", event, literal=True)
+                arounds = self._resolve_locked("around", event, literal=True)
+                plain = self.errors == "raise" and self.tracer is None
+                declared = declarations.specs.get(event)
+                # Around hooks wrap the whole emission: the full loop runs it.
+                plan = event_plan(handles, plain, declared) if not arounds else EventPlan(handles)
+                around = PointPlan({"around": arounds}, plain) if arounds else None
+                if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
+                    self.event_plans.clear()
+                    self._event_hooks.clear()
+                self.event_plans[event] = plan
+                if keep_handles:
+                    self._event_hooks[event] = (handles, around)
+        if known is not None:  # raised here: no message is built under the lock
+            raise unknown_emitted(self.bus.name, event, known) from None  # not emit's miss
         return plan, (handles, around)
 
     def event_hooks(self, event: str) -> Tuple[Tuple[Handle, ...], Optional[PointPlan]]:
@@ -638,7 +707,11 @@ class Registry:
         return self.event_hooks(event)[0]
 
     def record_emission(
-        self, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        result_callback: Optional[Callable[[Any], Any]] = None,
     ) -> Tuple[Handle, ...]:
         """Record an emission of the historic event ``event``; return the hooks to run.
 
@@ -648,8 +721,8 @@ class Registry:
         with self._changing:
             self._sweep_collected_locked()
             self.declarations.saw_emitted(event)
-            self.declarations.record(event, args, kwargs)
-            return self._resolve_locked("event", event)
+            self.declarations.record(event, args, kwargs, result_callback)
+            return self._resolve_locked("event", event, literal=True)
 
     # --- hook points ----------------------------------------------------------------
 

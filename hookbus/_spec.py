@@ -20,11 +20,13 @@ import inspect
 import keyword
 from inspect import CO_VARARGS, CO_VARKEYWORDS, Parameter, Signature
 from types import FunctionType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 __all__ = [
+    "CallerFactory",
     "bad_arguments",
     "bind",
+    "by_name",
     "code_shape",
     "describe_call",
     "format_spec",
@@ -108,21 +110,13 @@ def format_spec(name: str, spec: Signature) -> str:
     return f"{name}{spec.replace(parameters=params, return_annotation=Signature.empty)}"
 
 
-def make_binder(spec: Signature, name: str) -> Callable[..., None]:
-    """A function with the parameters of ``spec`` and an empty body.
+def _parameters(spec: Signature, name: str, first: str = "") -> Tuple[str, Dict[str, Any]]:
+    """The source of ``spec``'s parameter list, and the namespace its defaults come from.
 
-    Calling it raises ``TypeError`` exactly when the arguments don't bind to the
-    spec, and costs one call of an empty function: the emit check.
-
-    Example:
-        >>> def created(user: str, *, admin: bool = False) -> None: ...
-        >>> check = make_binder(inspect.signature(created), "user.created")
-        >>> check("ada", admin=True)
-        >>> check("ada", True)
-        Traceback (most recent call last):
-        TypeError: user.created() takes 1 positional argument but 2 were given
+    ``first``: one more positional-only parameter before the spec's (with_name's event).
     """
-    parts: List[str] = []
+    parts: List[str] = [first, "/"] if first else []
+    defaults: Dict[str, Any] = {}
     star_written = False
     for param in spec.parameters.values():
         if not param.name.isidentifier() or keyword.iskeyword(param.name):
@@ -138,22 +132,185 @@ def make_binder(spec: Signature, name: str) -> Callable[..., None]:
         if kind is Parameter.KEYWORD_ONLY and not star_written:
             parts.append("*")
             star_written = True
-        parts.append(param.name if param.default is Parameter.empty else f"{param.name}=_d")
+        if param.default is Parameter.empty:
+            parts.append(param.name)
+        else:
+            default = f"_d{len(defaults)}"
+            defaults[default] = param.default
+            parts.append(f"{param.name}={default}")
         if kind is Parameter.POSITIONAL_ONLY:
             parts.append("/")
     # Keep only the last "/": every positional-only parameter comes before it.
     if "/" in parts:
         last = len(parts) - 1 - parts[::-1].index("/")
         parts = [part for i, part in enumerate(parts) if part != "/" or i == last]
+    return ", ".join(parts), defaults
+
+
+def _named(function: Any, name: str) -> None:
+    """Give a generated function the event's name, which Python's binding errors show."""
+    function.__name__ = function.__qualname__ = name
+    function.__code__ = function.__code__.replace(co_name=name)  # what Python < 3.11 reports
+    function.__module__ = __name__
+
+
+def make_binder(spec: Signature, name: str) -> Callable[..., None]:
+    """A function with the parameters of ``spec`` and an empty body.
+
+    Calling it raises ``TypeError`` exactly when the arguments don't bind to the
+    spec, and costs one call of an empty function: the emit check.
+
+    Example:
+        >>> def created(user: str, *, admin: bool = False) -> None: ...
+        >>> check = make_binder(inspect.signature(created), "user.created")
+        >>> check("ada", admin=True)
+        >>> check("ada", True)
+        Traceback (most recent call last):
+        TypeError: user.created() takes 1 positional argument but 2 were given
+    """
+    parameters, namespace = _parameters(spec, name)
     # Generated source, as dataclasses does for __init__: only identifiers checked
     # above and fixed text go into it, and the body is empty.
-    namespace: Dict[str, Any] = {"_d": None}
-    exec(f"def binder({', '.join(parts)}):\n    pass\n", namespace)
+    exec(f"def binder({parameters}):\n    pass\n", namespace)
     binder: Callable[..., None] = namespace["binder"]
-    binder.__name__ = binder.__qualname__ = name
-    binder.__code__ = binder.__code__.replace(co_name=name)  # what Python < 3.11 reports
-    binder.__module__ = __name__
+    _named(binder, name)
     return binder
+
+
+# --- hooks that take the arguments they name (pluggy's rule) -------------------------------
+
+CallerFactory = Callable[[Callable[..., Any]], Callable[..., Any]]
+"""Makes, from one hook, the function a dispatch calls instead: it has the spec's
+parameters and passes the hook the ones it names."""
+
+
+def by_name(
+    hook: Callable[..., Any], name: str, spec: Signature, *, with_name: bool = False
+) -> Tuple[Optional[str], Optional[CallerFactory]]:
+    """How ``hook`` takes what the spec passes: ``(reason, factory)``.
+
+    ``(None, None)``: called as it is; its parameters take every call of the spec,
+    each at the spec's own place. ``(None, factory)``: it takes the spec's arguments
+    by name, some or all (pluggy's rule, so that a spec may grow and old hooks keep
+    working); ``factory(hook)`` is the function to call, with the spec's parameters,
+    which calls the hook with just those (spec defaults included when the emitter
+    leaves them out). ``(reason, None)``: neither; ``reason`` says why.
+
+    Example:
+        >>> def paid(order, amount, *, currency="EUR"): ...
+        >>> spec = inspect.signature(paid)
+        >>> by_name(lambda order, amount, currency="EUR": None, "paid", spec)
+        (None, None)
+        >>> reason, factory = by_name(lambda currency: print(currency), "paid", spec)
+        >>> factory(lambda currency: print(currency))("o-1", 30)
+        EUR
+        >>> print(by_name(lambda amount, customer: None, "paid", spec)[0])
+        it needs 'customer', which event 'paid' doesn't pass (it passes order, amount, currency)
+    """
+    try:
+        signature = inspect.signature(hook)
+    except (TypeError, ValueError):
+        return None, None  # Python can't tell: accepted, and called as it is
+    reason = hook_mismatch(hook, name, spec, with_name=with_name)
+    if reason is None and not _out_of_place(signature, spec, with_name):
+        return None, None
+    call = _by_name_call(signature, spec, with_name)
+    if isinstance(call, tuple):
+        return None, _caller_factory(spec, name, call, with_name)
+    if isinstance(call, str) and call != "-":
+        return _needs(call, name, spec), None
+    return reason, None  # by name does not apply: as it is, or refused for ``reason``
+
+
+def _spec_names(spec: Signature) -> List[str]:
+    return [p.name for p in spec.parameters.values() if p.kind not in _VARIADIC]
+
+
+def _out_of_place(signature: Signature, spec: Signature, with_name: bool) -> bool:
+    """Whether a positional parameter of the hook is named like a spec parameter at
+    another place: called as it is, it would get that other parameter's value."""
+    hook = [p.name for p in signature.parameters.values() if p.kind in _POSITIONAL]
+    if with_name:
+        hook = hook[1:]
+    given = [p.name for p in spec.parameters.values() if p.kind in _POSITIONAL]
+    names = set(_spec_names(spec))
+    return any(
+        hook_name in names and given[i] != hook_name
+        for i, hook_name in enumerate(hook[: len(given)])
+    )
+
+
+# A by-name call: (positionals in order, keywords), each a spec parameter's name.
+_Call = Tuple[List[str], List[str]]
+
+
+def _by_name_call(
+    signature: Signature, spec: Signature, with_name: bool
+) -> Union[_Call, str, None]:
+    """The call that passes the hook the spec parameters it names: a :data:`_Call`;
+    else the name of a parameter it needs that the spec lacks (a str), ``"-"`` if the
+    hook takes ``*args`` or ``**kwargs`` (by name does not apply), or None."""
+    params = list(signature.parameters.values())
+    if with_name:
+        if not params or params[0].kind not in _POSITIONAL:
+            return None
+        params = params[1:]
+    if any(p.kind in _VARIADIC for p in params):
+        return "-"
+    names = set(_spec_names(spec))
+    positionals: List[str] = []
+    keywords: List[str] = []
+    skipped = False  # a positional parameter left to its default: the rest go by name
+    for param in params:
+        if param.name not in names:
+            if param.default is Parameter.empty:
+                # A positional-only name says nothing (list.append's 'object'): not by name.
+                return None if param.kind is Parameter.POSITIONAL_ONLY else param.name
+            skipped = True
+            continue
+        if param.kind is Parameter.POSITIONAL_ONLY:
+            if skipped:
+                return None  # can't pass it at its place without the one before
+            positionals.append(param.name)
+        elif param.kind is Parameter.POSITIONAL_OR_KEYWORD and not skipped:
+            positionals.append(param.name)
+        else:
+            keywords.append(param.name)
+    return positionals, keywords
+
+
+def _needs(missing: str, name: str, spec: Signature) -> str:
+    passes = ", ".join(_spec_names(spec)) or "nothing by name"
+    return f"it needs {missing!r}, which event {name!r} doesn't pass (it passes {passes})"
+
+
+def _caller_factory(spec: Signature, name: str, call: _Call, with_name: bool) -> CallerFactory:
+    """Compile, once per hook shape, the factory of :func:`by_name`'s callers."""
+    taken = set(spec.parameters)
+    hook_var, event_var = "_hook", "_event"
+    while hook_var in taken or event_var in taken:
+        hook_var, event_var = f"_{hook_var}", f"_{event_var}"
+    parameters, namespace = _parameters(spec, name, event_var if with_name else "")
+    positionals, keywords = call
+    passed = ([event_var] if with_name else []) + positionals
+    passed += [f"{keyword}={keyword}" for keyword in keywords]
+    # Generated source, as for the binder: only checked identifiers and fixed text.
+    exec(
+        f"def factory({hook_var}):\n"
+        f"    def caller({parameters}):\n"
+        f"        return {hook_var}({', '.join(passed)})\n"
+        f"    return caller\n",
+        namespace,
+    )
+    make = namespace["factory"]
+
+    def factory(hook: Callable[..., Any]) -> Callable[..., Any]:
+        caller = make(hook)
+        _named(caller, name)
+        caller.__wrapped__ = hook  # which hook it calls: error notes name that one
+        return caller  # type: ignore[no-any-return]
+
+    return factory
 
 
 def bad_arguments(

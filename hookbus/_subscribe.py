@@ -11,6 +11,7 @@ Two ways to say which methods are hooks, usable together:
 from __future__ import annotations
 
 import difflib
+from types import ModuleType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -62,6 +63,8 @@ class Listening(NamedTuple):
     """The method's own priority, or ``None`` to take the object's default."""
     once: bool
     """Whether the hook removes itself after its first call."""
+    optional: bool = False
+    """Whether the name may never exist (pluggy's ``optionalhook``; see ``HookOptions``)."""
 
 
 class _ListensToEvent(Protocol[P]):
@@ -90,6 +93,7 @@ def listens(
     *,
     priority: Optional[PriorityLike] = None,
     once: bool = False,
+    optional: bool = False,
 ) -> _ListensToEvent[P]: ...
 
 
@@ -100,6 +104,7 @@ def listens(
     priority: Optional[PriorityLike] = None,
     once: bool = False,
     kind: str = "event",
+    optional: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -109,6 +114,7 @@ def listens(
     priority: Optional[PriorityLike] = None,
     once: bool = False,
     kind: str = "event",
+    optional: bool = False,
 ) -> Any:
     """Mark a method as a hook for :meth:`EventBus.subscribe`; the method is unchanged.
 
@@ -119,7 +125,9 @@ def listens(
     ``hook_priority`` attribute, else ``subscribe(priority=...)``, else 0). Marks
     stack, so one method may listen to several names. A subclass that overrides a
     marked method without marking it keeps listening; one that sets the name to
-    ``None`` stops. Works on ``async def`` methods, classmethods and staticmethods.
+    ``None`` stops. Works on ``async def`` methods, classmethods and staticmethods,
+    and on a module's functions (``bus.subscribe(module)``, pluggy's plugin modules).
+    ``optional=True``: the name may never be declared (pluggy's ``optionalhook``).
 
     ``event`` may be a declared :class:`Event` (what ``@bus.event`` returns)
     instead of its name: type checkers then check the method's parameters after
@@ -165,7 +173,11 @@ def listens(
     own_priority = None if priority is None else to_priority(priority)
     if not isinstance(once, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"listens(once=) takes True or False, got {type(once).__name__} {once!r}")
-    mark = Listening(name, kind, own_priority, once)
+    if not isinstance(optional, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(
+            f"listens(optional=) takes True or False, got {type(optional).__name__} {optional!r}"
+        )
+    mark = Listening(name, kind, own_priority, once, optional)
 
     def mark_method(method: F) -> F:
         # classmethod and staticmethod hide the function: mark the function inside,
@@ -206,10 +218,13 @@ def subscribe(
             f"did you mean subscribe({obj.__qualname__}())?"
         )
     default = _default_priority(obj, priority)
-    plan = _marked(type(obj))
+    is_module = isinstance(obj, ModuleType)
+    # A module is a plugin as pluggy has them: its own marked functions are its hooks.
+    plan = _marked_functions(obj) if isinstance(obj, ModuleType) else _marked(type(obj))
     declared = _declared_events(obj, events)
+    owner: object = obj if is_module else type(obj)
     for method_name, event in declared.items():
-        if method_name not in plan and callable(getattr(type(obj), method_name, None)):
+        if method_name not in plan and callable(getattr(owner, method_name, None)):
             plan[method_name] = (Listening(event, "event", None, False),)
     if not plan:
         raise ValueError(_nothing_to_subscribe(obj, declared))
@@ -226,6 +241,7 @@ def subscribe(
                     "once": mark.once,
                     "weak": weak,
                     "target": target,
+                    "optional": mark.optional,
                 }
                 group.add(bus.registry.register(mark.kind, mark.event, method, options))
     except BaseException:
@@ -243,6 +259,16 @@ def _marked(cls: type) -> Dict[str, Tuple[Listening, ...]]:
             # An unmarked override keeps the base's marks (and its place in the order).
             if marks:
                 found[name] = marks
+    return found
+
+
+def _marked_functions(module: ModuleType) -> Dict[str, Tuple[Listening, ...]]:
+    """Function name -> marks, for a module's marked functions, in definition order."""
+    found: Dict[str, Tuple[Listening, ...]] = {}
+    for name, value in list(vars(module).items()):
+        marks = _marks_of(value)
+        if marks:
+            found[name] = marks
     return found
 
 
@@ -305,6 +331,12 @@ def _declared_events(obj: object, events: Optional[Iterable[str]]) -> Dict[str, 
 
 
 def _nothing_to_subscribe(obj: object, declared: Mapping[str, str]) -> str:
+    if isinstance(obj, ModuleType):
+        return (
+            f"module {obj.__name__} has no hook functions: mark its functions with "
+            f"@hookbus.listens('event'), or declare the events its functions are named "
+            f"after (hook_events = [...] or subscribe(module, events=[...]))"
+        )
     kind = type(obj).__qualname__
     if not declared:
         return (

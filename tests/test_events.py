@@ -88,7 +88,7 @@ def test_priority_names_map_consistently_with_higher_first() -> None:
 def test_priority_accepts_enum_and_lowercase_name() -> None:
     bus = EventBus()
     assert bus.on("e", print, priority=Priority.LOW).priority == -20
-    assert bus.on("e", print, priority="very_high").priority == 40
+    assert bus.on("f", print, priority="very_high").priority == 40
 
 
 def test_once_hook_runs_exactly_once_and_is_removed() -> None:

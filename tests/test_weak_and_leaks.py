@@ -100,10 +100,19 @@ def test_weak_function_goes_when_collected_and_stays_while_referenced() -> None:
     assert bus.hooks() == []
 
 
-def test_weak_lambda_held_by_no_one_is_gone_at_once() -> None:
-    # The documented price of opting in: weak=True holds nothing alive.
+def test_weak_lambda_is_refused_and_a_function_held_by_no_one_is_gone_at_once() -> None:
+    # A lambda written in the call would die at once: refused, saying so.
     bus = EventBus()
-    handle = bus.on("e", lambda: None, weak=True)
+    with pytest.raises(TypeError, match="weak=True on a lambda"):
+        bus.on("e", lambda: None, weak=True)
+
+    def make() -> Callable[[], None]:
+        def hook() -> None: ...
+
+        return hook
+
+    # The documented price of opting in: weak=True holds nothing alive.
+    handle = bus.on("e", make(), weak=True)
     collect_garbage()
     assert not handle.active
     assert bus.hooks() == []
@@ -167,7 +176,7 @@ def test_weak_and_strong_registrations_of_one_method_are_independent() -> None:
     log: List[str] = []
     listener = Listener(log)
     weak = bus.on("e", listener.on_event, weak=True)
-    strong = bus.on("e", listener.on_event)
+    strong = bus.on("f", listener.on_event)  # the same name twice would be refused
     alive = weakref.ref(listener)
     del listener
     collect_garbage()
