@@ -1,17 +1,22 @@
-"""A second adapter, built only on ``hookbus.adapter``: hook points on an object's methods.
+"""A second adapter, on ``hookbus.adapter`` alone: hooks on methods.
 
 Shows:
-* the adapter seam: a hook point is any object of the ``adapter.Point`` shape; the
-  bus's registry keeps it by name, tells it when its hooks change
-  (``invalidate``, never under the bus lock), and hands it a ``PointPlan``;
-* one call of a point: a ``CallContext`` built with ``CallContext.for_call``, each
-  phase's hooks run with ``adapter.run_phase``, the context moved from phase to
-  phase with ``adapter.rebind``;
-* ``ctx.arguments`` by parameter name (the point's ``layout``), ``ctx.skip`` and
-  ``ctx.recover``, all working on the adapter's points as on the core's;
-* a removable attachment: ``remove()`` puts every method back and forgets the points.
+* the adapter seam: a hook point is any object of the ``adapter.Point``
+  shape; the bus's registry keeps it by name, tells it when its hooks
+  change (``invalidate``, never under the bus lock), and hands it a
+  ``PointPlan``;
+* one call of a point: a ``CallContext`` built with
+  ``CallContext.for_call``, each phase's hooks run with
+  ``adapter.run_phase``, the context moved from phase to phase with
+  ``adapter.rebind``;
+* ``ctx.arguments`` by parameter name (the point's ``layout``),
+  ``ctx.skip`` and ``ctx.recover``, working on these points as on the
+  core's;
+* a removable attachment: ``remove()`` puts every method back and forgets
+  the points.
 
-docs/adapters.md walks through this file. Run it: ``python examples/method_hooks.py``
+docs/adapters.md walks through this file.
+Run it: ``python examples/method_hooks.py``
 """
 
 from __future__ import annotations
@@ -22,16 +27,19 @@ from typing import Any, Callable, Dict, List, Optional
 import hookbus
 from hookbus import adapter
 
+Method = Callable[..., Any]
+
 
 class MethodPoint:
-    """The hook point of one bound method, named ``"<prefix>.<method name>"``."""
+    """The hook point of one bound method, named ``"<prefix>.<name>"``."""
 
-    kinds = ("pre", "post", "exception")  # the hook kinds that apply to it
+    kinds = ("pre", "post", "exception")  # the hook kinds that apply
     kind = "method"  # what bus.points() says it wraps
     is_async = False  # async hooks are refused on it, at registration
-    skip_refusal: Optional[str] = None  # ctx.skip() works: the method is simply not called
+    # ctx.skip() works here: the method is simply not called.
+    skip_refusal: Optional[str] = None
 
-    def __init__(self, bus: hookbus.EventBus, name: str, method: Callable[..., Any]) -> None:
+    def __init__(self, bus: hookbus.EventBus, name: str, method: Method):
         self.bus = bus
         self.name = name
         self.method = method
@@ -41,8 +49,8 @@ class MethodPoint:
         self.calls = itertools.count()
 
     def invalidate(self) -> None:
-        # Called by the registry, with no lock held, whenever hooks that may match
-        # this name change. Ask for the plan lazily, at the next call.
+        # Called by the registry, with no lock held, whenever hooks that
+        # may match this name change. Ask for the plan at the next call.
         self.stale = True
 
     def layout(self) -> adapter.Layout:
@@ -51,7 +59,8 @@ class MethodPoint:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.stale:
-            self.stale = False  # before asking: a change meanwhile makes it stale again
+            # Before asking: a change meanwhile makes it stale again.
+            self.stale = False
             self.plan = self.bus.registry.plan(self)
         plan = self.plan
         if plan is None:  # no hook matches: the plain call
@@ -68,7 +77,8 @@ class MethodPoint:
             try:
                 result = self.method(*ctx.args, **ctx.kwargs)
             except Exception as error:
-                adapter.rebind(ctx, "exception", target, ctx.args, ctx.kwargs, error)
+                args, kwargs = ctx.args, ctx.kwargs
+                adapter.rebind(ctx, "exception", target, args, kwargs, error)
                 adapter.run_phase(registry, plan.exception, ctx)
                 if not ctx.recovered:
                     raise
@@ -80,32 +90,35 @@ class MethodPoint:
 
 
 class MethodHooks(adapter.Removable):
-    """Hook points on every public method of ``obj``; ``remove()`` undoes it all."""
+    """Hook points on each public method of ``obj``; ``remove()`` undoes it."""
 
     def __init__(self, obj: Any, bus: hookbus.EventBus, prefix: str) -> None:
         self.obj = obj
         self.bus = bus
-        names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n))]
-        self.points: Dict[str, MethodPoint] = {
-            n: MethodPoint(bus, f"{prefix}.{n}", getattr(obj, n)) for n in names
-        }
-        bus.registry.add_points(list(self.points.values()))  # refused whole, if need be
-        for method_name, point in self.points.items():
-            setattr(obj, method_name, point)  # the instance's attribute hides the class's
+        self.points: Dict[str, MethodPoint] = {}
+        for name in dir(obj):
+            method = getattr(obj, name)
+            if not name.startswith("_") and callable(method):
+                point = MethodPoint(bus, f"{prefix}.{name}", method)
+                self.points[name] = point
+        # All or nothing: refused whole if an async hook would match.
+        bus.registry.add_points(list(self.points.values()))
+        for name, point in self.points.items():
+            setattr(obj, name, point)  # hides the class's method
 
     def remove(self) -> None:
         self.bus.registry.remove_points(list(self.points.values()))
-        for method_name in self.points:
-            self.obj.__dict__.pop(method_name, None)
+        for name in self.points:
+            self.obj.__dict__.pop(name, None)
         self.points = {}
 
 
 def hook_methods(obj: Any, bus: hookbus.EventBus, prefix: str) -> MethodHooks:
-    """Make every public method of ``obj`` a hook point named ``prefix.<method>``."""
+    """Make every public method of ``obj`` a point named ``prefix.<name>``."""
     return MethodHooks(obj, bus, prefix)
 
 
-# --- using it ------------------------------------------------------------------------
+# --- using it ---------------------------------------------------------------
 
 
 class Account:
@@ -128,18 +141,19 @@ def main() -> None:
     account = Account()
     log: List[str] = []
 
-    # Hooks first, points later, or the other way round: the registry matches them.
+    # Hooks first, points later, or the other way round: all the same.
     @bus.pre("account.*")
     def audit(ctx: hookbus.CallContext) -> None:
         log.append(f"{ctx.name} {dict(ctx.arguments)}")
 
     with hook_methods(account, bus, "account") as hooks:
-        assert sorted(p.name for p in bus.points()) == ["account.deposit", "account.withdraw"]
+        names = sorted(point.name for point in bus.points())
+        assert names == ["account.deposit", "account.withdraw"]
 
         @bus.pre("account.deposit")
         def cap(ctx: hookbus.CallContext) -> None:
             if ctx.arguments["amount"] > 100:
-                ctx.arguments["amount"] = 100  # replace one argument by name
+                ctx.arguments["amount"] = 100  # replace one argument
 
         @bus.exception("account.withdraw")
         def refuse_politely(ctx: hookbus.CallContext) -> None:
@@ -150,20 +164,24 @@ def main() -> None:
         assert account.withdraw(30) == 70
         assert account.withdraw(1_000) == -1
 
-        skip = bus.pre("account.deposit", lambda ctx: ctx.skip(0), priority=10)
+        def skip(ctx: hookbus.CallContext) -> None:
+            ctx.skip(0)
+
+        handle = bus.pre("account.deposit", skip, priority=10)
         assert account.deposit(5) == 0  # skipped: the balance is untouched
-        skip.remove()
+        handle.remove()
         assert account.balance == 70
         assert hooks.points["deposit"].plan is not None
 
-    # Leaving the block removed the points: the methods are the class's own again.
+    # Leaving the block removed the points: the class's methods again.
     assert account.deposit(1) == 71
     assert "deposit" not in vars(account)
     assert log == [
         "account.deposit {'amount': 500, 'note': 'salary'}",
         "account.withdraw {'amount': 30}",
         "account.withdraw {'amount': 1000}",
-        "account.deposit {'amount': 5, 'note': ''}",  # pre hooks after a skip still run
+        # The pre hooks after a skip still run.
+        "account.deposit {'amount': 5, 'note': ''}",
     ]
     print("\n".join(log))
     print("example: ok")

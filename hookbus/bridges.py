@@ -105,7 +105,9 @@ class TrainerRunner:
 
     Example:
         >>> from hookbus.bridges import TrainerRunner
-        >>> runner = TrainerRunner("hand-written", trainer=None, stop=lambda: print("stopping"))
+        >>> def stop():
+        ...     print("stopping")
+        >>> runner = TrainerRunner("hand-written", trainer=None, stop=stop)
         >>> runner.epoch, runner.iter, runner.stop_requested
         (0, 0, False)
         >>> runner.stop()
