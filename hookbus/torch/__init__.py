@@ -37,6 +37,7 @@ from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
 from ._moments import Stat
+from ._operations import OperationSelection
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 
@@ -47,6 +48,7 @@ __all__ = [
     "Call",
     "CompiledModelWarning",
     "GradHandle",
+    "OperationSelection",
     "Record",
     "Selector",
     "Stat",
