@@ -236,7 +236,8 @@ class OperationSite:
         self._module: Callable[[], Optional[nn.Module]] = weakref.ref(module)
         self._points: Dict[Tuple[str, int], OperationPoint] = {}
         self._seen: set[str] = set()
-        self._natives: List[RemovableHandle] = []
+        self._pre: Optional[RemovableHandle] = None  # the native hooks, while installed
+        self._post: Optional[RemovableHandle] = None
         self._in_flight = 0  # forward calls that pushed a mode and await their post hook
         self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
 
@@ -252,19 +253,25 @@ class OperationSite:
                 self.discovering or any(p.plan is not None for p in self._points.values())
             )
             module = self._module()
-            if want and not self._natives and module is not None:
-                self._natives = [
-                    module.register_forward_pre_hook(self._on_pre),
-                    module.register_forward_hook(
+            if want and module is not None:
+                if self._post is None:  # first: pops the mode before other post hooks run
+                    self._post = module.register_forward_hook(
                         self._on_post, with_kwargs=True, always_call=True, prepend=True
-                    ),
-                ]
-            elif not want and self._natives:
-                pre, post = self._natives
-                pre.remove()
-                if not self._in_flight:  # else the post hook still has a mode to pop
-                    post.remove()
-                self._natives = []
+                    )
+                if self._pre is None:  # last of the pre hooks there now
+                    self._pre = module.register_forward_pre_hook(self._on_pre)
+            elif not want and self._pre is not None:
+                self._pre.remove()
+                self._pre = None
+                self._release_post()
+
+    def _release_post(self) -> None:
+        """Remove the post hook once disarmed and no call awaits it (lock held)."""
+        # While a call that pushed a mode runs, its post hook must stay to pop it:
+        # the last such call removes it (torch snapshots the hooks per call).
+        if self._pre is None and not self._in_flight and self._post is not None:
+            self._post.remove()
+            self._post = None
 
     def uninstall(self) -> None:
         """Detach: no hook point, no native hook, no mode left behind."""
@@ -313,9 +320,7 @@ class OperationSite:
             finished = self.discovering and not raised
             if finished:
                 self.discovering = False
-            closing = not self._natives and not self._in_flight
-        if closing:  # detached, or disarmed, while this call ran: the last one out removes us
-            remove_dispatchers(module, self, None)
+            self._release_post()  # disarmed while this call ran: the last one out removes it
         if finished:
             missing = sorted(self.selected - self._seen)
             if missing:
@@ -455,6 +460,7 @@ def _drop_ended(modes: List[OperationMode]) -> None:
         site = mode.site
         with site._lock:
             site._in_flight -= 1
+            site._release_post()
 
 
 class OperationSelection(Removable):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List
 
@@ -398,3 +399,59 @@ def test_nested_selections_see_the_same_call_inner_first(bus: hookbus.EventBus) 
     model(X)
     assert order == ["<root>:softmax.0", "attn:softmax.0"]
     net.detach()
+
+
+def test_removal_from_inside_a_hook_and_threads_leave_no_mode(bus: hookbus.EventBus) -> None:
+    model = Net()
+    before = hook_state(model)
+    net = hookbus.torch.attach(model, bus)
+    selection = net.operations("attn", "softmax")
+    bus.post("attn:softmax.0", lambda ctx: selection.remove())
+    model(X)  # the hook removes the selection mid-forward; the post hook still pops the mode
+    assert torch_function_modes() == 0
+    assert hook_state(model) == before
+    net.operations("attn", "matmul")
+    counts: List[int] = []
+    bus.post("attn:matmul.*", lambda ctx: counts.append(1))
+    errors: List[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                model(X)
+            assert torch_function_modes() == 0
+        except BaseException as error:  # reported in the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert len(counts) == 3 * 20 * 2
+    net.detach()
+    assert hook_state(model) == before
+
+
+def test_disarmed_and_armed_again_during_a_call_keeps_one_pair_of_hooks(
+    bus: hookbus.EventBus,
+) -> None:
+    model = Net()
+    before = hook_state(model)
+    net = hookbus.torch.attach(model, bus)
+    net.operations("attn", "softmax")
+    fired: List[str] = []
+
+    def swap(ctx: CallContext) -> None:
+        handle.remove()  # disarms the site while its post hook still has a mode to pop
+        bus.post("attn:softmax.0", lambda ctx: fired.append("second"))  # arms it again
+
+    model(X)  # finds the calls: from now on the site is armed only while hooks match
+    handle = bus.post("attn:softmax.0", swap)
+    model(X)
+    model(X)
+    assert fired == ["second"]
+    assert sorted(armed(model)) == ["attn", "attn"]  # one pre and one post hook
+    net.detach()
+    assert hook_state(model) == before
