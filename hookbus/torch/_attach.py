@@ -622,9 +622,9 @@ class Attachment(Removable):
         (``"transformer.h.0.attn:softmax.0"``). ``bus.pre`` / ``bus.post`` /
         ``bus.exception`` / ``bus.around`` hooks, and this attachment's methods, then
         see and replace the operation's ``ctx.args`` / ``ctx.kwargs`` and
-        ``ctx.result``; ``ctx.skip(value)`` in a pre hook replaces the call. Every
-        torch function the forward calls counts, its submodules' and helpers'
-        included. A pattern reaches operation points only if it holds a colon
+        ``ctx.result`` (``ctx.target`` is the module); ``ctx.skip(value)`` in a pre
+        hook replaces the call. Every call of the functions while the forward runs
+        counts, its submodules' and helpers' included. A pattern reaches operation points only if it holds a colon
         (``"*:softmax.*"``). The selected modules run at native speed while no hook
         matches, except for one forward after this call, which finds the calls (the
         points exist from then on; hooks registered before apply at once). Built on

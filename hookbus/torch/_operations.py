@@ -37,7 +37,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import torch
 from torch import nn
@@ -235,7 +235,7 @@ class OperationSite:
         self.inert = False
         self._module: Callable[[], Optional[nn.Module]] = weakref.ref(module)
         self._points: Dict[Tuple[str, int], OperationPoint] = {}
-        self._seen: set[str] = set()
+        self._seen: Set[str] = set()
         self._pre: Optional[RemovableHandle] = None  # the native hooks, while installed
         self._post: Optional[RemovableHandle] = None
         self._in_flight = 0  # forward calls that pushed a mode and await their post hook
