@@ -123,8 +123,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             notes.append(f"torch rows skipped: {reason}")
         gpt2_reason = reason or _gpt2_cases.unavailable()
         if gpt2_reason is None:
+            import _operation_cases
+
             cases += _gpt2_cases.cases()
             lines += _gpt2_cases.lines()
+            cases += _operation_cases.cases()
+            lines += _operation_cases.lines()
             notes.append(_gpt2_cases.describe())
         else:
             notes.append(f"GPT-2 rows skipped: {gpt2_reason}")

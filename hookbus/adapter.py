@@ -7,7 +7,9 @@ name. The registry tells a point when the hooks that may match it changed
 (:meth:`Point.invalidate`, always with no lock held); the point then asks
 ``bus.registry.plan(point)`` for its :class:`PointPlan` (the matching hooks per
 kind, in order) and, per call, builds one :class:`CallContext` with
-:meth:`CallContext.for_call` and runs each phase's hooks with :func:`run_phase`.
+:meth:`CallContext.for_call` and runs each phase's hooks with :func:`run_phase`,
+or, when the adapter makes the call itself, the whole sequence (around, pre, the
+call, post or exception hooks) with :func:`call_with_hooks`.
 
 ``hookbus.torch`` is built on this module and :mod:`hookbus` alone (a test
 enforces it); docs/adapters.md walks through a small adapter from scratch, and
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
-from ._dispatch import resume_arounds, run_phase, start_arounds
+from ._dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined
 from ._names import Matcher, check_name, is_pattern, matcher_for
@@ -61,6 +63,7 @@ __all__ = [
     "Registry",
     "Removable",
     "add_note",
+    "call_with_hooks",
     "check_name",
     "describe",
     "hook_name",

@@ -39,6 +39,7 @@ from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat
+from ._operations import OperationSelection
 from ._point import inert_point
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
@@ -56,6 +57,7 @@ __all__ = [
     "Call",
     "CompiledModelWarning",
     "GradHandle",
+    "OperationSelection",
     "Record",
     "Selector",
     "Stat",

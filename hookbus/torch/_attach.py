@@ -41,6 +41,13 @@ from ..adapter import (
     is_pattern,
     matcher_for,
 )
+from ._operations import (
+    OPERATION_KINDS,
+    OperationSelection,
+    OperationSite,
+    operation_key,
+    operation_name,
+)
 from ._point import KINDS, ModulePoint
 from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
 
@@ -239,8 +246,8 @@ class Attachment(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_cut_warned", "_handles", "_ids", "_model", "_points", "_raw", "_warned",
-        "bus", "prefix", "strict_ddp",
+        "__weakref__", "_cut_warned", "_handles", "_ids", "_model", "_operations", "_points",
+        "_raw", "_warned", "bus", "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -263,6 +270,7 @@ class Attachment(Removable):
         # Only the attachment's own registrations, held weakly: a handle removed
         # and dropped by its owner must not be kept (nor its hook) until detach().
         self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+        self._operations: List[OperationSelection] = []  # removed by detach()
         #: Whether a DistributedDataParallel without find_unused_parameters wraps
         #: the model: a post hook that cuts an output from the graph then breaks it.
         self.strict_ddp = False
@@ -644,7 +652,73 @@ class Attachment(Removable):
         """
         return self._register("backward", selector, hook, options)
 
+    def operations(self, selector: Selector, *functions: Any) -> OperationSelection:
+        """Make the calls of ``functions`` inside the selected modules' forward hook points.
+
+        Each call is named ``"<module>:<operation>.<index>"``: the module's name, the
+        operation's ``__name__`` and its call index within one forward
+        (``"transformer.h.0.attn:softmax.0"``). ``bus.pre`` / ``bus.post`` /
+        ``bus.exception`` / ``bus.around`` hooks, and this attachment's methods, then
+        see and replace the operation's ``ctx.args`` / ``ctx.kwargs`` and
+        ``ctx.result`` (``ctx.target`` is the module); ``ctx.skip(value)`` in a pre
+        hook replaces the call. Every call of the functions while the forward runs
+        counts, its submodules' and helpers' included. A pattern reaches operation
+        points only if it holds a colon (``"*:softmax.*"``). The selected modules run at native speed while no hook
+        matches, except for one forward after this call, which finds the calls (the
+        points exist from then on; hooks registered before apply at once). Built on
+        ``torch.overrides.TorchFunctionMode``; see docs/torch.md.
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> bus = hookbus.EventBus()
+            >>> model = nn.Sequential(nn.Softmax(dim=-1))
+            >>> net = hookbus.torch.attach(model, bus)
+            >>> _ = net.operations("0", torch.softmax)
+            >>> def flat(ctx):
+            ...     ctx.args = (torch.zeros_like(ctx.args[0]), *ctx.args[1:])
+            >>> _ = bus.pre("0:softmax.0", flat)
+            >>> model(torch.tensor([[1.0, 3.0]]))
+            tensor([[0.5000, 0.5000]])
+        """
+        self._check_attached()
+        names = [operation_name(function) for function in functions]
+        if not names:
+            raise TypeError(
+                "operations() needs at least one operation after the selector, such as "
+                "net.operations('layers.*.attn', torch.softmax) or 'softmax'"
+            )
+        sites: List[OperationSite] = []
+        for name in self.select(selector):
+            point = self._points[name]
+            module = point.module
+            if module is not None:
+                sites.append(OperationSite(self.bus, name, module, frozenset(names), point.where))
+        selection = OperationSelection(sites)
+        self._operations.append(selection)
+        for site in sites:
+            site.refresh()  # armed for the forward that finds the calls
+        return selection
+
+    def _operation_sites(self) -> List[OperationSite]:
+        return [site for selection in self._operations for site in selection.sites]
+
     def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
+        if isinstance(selector, str) and ":" in selector and selector not in self._points:
+            self._check_attached()
+            if kind not in OPERATION_KINDS:
+                raise ValueError(
+                    f"{kind} hooks do not apply to operation points such as {selector!r}; "
+                    f"accepted there: {', '.join(OPERATION_KINDS)} hooks"
+                )
+            key = operation_key(
+                selector,
+                self._operation_sites(),
+                lambda known, name: close_names(dict.fromkeys(known), name),
+            )
+            handle = self.bus.registry.register(kind, key, hook, options)
+            self._handles.add(handle)
+            return handle
         names = self.select(selector)
         if kind in ("backward_pre", "backward"):
             self._check_full_backward(names)
@@ -686,6 +760,9 @@ class Attachment(Removable):
         apply to other models), but no longer reach this model.
         """
         self._detach_points()  # first: removing the hooks then reaches no module point
+        selections, self._operations = self._operations, []
+        for selection in selections:
+            selection.remove()
         handles = list(self._handles)
         self._handles = weakref.WeakSet()
         HandleGroup(handles).remove()

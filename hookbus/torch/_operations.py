@@ -1,0 +1,533 @@
+"""Hook points on the torch operations called inside a module's forward.
+
+``net.operations("transformer.h.0.attn", "softmax")`` makes every call of
+``softmax`` during that module's forward a hook point named
+``"transformer.h.0.attn:softmax.0"``, ``...:softmax.1``, ...: the module's name, a
+colon, the operation's name and its call index within one forward. The usual
+``bus.pre`` / ``bus.post`` / ``bus.exception`` / ``bus.around`` hooks then see and
+replace its inputs (``ctx.args`` / ``ctx.kwargs``) and output (``ctx.result``), and
+``ctx.skip(value)`` in a pre hook replaces the operation altogether.
+
+How: torch's own interception, ``torch.overrides.TorchFunctionMode``. Each
+selected module has one :class:`OperationSite`, which installs a native forward
+pre hook that pushes a fresh :class:`OperationMode` on this thread's torch
+function stack and a post hook (``always_call=True``, prepended) that pops it, so
+the mode sees exactly the torch functions that the forward (its submodules and
+helper functions included) calls. The site installs them only while a bus hook
+matches one of its operation points, and for one forward after the selection
+(the *discovery* forward, which learns how many calls each operation makes and
+so which names exist); otherwise the module runs at native speed.
+
+Why the colon and the dot: a name like ``"attn:softmax[0]"`` would read as a glob
+pattern at registration (``[0]`` is a character set), and ``"attn.softmax.0"``
+could be the name of a real submodule. A pattern reaches operation points only if
+it holds a colon (``"*:softmax.*"``, ``"transformer.h.*.attn:*"``): a pattern
+written for modules (``"transformer.h.*"``, ``"*"``) keeps matching modules alone,
+and so adds no cost to operations.
+
+Operations are told apart by ``__name__``: ``torch.softmax``,
+``torch.nn.functional.softmax`` and ``x.softmax()`` are all ``"softmax"``;
+``torch.matmul`` is ``"matmul"`` but ``a @ b`` is ``"__matmul__"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import warnings
+import weakref
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils.hooks import RemovableHandle
+
+from ..adapter import (
+    CallContext,
+    EventBus,
+    Layout,
+    PointPlan,
+    Removable,
+    call_with_hooks,
+    check_name,
+    is_pattern,
+    layout_of,
+    matcher_for,
+)
+from ._point import forward_raised, remove_dispatchers
+
+__all__ = [
+    "OPERATION_KINDS",
+    "OperationMode",
+    "OperationPoint",
+    "OperationSelection",
+    "OperationSite",
+    "inert_site",
+    "operation_name",
+]
+
+OPERATION_KINDS = ("pre", "post", "exception", "around")
+"""The hook kinds an operation point runs."""
+
+_push_mode: Callable[[Any], None] = torch._C._push_on_torch_function_stack
+_pop_mode: Callable[[], Any] = torch._C._pop_torch_function_stack
+_stack_length: Callable[[], int] = torch._C._len_torch_function_stack
+_mode_at: Callable[[int], Any] = torch._C._get_function_stack_at
+
+
+def operation_name(function: Any) -> str:
+    """The name an operation is selected and named by: ``"softmax"`` for ``torch.softmax``.
+
+    Example:
+        >>> import torch
+        >>> operation_name(torch.nn.functional.softmax), operation_name("matmul")
+        ('softmax', 'matmul')
+    """
+    found: Any = function if isinstance(function, str) else getattr(function, "__name__", None)
+    if not isinstance(found, str) or not (isinstance(function, str) or callable(function)):
+        raise TypeError(
+            f"cannot select the operation {type(function).__name__}: accepted: a torch "
+            f"function (torch.matmul, torch.nn.functional.softmax, torch.Tensor.view) "
+            f"or its name ('softmax')"
+        )
+    name = str(found)
+    if not name.isidentifier():
+        raise ValueError(
+            f"operation name {name!r} is not a Python identifier; accepted: a torch "
+            f"function or its __name__, such as 'softmax' or 'scaled_dot_product_attention'"
+        )
+    return name
+
+
+class _ThreadState(threading.local):
+    """This thread's live operation modes (innermost last) and hook depth."""
+
+    def __init__(self) -> None:
+        self.modes: List[OperationMode] = []
+        # > 0 while our hooks run: torch calls they make are not the forward's.
+        self.in_hooks = 0
+
+
+_THREAD = _ThreadState()
+
+
+class OperationMode(TorchFunctionMode):
+    """The torch function mode of one forward call of one selected module.
+
+    It counts the calls of each selected operation and hands them to its site;
+    every other torch function passes straight through. ``call`` is the torch
+    frame that runs the module's hooks, which tells a live call from one that
+    ended without its post hook (a ``KeyboardInterrupt``). The frame itself, not
+    its id: a new call's frame may reuse the address of an ended one.
+    """
+
+    def __init__(self, site: OperationSite, call: Any) -> None:
+        super().__init__()
+        self.site = site
+        self.selected = site.selected
+        self.call = call
+        self.counts: Dict[str, int] = {}
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: Tuple[Any, ...] = (),
+        kwargs: Optional[Dict[str, Any]] = None,
+    ) -> Any:
+        if getattr(func, "__name__", None) not in self.selected or _THREAD.in_hooks:
+            return func(*args) if kwargs is None else func(*args, **kwargs)
+        return self.site.run(self, func, args, kwargs or {})
+
+    def running(self) -> bool:
+        """Whether the module call that pushed this mode is still running."""
+        call = self.call
+        frame: Any = sys._getframe(1)
+        while frame is not None:
+            if frame is call:
+                return True
+            frame = frame.f_back
+        return False
+
+
+def _remove_mode(mode: OperationMode) -> None:
+    """Take ``mode`` off this thread's torch function stack, wherever it is."""
+    length = _stack_length()
+    if length and _mode_at(length - 1) is mode:
+        _pop_mode()
+        return
+    above: List[Any] = []
+    for _ in range(length):  # a mode pushed inside forward and left there: keep it
+        top = _pop_mode()
+        if top is mode:
+            break
+        above.append(top)
+    for top in reversed(above):
+        _push_mode(top)
+
+
+class OperationPoint:
+    """The hook point of the ``index``-th call of one operation in one module's forward."""
+
+    __slots__ = ("__weakref__", "_calls", "_function", "bus", "name", "plan", "registry", "site")
+
+    kinds = OPERATION_KINDS
+    is_async = False  # torch calls operations synchronously
+    kind = "operation"
+    """What the point wraps, for ``bus.points()``."""
+    skip_refusal = None  # ctx.skip(value) replaces the operation's result
+
+    def __init__(self, site: OperationSite, name: str, function: Any) -> None:
+        self.site = site
+        self.bus = site.bus
+        self.registry = site.bus.registry
+        self.name = name
+        self.plan: Optional[PointPlan] = None
+        self._function = function
+        self._calls = itertools.count()
+
+    @property
+    def where(self) -> str:
+        """Where the module's forward is defined (the operation has no source of its own)."""
+        return self.site.where
+
+    def layout(self) -> Layout:
+        """``ctx.arguments`` binds to the operation's signature, where Python knows it."""
+        return layout_of(self._function, self.name)
+
+    def invalidate(self) -> None:
+        """Take the plan of the hooks that match now, then let the site arm or disarm."""
+        plan = self.registry.plan(self) if self.site.attached else None
+        if plan is not None:
+            hooks = {
+                kind: tuple(h for h in handles if h.match is None or ":" in h.name)
+                for kind, handles in plan.hooks.items()
+            }  # a pattern without a colon is meant for modules: it skips operations
+            if not any(hooks.values()):
+                plan = None
+            elif hooks != plan.hooks:
+                registry = self.registry
+                plan = PointPlan(hooks, registry.errors == "raise" and registry.tracer is None)
+        self.plan = plan
+        self.site.refresh()
+
+    def __repr__(self) -> str:
+        return f"<OperationPoint {self.name!r} {'hooked' if self.plan else 'no hooks'}>"
+
+
+class OperationSite:
+    """The selected operations of one module: their points, and the native hooks that
+    push an :class:`OperationMode` around the module's forward while they are needed."""
+
+    def __init__(
+        self, bus: EventBus, name: str, module: nn.Module, selected: FrozenSet[str], where: str
+    ) -> None:
+        self.bus = bus
+        self.name = name
+        self.where = where
+        self.selected = selected
+        self.attached = True
+        self.discovering = True
+        # A copy's stand-in (see inert_site): copying a bound method binds the same
+        # function to a copy of its object, so a copy's hooks are this class's methods.
+        self.inert = False
+        self._module: Callable[[], Optional[nn.Module]] = weakref.ref(module)
+        self._points: Dict[Tuple[str, int], OperationPoint] = {}
+        self._seen: Set[str] = set()
+        self._pre: Optional[RemovableHandle] = None  # the native hooks, while installed
+        self._post: Optional[RemovableHandle] = None
+        self._in_flight = 0  # forward calls that pushed a mode and await their post hook
+        self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
+
+    @property
+    def points(self) -> List[OperationPoint]:
+        """The operation points made so far, by operation then call index."""
+        return [self._points[key] for key in sorted(self._points)]
+
+    def refresh(self) -> None:
+        """Install the native hooks if discovering or any point has hooks; else remove them."""
+        with self._lock:
+            want = self.attached and (
+                self.discovering or any(p.plan is not None for p in self._points.values())
+            )
+            module = self._module()
+            if want and module is not None:
+                if self._post is None:  # first: pops the mode before other post hooks run
+                    self._post = module.register_forward_hook(
+                        self._on_post, with_kwargs=True, always_call=True, prepend=True
+                    )
+                if self._pre is None:  # last of the pre hooks there now
+                    self._pre = module.register_forward_pre_hook(self._on_pre)
+            elif not want and self._pre is not None:
+                self._pre.remove()
+                self._pre = None
+                self._release_post()
+
+    def _release_post(self) -> None:
+        """Remove the post hook once disarmed and no call awaits it (lock held)."""
+        # While a call that pushed a mode runs, its post hook must stay to pop it:
+        # the last such call removes it (torch snapshots the hooks per call).
+        if self._pre is None and not self._in_flight and self._post is not None:
+            self._post.remove()
+            self._post = None
+
+    def uninstall(self) -> None:
+        """Detach: no hook point, no native hook, no mode left behind."""
+        with self._lock:
+            self.attached = False
+            points = list(self._points.values())
+            self._points = {}
+        self.bus.registry.remove_points(points)
+        for point in points:
+            point.plan = None
+        self.refresh()
+
+    # --- the native hooks: they run on every call of the module while armed ----------
+
+    def _on_pre(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
+        if self.inert:
+            remove_dispatchers(module, self, None)
+            return
+        modes = _THREAD.modes
+        if modes:
+            _drop_ended(modes)
+        mode = OperationMode(self, sys._getframe(1))  # torch's frame of this call
+        with self._lock:
+            self._in_flight += 1
+        modes.append(mode)
+        _push_mode(mode)
+
+    def _on_post(
+        self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
+    ) -> None:
+        if self.inert:
+            remove_dispatchers(module, self, None)
+            return
+        modes = _THREAD.modes
+        mode: Optional[OperationMode] = None
+        for position in range(len(modes) - 1, -1, -1):
+            if modes[position].site is self:
+                mode = modes.pop(position)
+                break
+        if mode is None:
+            return  # our pre hook was added during this call: no mode to pop
+        _remove_mode(mode)
+        raised = output is None and forward_raised(sys._getframe(1))
+        with self._lock:
+            self._in_flight -= 1
+            finished = self.discovering and not raised
+            if finished:
+                self.discovering = False
+            self._release_post()  # disarmed while this call ran: the last one out removes it
+        if finished:
+            missing = sorted(self.selected - self._seen)
+            if missing:
+                warnings.warn(
+                    f"hookbus.torch: the forward of {self.name!r} called no "
+                    f"{', '.join(missing)}: it has no operation point by that name. Select "
+                    f"the name the code calls (torch.matmul is 'matmul', a @ b is "
+                    f"'__matmul__'; an attention implementation may call other functions)",
+                    RuntimeWarning,
+                    stacklevel=_stacklevel_outside_torch(),
+                )
+            self.refresh()
+
+    # --- one selected operation call ------------------------------------------------
+
+    def run(
+        self, mode: OperationMode, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Any:
+        """Run the call of ``func`` that ``mode`` intercepted, through its point's hooks."""
+        name: str = func.__name__
+        index = mode.counts.get(name, 0)
+        mode.counts[name] = index + 1
+        point = self._points.get((name, index))
+        if point is None:
+            if not mode.running() or not self.attached:
+                return func(*args, **kwargs)  # a mode left by an interrupted call
+            point = self._add_point(name, index, func)
+        plan = point.plan
+        if plan is None:
+            return func(*args, **kwargs)
+        if not mode.running():
+            return func(*args, **kwargs)
+        module = self._module()
+        ctx = CallContext.for_call(
+            point.name, module, args, kwargs, next(point._calls), "pre", point
+        )
+        thread = _THREAD
+        thread.in_hooks += 1
+        try:
+            return call_with_hooks(point.registry, plan, ctx, _Operation(func))
+        finally:
+            thread.in_hooks -= 1
+
+    def _add_point(self, name: str, index: int, func: Any) -> OperationPoint:
+        point = OperationPoint(self, f"{self.name}:{name}.{index}", func)
+        with self._lock:
+            existing = self._points.get((name, index))
+            if existing is not None:
+                return existing
+            self._points[(name, index)] = point
+            self._seen.add(name)
+        self.bus.registry.add_points([point])
+        point.invalidate()  # hooks registered before it existed apply from this call on
+        return point
+
+    # A copied or pickled module copies its hook dicts, so the site's methods: a copy
+    # is an inert site, which removes its hooks from the copy at its first call.
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        return (inert_site, (self.name,))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Any:
+        return inert_site(self.name)
+
+    def __repr__(self) -> str:
+        return f"<OperationSite {self.name!r} {sorted(self.selected)}>"
+
+
+class _Operation:
+    """The real operation call, run by ``call_with_hooks``: torch calls inside it count
+    again (an enclosing module's mode sees them), unlike those of the hooks."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        thread = _THREAD
+        depth, thread.in_hooks = thread.in_hooks, 0
+        try:
+            return self.func(*args, **kwargs)
+        finally:
+            thread.in_hooks = depth
+
+
+def inert_site(name: str) -> OperationSite:
+    """The stand-in of a copied module's operation site (a site pickles to this call).
+
+    Example:
+        >>> import copy, torch, hookbus, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Softmax(dim=-1))
+        >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+        >>> _ = net.operations("0", "softmax")
+        >>> twin = copy.deepcopy(model)
+        >>> _ = twin(torch.ones(1, 2))
+        >>> len(twin[0]._forward_pre_hooks), len(twin[0]._forward_hooks)
+        (0, 0)
+    """
+    site = OperationSite(_NO_HOOKS, name, nn.Identity(), frozenset(), "?")
+    site.attached = site.discovering = False
+    site.inert = True
+    return site
+
+
+# The private bus of inert sites: it never gets a hook.
+_NO_HOOKS = EventBus("hookbus.torch operation copies")
+
+
+_LIBRARIES = (
+    __file__.rsplit("torch", 1)[0],  # hookbus/
+    torch.__file__.rsplit("__init__", 1)[0],  # torch/
+)
+
+
+def _stacklevel_outside_torch() -> int:
+    """The ``stacklevel`` of the first caller outside hookbus and torch (the model's code).
+
+    The warning is issued from a native hook, which torch calls from ``_call_impl``.
+    """
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def _drop_ended(modes: List[OperationMode]) -> None:
+    """Take off the torch stack the modes of calls that ended without their post hook.
+
+    A ``KeyboardInterrupt`` skips torch's ``always_call`` hooks; the next forward of
+    a selected module in this thread cleans up (and until then such a mode fires no
+    hook: :meth:`OperationSite.run` checks that its call still runs).
+    """
+    for mode in [mode for mode in modes if not mode.running()]:
+        modes.remove(mode)
+        _remove_mode(mode)
+        site = mode.site
+        with site._lock:
+            site._in_flight -= 1
+            site._release_post()
+
+
+class OperationSelection(Removable):
+    """The operations selected on some modules by :meth:`Attachment.operations
+    <hookbus.torch.Attachment.operations>`; ``remove()`` undoes the selection.
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> bus = hookbus.EventBus()
+        >>> model = nn.Sequential(nn.Softmax(dim=-1))
+        >>> net = hookbus.torch.attach(model, bus)
+        >>> selection = net.operations("0", "softmax")
+        >>> _ = model(torch.zeros(1, 2))  # the first forward finds the calls
+        >>> selection.names
+        ['0:softmax.0']
+        >>> selection.remove()
+        >>> selection.names
+        []
+    """
+
+    __slots__ = ("sites",)
+
+    def __init__(self, sites: Iterable[OperationSite]) -> None:
+        self.sites: List[OperationSite] = list(sites)
+
+    @property
+    def names(self) -> List[str]:
+        """The names of the operation points found so far, in model order."""
+        return [point.name for site in self.sites for point in site.points]
+
+    def remove(self) -> None:
+        """Remove the operation points and every native hook and mode of this selection."""
+        sites, self.sites = self.sites, []
+        for site in sites:
+            site.uninstall()
+
+    def __repr__(self) -> str:
+        return f"<OperationSelection of {len(self.sites)} modules: {len(self.names)} points>"
+
+
+def operation_key(
+    selector: str, sites: Iterable[OperationSite], close: Callable[[List[str], str], str]
+) -> str:
+    """The bus name to register for an operation selector (``"attn:softmax.0"`` or a
+    pattern with a colon); ``ValueError`` if it cannot match a selected operation."""
+    check_name(selector, "operation selector", allow_pattern=True)
+    live = [site for site in sites if site.attached]
+    if is_pattern(selector):
+        match = matcher_for(selector)
+        found = [p.name for site in live for p in site.points]
+        possible = [f"{site.name}:{op}.0" for site in live for op in site.selected]
+        if any(match(name) for name in found + possible):
+            return selector
+        raise ValueError(
+            f"no selected operation matches {selector!r}{close(found + possible, selector)}"
+        )
+    module, _, rest = selector.rpartition(":")
+    op, _, index = rest.rpartition(".")
+    for site in live:
+        if site.name == module and op in site.selected and index.isdigit():
+            return "".join(f"[{c}]" if c in "*?[" else c for c in selector)  # literal
+    known = [p.name for site in live for p in site.points] or [
+        f"{site.name}:{op}.0" for site in live for op in site.selected
+    ]
+    raise ValueError(
+        f"no selected operation is named {selector!r} (operation points are named "
+        f"'module:operation.index'; select them first with net.operations(modules, "
+        f"'softmax')){close(known, selector)}"
+    )

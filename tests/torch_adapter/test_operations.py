@@ -1,0 +1,457 @@
+"""Hook points on the operations inside a module's forward (issue 22, section 1).
+
+Checked against hand-written torch (a monkeypatch of the function, restored by hand)
+on a small random Hugging Face GPT-2 under the eager and the sdpa attention, and on a
+hand-written attention; plus cleanup (removal, errors, detach, interrupts, copies).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import warnings
+from typing import Any, Callable, Dict, Iterator, List
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_helpers import hook_state
+
+import hookbus
+import hookbus.torch
+from hookbus import CallContext
+
+transformers = pytest.importorskip("transformers")
+
+
+def gpt2(implementation: str) -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64, use_cache=False
+    )
+    config._attn_implementation = implementation
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+TOKENS = torch.arange(10).reshape(1, 10) % 100
+
+
+class Attention(nn.Module):
+    """A hand-written causal self-attention: matmul, softmax, matmul."""
+
+    def __init__(self, width: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=-1)
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        pattern = torch.softmax(scores, dim=-1)
+        z = torch.matmul(pattern, v)
+        return self.out(z.transpose(1, 2).reshape(batch, length, width))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = Attention()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.attn(x))
+
+
+X = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture
+def bus() -> hookbus.EventBus:
+    return hookbus.EventBus()
+
+
+def patched(module_path: Any, attribute: str, wrapper: Callable[..., Any]) -> Any:
+    """Hand-written torch: replace ``module_path.attribute`` during one call, restored by hand."""
+
+    class Patch:
+        def __enter__(self) -> None:
+            self.original = getattr(module_path, attribute)
+            setattr(module_path, attribute, wrapper(self.original))
+
+        def __exit__(self, *exc: object) -> None:
+            setattr(module_path, attribute, self.original)
+
+    return Patch()
+
+
+# --- what a user relies on: the values, on GPT-2 and on a hand-written model ----------
+
+
+def test_attention_pattern_of_eager_gpt2_equals_a_monkeypatched_softmax(
+    bus: hookbus.EventBus,
+) -> None:
+    model = gpt2("eager")
+    seen: List[torch.Tensor] = []
+
+    def keep(original: Callable[..., Any]) -> Callable[..., Any]:
+        def softmax(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            seen.append(out.detach())
+            return out
+
+        return softmax
+
+    with torch.no_grad(), patched(F, "softmax", keep):
+        expected = model(TOKENS).logits
+    with hookbus.torch.attach(model, bus) as net:
+        net.operations("transformer.h.*.attn", F.softmax)
+        patterns: Dict[str, torch.Tensor] = {}
+        bus.post("*:softmax.*", lambda ctx: patterns.__setitem__(ctx.name, ctx.result))
+        with torch.no_grad():
+            logits = model(TOKENS).logits
+    assert list(patterns) == ["transformer.h.0.attn:softmax.0", "transformer.h.1.attn:softmax.0"]
+    assert patterns["transformer.h.0.attn:softmax.0"].shape == (1, 2, 10, 10)
+    for got, want in zip(patterns.values(), seen):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_zero_ablating_one_head_equals_a_hand_written_ablation(
+    bus: hookbus.EventBus, implementation: str
+) -> None:
+    # The reference: zero head 1's slice of c_proj's input (TL's hook_z ablation).
+    model = gpt2(implementation)
+    d_head = 16
+
+    def zero_head(module: nn.Module, args: Any) -> Any:
+        z = args[0].clone()
+        z[..., d_head : 2 * d_head] = 0
+        return (z,)
+
+    handle = model.transformer.h[0].attn.c_proj.register_forward_pre_hook(zero_head)
+    with torch.no_grad():
+        expected = model(TOKENS).logits
+        plain = None
+    handle.remove()
+    operation = "matmul.1" if implementation == "eager" else "scaled_dot_product_attention.0"
+
+    def ablate(ctx: CallContext) -> None:
+        z = ctx.result.clone()  # [batch, head, position, d_head]
+        z[:, 1] = 0
+        ctx.result = z
+
+    with hookbus.torch.attach(model, bus) as net, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the other implementation's name
+        net.operations("transformer.h.0.attn", "matmul", "scaled_dot_product_attention")
+        bus.post(f"transformer.h.0.attn:{operation}", ablate)
+        with torch.no_grad():
+            logits = model(TOKENS).logits
+    with torch.no_grad():
+        plain = model(TOKENS).logits
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(plain, expected)  # the ablation changed something
+
+
+def test_hand_written_model_pre_post_and_around_see_and_replace(bus: hookbus.EventBus) -> None:
+    net_model = Net()
+    order: List[str] = []
+
+    def flat_scores(ctx: CallContext) -> None:
+        order.append(f"pre {ctx.name}")
+        ctx.args = (torch.zeros_like(ctx.args[0]),)
+
+    def around(ctx: CallContext) -> Iterator[None]:
+        order.append("around in")
+        yield
+        order.append("around out")
+        ctx.result = ctx.result * 2
+
+    def hand(original: Callable[..., Any]) -> Callable[..., Any]:
+        def softmax(scores: torch.Tensor, dim: int) -> torch.Tensor:
+            return original(torch.zeros_like(scores), dim=dim) * 2
+
+        return softmax
+
+    with patched(torch, "softmax", hand):
+        expected = net_model(X)
+    with hookbus.torch.attach(net_model, bus) as net:
+        net.operations("attn", torch.softmax)
+        net.pre("attn:softmax.0", flat_scores)
+        bus.around("attn:softmax.0", around)
+        got = net_model(X)
+    assert order == ["around in", "pre attn:softmax.0", "around out"]
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(net_model(X), Net()(X), rtol=0, atol=0)  # all gone
+
+
+def test_call_indices_and_gradients_flow_through_a_replaced_result(
+    bus: hookbus.EventBus,
+) -> None:
+    model = Net()
+    reference = copy.deepcopy(model)
+    calls: List[str] = []
+    with hookbus.torch.attach(model, bus) as net:
+        selection = net.operations("attn", "matmul")
+        bus.pre("attn:matmul.*", lambda ctx: calls.append(ctx.name))
+
+        def halve(ctx: CallContext) -> None:
+            ctx.result = ctx.result * 0.5
+
+        bus.post("attn:matmul.1", halve)
+        model(X).sum().backward()
+        assert selection.names == ["attn:matmul.0", "attn:matmul.1"]
+    assert calls == ["attn:matmul.0", "attn:matmul.1"]
+
+    def hand(original: Callable[..., Any]) -> Callable[..., Any]:
+        count = [0]
+
+        def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            count[0] += 1
+            out = original(a, b)
+            return out * 0.5 if count[0] == 2 else out
+
+        return matmul
+
+    with patched(torch, "matmul", hand):
+        reference(X).sum().backward()
+    for (name, got), want in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-6, msg=name)
+
+
+def test_skip_replaces_the_operation(bus: hookbus.EventBus) -> None:
+    model = Net()
+    with hookbus.torch.attach(model, bus) as net:
+        net.operations("attn", "softmax")
+
+        def uniform(ctx: CallContext) -> None:
+            scores = ctx.args[0]
+            ctx.skip(torch.full_like(scores, 1 / scores.shape[-1]))
+
+        with bus.pre("attn:softmax.0", uniform):
+            got = model(X)
+
+    def hand(original: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda scores, dim: torch.full_like(scores, 1 / scores.shape[-1])
+
+    with patched(torch, "softmax", hand):
+        expected = model(X)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+# --- zero cost and cleanup -------------------------------------------------------------
+
+
+def torch_function_modes() -> int:
+    return int(torch._C._len_torch_function_stack())
+
+
+def armed(model: nn.Module) -> List[str]:
+    """The modules that hold an operation site's native hooks."""
+    return [
+        name
+        for name, module in model.named_modules()
+        for hook in [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
+        if type(getattr(hook, "__self__", None)).__name__ == "OperationSite"
+    ]
+
+
+def test_no_native_hook_and_no_mode_without_a_matching_hook(bus: hookbus.EventBus) -> None:
+    model = gpt2("sdpa")
+    before = hook_state(model)
+    net = hookbus.torch.attach(model, bus)
+    net.operations("transformer.h.*.attn", "scaled_dot_product_attention")
+    assert hook_state(model) != before  # armed for the forward that finds the calls
+    model(TOKENS)
+    assert hook_state(model) == before  # found them; no hook matches: native speed
+    handle = bus.post("transformer.h.*", lambda ctx: None)  # a module pattern, no colon
+    assert not armed(model)  # matches "...attn:scaled_dot_product_attention.0", yet skips it
+    handle.remove()
+    with bus.post("transformer.h.1.attn:scaled_dot_product_attention.0", lambda ctx: None):
+        assert armed(model) == ["transformer.h.1.attn", "transformer.h.1.attn"]
+        model(TOKENS)
+        assert torch_function_modes() == 0
+    assert hook_state(model) == before
+    net.detach()
+    assert hook_state(model) == before
+
+
+def test_detach_and_remove_restore_everything(bus: hookbus.EventBus) -> None:
+    model = Net()
+    before = hook_state(model)
+    net = hookbus.torch.attach(model, bus)
+    selection = net.operations("attn", "softmax")
+    fired: List[str] = []
+    bus.post("attn:softmax.0", lambda ctx: fired.append(ctx.name))
+    model(X)
+    selection.remove()
+    model(X)
+    assert fired == ["attn:softmax.0"]
+    assert hook_state(model) == before
+    net.operations("attn", "softmax")
+    model(X)
+    net.detach()
+    model(X)
+    assert len(fired) == 2
+    assert hook_state(model) == before
+    assert bus.points() == [] or all(p.kind != "operation" for p in bus.points())
+
+
+def test_an_error_in_forward_or_in_a_hook_leaves_no_mode(bus: hookbus.EventBus) -> None:
+    model = Net()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("attn", "softmax")
+
+    def fail(ctx: CallContext) -> None:
+        raise KeyError("boom")
+
+    with bus.post("attn:softmax.0", fail), pytest.raises(KeyError, match="boom"):
+        model(X)
+    assert torch_function_modes() == 0
+    seen: List[str] = []
+    bus.exception("attn:softmax.0", lambda ctx: seen.append(type(ctx.exception).__name__))
+    with pytest.raises(RuntimeError):
+        model(torch.ones(2, 5, 3))  # wrong width: qkv raises before softmax
+    with pytest.raises(IndexError):
+        torch.softmax(torch.ones(2), dim=5)  # outside the module: no hook
+    assert torch_function_modes() == 0
+    assert seen == []
+    net.detach()
+
+
+def test_an_interrupted_forward_leaves_a_mode_that_fires_nothing_and_is_cleaned(
+    bus: hookbus.EventBus,
+) -> None:
+    model = Net()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("attn", "softmax")
+    fired: List[str] = []
+    bus.post("attn:softmax.0", lambda ctx: fired.append(ctx.name))
+
+    def interrupt(module: nn.Module, args: Any) -> None:
+        raise KeyboardInterrupt
+
+    handle = model.attn.out.register_forward_pre_hook(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        model(X)
+    handle.remove()
+    assert torch_function_modes() == 1  # torch runs no always_call hook on BaseException
+    torch.softmax(torch.ones(3), dim=0)  # outside the module: the stale mode fires nothing
+    assert fired == ["attn:softmax.0"]
+    model(X)  # the next forward cleans up
+    assert torch_function_modes() == 0
+    assert len(fired) == 2
+    net.detach()
+
+
+def test_a_copy_carries_no_operation_hook(bus: hookbus.EventBus) -> None:
+    model = Net()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("attn", "softmax")
+    fired: List[str] = []
+    bus.post("attn:softmax.0", lambda ctx: fired.append(ctx.name))
+    twin = copy.deepcopy(model)
+    twin(X)
+    assert fired == []
+    assert torch_function_modes() == 0
+    assert not twin.attn._forward_pre_hooks
+    assert not twin.attn._forward_hooks
+    net.detach()
+
+
+# --- names and errors --------------------------------------------------------------------
+
+
+def test_names_errors_and_the_discovery_warning(bus: hookbus.EventBus) -> None:
+    model = Net()
+    net = hookbus.torch.attach(model, bus)
+    with pytest.raises(ValueError, match="select them first"):
+        net.post("attn:softmax.0", lambda ctx: None)
+    net.operations("attn", "softmax", "conv2d")
+    with pytest.raises(ValueError, match="grad hooks do not apply"):
+        net.grad("attn:softmax.0", lambda ctx: None)
+    with pytest.raises(ValueError, match=r"close names: 'attn:softmax\.0'"):
+        net.post("attn:sofmax.0", lambda ctx: None)
+    with pytest.raises(TypeError, match="at least one operation"):
+        net.operations("attn")
+    with pytest.raises(TypeError, match="cannot select the operation int"):
+        net.operations("attn", 3)
+    with pytest.warns(RuntimeWarning, match="'attn' called no conv2d"):
+        model(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(X)  # once only
+    net.detach()
+
+
+def test_nested_selections_see_the_same_call_inner_first(bus: hookbus.EventBus) -> None:
+    model = Net()
+    net = hookbus.torch.attach(model, bus)
+    net.operations(["<root>", "attn"], "softmax")
+    order: List[str] = []
+    bus.post("*:softmax.0", lambda ctx: order.append(ctx.name))
+    model(X)
+    assert order == ["<root>:softmax.0", "attn:softmax.0"]
+    net.detach()
+
+
+def test_removal_from_inside_a_hook_and_threads_leave_no_mode(bus: hookbus.EventBus) -> None:
+    model = Net()
+    before = hook_state(model)
+    net = hookbus.torch.attach(model, bus)
+    selection = net.operations("attn", "softmax")
+    bus.post("attn:softmax.0", lambda ctx: selection.remove())
+    model(X)  # the hook removes the selection mid-forward; the post hook still pops the mode
+    assert torch_function_modes() == 0
+    assert hook_state(model) == before
+    net.operations("attn", "matmul")
+    counts: List[int] = []
+    bus.post("attn:matmul.*", lambda ctx: counts.append(1))
+    errors: List[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                model(X)
+            assert torch_function_modes() == 0
+        except BaseException as error:  # reported in the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert len(counts) == 3 * 20 * 2
+    net.detach()
+    assert hook_state(model) == before
+
+
+def test_disarmed_and_armed_again_during_a_call_keeps_one_pair_of_hooks(
+    bus: hookbus.EventBus,
+) -> None:
+    model = Net()
+    before = hook_state(model)
+    net = hookbus.torch.attach(model, bus)
+    net.operations("attn", "softmax")
+    fired: List[str] = []
+
+    def swap(ctx: CallContext) -> None:
+        handle.remove()  # disarms the site while its post hook still has a mode to pop
+        bus.post("attn:softmax.0", lambda ctx: fired.append("second"))  # arms it again
+
+    model(X)  # finds the calls: from now on the site is armed only while hooks match
+    handle = bus.post("attn:softmax.0", swap)
+    model(X)
+    model(X)
+    assert fired == ["second"]
+    assert sorted(armed(model)) == ["attn", "attn"]  # one pre and one post hook
+    net.detach()
+    assert hook_state(model) == before
