@@ -663,8 +663,9 @@ class Attachment(Removable):
         ``ctx.result`` (``ctx.target`` is the module); ``ctx.skip(value)`` in a pre
         hook replaces the call. Every call of the functions while the forward runs
         counts, its submodules' and helpers' included. A pattern reaches operation
-        points only if it holds a colon (``"*:softmax.*"``). The selected modules run at native speed while no hook
-        matches, except for one forward after this call, which finds the calls (the
+        points only if it holds a colon (``"*:softmax.*"``). The selected modules
+        run at native speed while no hook matches, except for one forward after
+        this call, which finds the calls (the
         points exist from then on; hooks registered before apply at once). Built on
         ``torch.overrides.TorchFunctionMode``; see docs/torch.md.
 
