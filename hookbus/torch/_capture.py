@@ -394,11 +394,14 @@ class capture:
     * ``grads=False``: also store the gradient of each output, at backward (run
       ``backward()`` inside the block).
 
-    Names and selection are those of :func:`attach` (the bare model's names).
-    Each selected module gets one native forward hook, as in a capture written
-    by hand (and, with ``grads=True``, each output tensor that requires grad a
-    tensor hook). Every hook is removed on exit, even if the block raised; the
-    model's hook dicts are then exactly as before.
+    Names and selection are those of :func:`attach` (the bare model's names),
+    checked when ``capture(...)`` is called. The hooks go in when the ``with``
+    block is entered, not before: a capture that is never entered records
+    nothing and holds nothing. Each selected module gets one native forward
+    hook, as in a capture written by hand (and, with ``grads=True``, each output
+    tensor that requires grad a tensor hook). Every hook is removed on exit, even
+    if the block raised; the model's hook dicts are then exactly as before. A
+    capture runs once: enter a new one to capture again.
 
     Example:
         >>> import torch, hookbus.torch
@@ -434,7 +437,8 @@ class capture:
         self._handles: List[RemovableHandle] = []
         self._grads = grads
         self._grad_handles: List[RemovableHandle] = []  # tensor hooks, removed at the end
-        self._open = True
+        self._inputs = inputs
+        self._state = "ready"  # then "running", then "ended"
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
@@ -456,16 +460,10 @@ class capture:
             )
 
         names = select(modules, selector, name_of)
-        self.cache = Cache(names)  # first: a forward in another thread may record at once
-        self._hooks, self._handles = install_capture_hooks(
-            [(name, modules[name].module) for name in names], self._record_call, inputs
-        )
-        if compiled:
-            try:
-                warn_hook_on_compiled(names[0], "post")
-            except BaseException:  # a warning turned into an error: nothing stays installed
-                self._end()
-                raise
+        self._compiled = compiled
+        # Held until __enter__ installs their hooks, dropped at the end.
+        self._modules: List[Tuple[str, nn.Module]] = [(n, modules[n].module) for n in names]
+        self.cache = Cache(names)
 
     def _keep(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
         if self._detach:
@@ -503,8 +501,22 @@ class capture:
             grads[path] = self._keep(path, grad)
 
     def __enter__(self) -> Cache:
-        if not self._open:
-            raise RuntimeError("this capture has ended; start a new one")
+        if self._state != "ready":
+            raise RuntimeError(
+                "this capture is already running; leave its with block first"
+                if self._state == "running"
+                else "this capture has ended; start a new one"
+            )
+        self._state = "running"
+        try:
+            self._hooks, self._handles = install_capture_hooks(
+                self._modules, self._record_call, self._inputs
+            )
+            if self._compiled and self._modules:
+                warn_hook_on_compiled(self._modules[0][0], "post")
+        except BaseException:  # a warning turned into an error: nothing stays installed
+            self._end()
+            raise
         return self.cache
 
     def __exit__(
@@ -516,7 +528,8 @@ class capture:
         self._end()
 
     def _end(self) -> None:
-        self._open = False
+        self._state = "ended"
+        self._modules = []  # an ended capture holds no module
         hooks, handles = self._hooks, self._handles
         self._hooks, self._handles = [], []
         remove_capture_hooks(hooks, handles)

@@ -170,10 +170,8 @@ def test_a_capture_installs_one_plain_native_forward_hook_per_selected_module(
 
 def test_a_call_under_way_when_the_capture_ends_records_nothing() -> None:
     net = TutorialNet()
-    capture = hookbus.torch.capture(net, "fc1")
-    (hook,) = net.fc1._forward_hooks.values()  # what torch's forward already holds
-    with capture as cache:
-        pass
+    with hookbus.torch.capture(net, "fc1") as cache:
+        (hook,) = net.fc1._forward_hooks.values()  # what torch's forward already holds
     hook(net.fc1, (torch.ones(1, 2),), torch.ones(1, 3))
     assert len(cache) == 0
     assert not net.fc1._forward_hooks
@@ -196,6 +194,7 @@ def test_a_capture_on_a_compiled_model_under_warnings_as_errors_leaves_no_hook()
     compiled = torch.compile(net)
     with warnings.catch_warnings():
         warnings.simplefilter("error", hookbus.torch.CompiledModelWarning)
-        with pytest.raises(hookbus.torch.CompiledModelWarning):
-            hookbus.torch.capture(compiled, nn.Linear)
+        capture = hookbus.torch.capture(compiled, nn.Linear)  # hooks go in at the with
+        with pytest.raises(hookbus.torch.CompiledModelWarning), capture:
+            pass
     assert hook_state(net) == before
