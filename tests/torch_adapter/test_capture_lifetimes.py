@@ -61,6 +61,19 @@ def test_a_capture_never_entered_keeps_no_activation_alive() -> None:
     assert hook_state(net) == hook_state(TutorialNet())
 
 
+def test_a_gpt2_capture_never_entered_installs_nothing() -> None:
+    model = _gpt2()
+    before = hook_state(model)
+    capture = hookbus.torch.capture(model, "transformer.h.*", inputs=True, grads=True)
+    model(torch.randint(0, 100, (1, 4)))
+    assert hook_state(model) == before
+    assert len(capture.cache) == 0
+    with capture as cache:
+        assert hook_state(model) != before
+    assert hook_state(model) == before
+    assert len(cache) == 0
+
+
 def test_a_capture_records_between_enter_and_exit_only_and_cannot_be_reentered() -> None:
     net = TutorialNet()
     capture = hookbus.torch.capture(net, "fc1")
@@ -97,7 +110,7 @@ def test_a_detached_capture_of_gpt2_block_inputs_is_a_snapshot_out_of_the_graph(
     assert all(t.data_ptr() != live_keys.data_ptr() for t in layers)
     # And it does not change when the live cache grows (one generation step more).
     before = [(p, t.clone()) for p, t in iter_tensors(kept)]
-    model(ids[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+    model(ids[:, -1:], out.past_key_values, use_cache=True)  # its cache, by position
     after = list(iter_tensors(kept))
     assert [p for p, _ in after] == [p for p, _ in before]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(after, before))
@@ -216,6 +229,33 @@ def test_backward_hooks_see_the_gradients_under_their_own_names() -> None:
         assert isinstance(grads, tuple)
         assert len(grads) == 1
         assert torch.allclose(grads[0], torch.tensor([[3.0]]))  # d(3 * relu6(fc2)) / d fc2
+
+
+def test_gpt2_backward_hooks_arguments_equal_hand_written_full_backward_hooks() -> None:
+    model = _gpt2().train()
+    model.config.use_cache = False
+    for module in model.modules():  # dropout off, so both passes are the same function
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    ids = torch.randint(0, 100, (1, 6))
+    mlp = model.transformer.h[1].mlp
+    native: List[Any] = []
+    handle = mlp.register_full_backward_pre_hook(lambda m, g: native.append(g[0].clone()))
+    model(ids, labels=ids).loss.backward()
+    handle.remove()
+    model.zero_grad()
+    ours: List[Any] = []
+
+    def read(ctx: hookbus.CallContext) -> None:
+        ours.append(ctx.arguments["grad_output"][0].clone())
+
+    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        net.backward_pre("transformer.h.1.mlp", read)
+        net.backward("transformer.h.1.mlp", read)
+        model(ids, labels=ids).loss.backward()
+    assert len(ours) == 2
+    for grad in ours:
+        assert torch.allclose(grad, native[0], atol=1e-6)
 
 
 def test_a_backward_pre_hook_replaces_the_gradient_through_arguments() -> None:
