@@ -102,11 +102,12 @@ class Call:
 
 
 class Record:
-    """Every captured call of one module, in call order.
+    """Every captured call of one module, in call order (the last ones, with ``keep=``).
 
     ``output`` / ``args`` / ``kwargs`` / ``grad`` are those of the *last* call;
-    ``outputs`` / ``grads`` list every call's; ``calls`` holds the :class:`Call`
-    objects. A module used twice in one forward has two calls.
+    ``outputs`` / ``grads`` list every kept call's; ``calls`` holds the :class:`Call`
+    objects. A module used twice in one forward has two calls. ``len(record)``
+    counts the kept calls, ``record.count`` every call.
 
     Example:
         >>> import torch, hookbus.torch

@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
+import collections
 import gc
 import weakref
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import pytest
 import torch
@@ -273,3 +274,59 @@ def test_a_backward_pre_hook_replaces_the_gradient_through_arguments() -> None:
         model(x).sum().backward()
     assert x.grad is not None
     assert torch.allclose(x.grad, 2 * lin.weight.detach(), atol=1e-6)
+
+
+# --- the traversal: torch's pytree registry before the heuristic ----------------------
+
+
+class Registered:
+    """A user type registered with torch.utils._pytree: rebuilt by its node, not copied."""
+
+    built_by_node = 0
+
+    def __init__(self, hidden: torch.Tensor, note: str) -> None:
+        self.hidden = hidden
+        self.note = note
+
+
+def _flatten_registered(value: Registered) -> Tuple[List[Any], Any]:
+    return [value.hidden], value.note
+
+
+def _unflatten_registered(children: List[Any], note: Any) -> Registered:
+    Registered.built_by_node += 1
+    return Registered(children[0], note)
+
+
+def test_pytree_nodes_and_dict_kinds_are_rebuilt_by_torch_s_registry() -> None:
+    from torch.utils import _pytree
+
+    if Registered not in _pytree.SUPPORTED_NODES:
+        _pytree.register_pytree_node(Registered, _flatten_registered, _unflatten_registered)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> Any:
+            h = self.lin(x)
+            counts: Any = collections.defaultdict(list, {"h": h + 1})
+            return {"node": Registered(h, "kept"), "counts": counts}
+
+    model = Net()
+    built = Registered.built_by_node
+    with hookbus.torch.capture(model, "<root>", grads=True) as cache:
+        out = model(torch.ones(1, 2))
+        (out["node"].hidden.sum() * 2 + out["counts"]["h"].sum()).backward()
+    stored = cache["<root>"].output
+    assert Registered.built_by_node > built  # the node's own unflatten rebuilt it
+    assert stored["node"] is not out["node"]
+    assert stored["node"].note == "kept"
+    assert not stored["node"].hidden.requires_grad
+    assert isinstance(stored["counts"], collections.defaultdict)
+    assert stored["counts"].default_factory is list
+    assert [path for path, _ in iter_tensors(stored)] == [("node", 0), ("counts", "h")]
+    grad = cache["<root>"].grad
+    assert torch.allclose(grad["node"].hidden, torch.full((1, 2), 3.0))  # 2 here, 1 via h + 1
+    assert torch.allclose(grad["counts"]["h"], torch.ones(1, 2))
