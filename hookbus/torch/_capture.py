@@ -120,14 +120,20 @@ class Record:
         (2, tensor([1.]), [tensor([0.]), tensor([1.])])
     """
 
-    __slots__ = ("_calls", "_indexed", "count", "name")
+    __slots__ = ("_calls", "_count", "_indexed", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._calls: List[Call] = []
         self._indexed = -1  # the count at which the indices were last checked
-        self.count = 0
+        self._count = 0  # calls recorded, kept or not (see Cache._add)
+
+    @property
+    def count(self) -> int:
         """How many calls the module made while captured, kept or not (see ``keep=``)."""
+        # Counted without a lock (see Cache._add): two threads recording at once may
+        # count one call; the kept calls, appended atomically, are a floor.
+        return max(self._count, len(self._calls))
 
     @property
     def calls(self) -> List[Call]:
@@ -301,8 +307,8 @@ class Cache(Mapping[str, Record]):
         record = self._records.get(name)
         if record is None:
             record = self._records.setdefault(name, Record(name))
-        index = record.count
-        record.count = index + 1
+        index = record._count
+        record._count = index + 1
         call = Call(index, output, args, kwargs)  # checked by Record.calls
         calls = record._calls
         calls.append(call)

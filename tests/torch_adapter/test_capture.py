@@ -186,6 +186,10 @@ def test_record_calls_are_indexed_by_position_even_after_racing_threads() -> Non
     # Two threads that appended at once took the same provisional index.
     record._calls[1].index = 0
     assert [call.index for call in record.calls] == [0, 1]
+    # And counted one call for two: the kept calls are a floor for the count.
+    record._count = 1
+    assert record.count == 2
+    assert [call.index for call in record.calls] == [0, 1]
 
 
 def test_a_capture_on_a_compiled_model_under_warnings_as_errors_leaves_no_hook() -> None:
