@@ -8,7 +8,10 @@ Two uses are compared, each side by side with its hand-written twin:
 
 * one capture around one forward (hooks added, one forward, hooks removed), the
   common use: it includes setting up and tearing down the capture;
-* forwards inside a capture that stays open (hooks already in place).
+* forwards inside a capture that stays open (hooks already in place);
+* forwards inside one ``capture(model, keep="last")`` left open for the whole run:
+  a bounded capture holds one call per module, as the hand-written dict does, so it
+  never needs restarting.
 """
 
 from __future__ import annotations
@@ -124,8 +127,10 @@ def cases() -> List[Case]:
     from hookbus.torch import capture
 
     base, x = build()
-    models = [copy.deepcopy(base) for _ in range(4)]
+    models = [copy.deepcopy(base) for _ in range(5)]
     hand_open, hookbus_open = _Open(HandCapture, models[2]), _Open(capture, models[3])
+    bounded = capture(models[4], keep="last")
+    bounded.__enter__()  # open for the whole run: its memory stays that of one forward
     return [
         Case("gpt2 once/hand", "run()", {"run": _Once(HandCapture, models[0], x)}),
         Case("gpt2 once/hookbus", "run()", {"run": _Once(capture, models[1], x)}),
@@ -140,6 +145,11 @@ def cases() -> List[Case]:
             "forward()",
             {"forward": _Forward(models[3], x), "session": hookbus_open},
             setup=hookbus_open.restart,
+        ),
+        Case(
+            "gpt2 open/hookbus keep last",
+            "forward()",
+            {"forward": _Forward(models[4], x), "session": bounded},
         ),
     ]
 
@@ -186,5 +196,14 @@ def lines() -> List[Line]:
             "gpt2 open/hand",
             "<= 1.1x hand-written",
             lambda r: r.ratio("gpt2 open/hookbus", "gpt2 open/hand").median <= 1.1,
+        ),
+        Line(
+            row,
+            '**hookbus** a forward inside one `capture(model, keep="last")` open for the '
+            "whole run (bounded: never restarted)",
+            "gpt2 open/hookbus keep last",
+            "gpt2 open/hand",
+            "<= 1.1x hand-written",
+            lambda r: r.ratio("gpt2 open/hookbus keep last", "gpt2 open/hand").median <= 1.1,
         ),
     ]

@@ -32,7 +32,19 @@ from __future__ import annotations
 
 import functools
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
 
 import torch
 from torch import nn
@@ -41,7 +53,7 @@ from torch.utils.hooks import RemovableHandle
 from ._attach import ROOT, Selector, select
 from ._grad import hook_output_grads
 from ._point import remove_dispatchers
-from ._tree import Path, map_tensors
+from ._tree import Path, iter_tensors, map_tensors
 from ._unwrap import ModuleName, is_compiled, unwrap, walk, warn_hook_on_compiled
 
 __all__ = ["Cache", "Call", "CaptureHook", "Record", "capture", "inert_capture_hook"]
@@ -90,11 +102,12 @@ class Call:
 
 
 class Record:
-    """Every captured call of one module, in call order.
+    """Every captured call of one module, in call order (the last ones, with ``keep=``).
 
     ``output`` / ``args`` / ``kwargs`` / ``grad`` are those of the *last* call;
-    ``outputs`` / ``grads`` list every call's; ``calls`` holds the :class:`Call`
-    objects. A module used twice in one forward has two calls.
+    ``outputs`` / ``grads`` list every kept call's; ``calls`` holds the :class:`Call`
+    objects. A module used twice in one forward has two calls. ``len(record)``
+    counts the kept calls, ``record.count`` every call.
 
     Example:
         >>> import torch, hookbus.torch
@@ -107,23 +120,36 @@ class Record:
         (2, tensor([1.]), [tensor([0.]), tensor([1.])])
     """
 
-    __slots__ = ("_calls", "_indexed", "name")
+    __slots__ = ("_calls", "_count", "_indexed", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._calls: List[Call] = []
-        self._indexed = 0  # calls[:_indexed] have their index checked
+        self._indexed = -1  # the count at which the indices were last checked
+        self._count = 0  # calls recorded, kept or not (see Cache._add)
+
+    @property
+    def count(self) -> int:
+        """How many calls the module made while captured, kept or not (see ``keep=``)."""
+        # Counted without a lock (see Cache._add): two threads recording at once may
+        # count one call; the kept calls, appended atomically, are a floor.
+        return max(self._count, len(self._calls))
 
     @property
     def calls(self) -> List[Call]:
-        """The :class:`Call` of every call, in order: ``calls[i].index == i``."""
+        """The :class:`Call` of every kept call, in order.
+
+        ``calls[i].index == i`` when every call is kept; with ``keep=`` the oldest
+        calls are dropped and ``index`` still counts from the capture's first call.
+        """
         calls = self._calls
-        count = len(calls)
+        count = self.count
         if self._indexed != count:
             # Calls are appended without a lock (see Cache._add): two threads that
             # recorded at once may have taken the same provisional index.
-            for position in range(self._indexed, count):
-                calls[position].index = position
+            first = count - len(calls)
+            for position, call in enumerate(calls):
+                call.index = first + position
             self._indexed = count
         return calls
 
@@ -182,17 +208,23 @@ class Cache(Mapping[str, Record]):
         (['1'], torch.Size([1, 2]))
     """
 
-    def __init__(self, selected: List[str]) -> None:
+    def __init__(self, selected: List[str], keep: Optional[int] = None) -> None:
         # Recorded into from any thread (DataParallel replicas run on worker threads)
         # without a lock: a lock per module call cost 2% of a GPT-2 forward, and
         # dict.setdefault and list.append are atomic (also without the GIL).
         self._records: Dict[str, Record] = {}
         self._selected = selected
+        self._keep = keep  # the most calls kept per module; None: all
+        self._to_sink = False  # a capture with sink= stores nothing here
 
     def __getitem__(self, name: str) -> Record:
         try:
             return self._records[name]
         except KeyError:
+            if name in self._selected and self._to_sink:
+                raise KeyError(
+                    f"module {name!r}: this capture sends its calls to its sink= and stores none"
+                ) from None
             if name in self._selected:
                 raise KeyError(f"module {name!r} was selected but not called") from None
             raise KeyError(
@@ -201,11 +233,18 @@ class Cache(Mapping[str, Record]):
 
     def __getstate__(self) -> Dict[str, Any]:
         # A cache is data: it pickles (torch.save too).
-        return {"_records": dict(self._records), "_selected": list(self._selected)}
+        return {
+            "_records": dict(self._records),
+            "_selected": list(self._selected),
+            "_keep": self._keep,
+            "_to_sink": self._to_sink,
+        }
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self._records = state["_records"]
         self._selected = state["_selected"]
+        self._keep = state.get("_keep")
+        self._to_sink = state.get("_to_sink", False)
 
     def __iter__(self) -> Iterator[str]:
         records = self._records
@@ -268,10 +307,40 @@ class Cache(Mapping[str, Record]):
         record = self._records.get(name)
         if record is None:
             record = self._records.setdefault(name, Record(name))
+        index = record._count
+        record._count = index + 1
+        call = Call(index, output, args, kwargs)  # checked by Record.calls
         calls = record._calls
-        call = Call(len(calls), output, args, kwargs)  # checked by Record.calls
         calls.append(call)
+        keep = self._keep
+        if keep is not None and len(calls) > keep:
+            del calls[:-keep]  # the oldest go: memory stays that of `keep` calls
         return call
+
+    def nbytes(self) -> int:
+        """The bytes of the tensor storages the cache holds (each storage counted once).
+
+        Outputs, inputs and gradients of every kept call, on every device. A stored
+        view counts its whole storage: that is what it keeps alive.
+
+        Example:
+            >>> import torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Sequential(nn.Linear(4, 4))
+            >>> with hookbus.torch.capture(model, "0", keep="last") as cache:
+            ...     for _ in range(3):
+            ...         _ = model(torch.ones(2, 4))
+            >>> cache.nbytes()  # one call's output: 2 x 4 float32
+            32
+        """
+        seen: Dict[Tuple[torch.device, int], int] = {}
+        for record in list(self._records.values()):
+            for call in list(record._calls):
+                parts = (call.output, call.args, call.kwargs, dict(call._grads))
+                for _, tensor in iter_tensors(parts):
+                    storage = tensor.untyped_storage()
+                    seen[(tensor.device, storage.data_ptr())] = storage.nbytes()
+        return sum(seen.values())
 
     def __repr__(self) -> str:
         return f"<Cache {', '.join(f'{name}:{len(self._records[name])}' for name in self)}>"
@@ -379,6 +448,16 @@ def remove_capture_hooks(hooks: List[CaptureHook], handles: List[RemovableHandle
         handle.remove()
 
 
+Keep = Union[str, int]
+"""What ``capture(keep=...)`` takes: ``"all"``, ``"last"`` or a positive int."""
+
+Positions = Union[int, slice, Sequence[int]]
+"""What ``capture(positions=...)`` takes: an index, a slice or a list of indices."""
+
+Sink = Callable[[str, Call], Any]
+"""``sink(name, call)``: receives each call of a capture made with ``sink=``."""
+
+
 class capture:
     """Record the outputs of the selected modules while the block runs.
 
@@ -394,11 +473,31 @@ class capture:
     * ``grads=False``: also store the gradient of each output, at backward (run
       ``backward()`` inside the block).
 
-    Names and selection are those of :func:`attach` (the bare model's names).
-    Each selected module gets one native forward hook, as in a capture written
-    by hand (and, with ``grads=True``, each output tensor that requires grad a
-    tensor hook). Every hook is removed on exit, even if the block raised; the
-    model's hook dicts are then exactly as before.
+    Bounded memory:
+
+    * ``keep="all"``: ``"last"`` or an int ``n`` keeps the last ``n`` calls of each
+      module (``record.count`` still counts every call);
+    * ``dtype=None``: store floating-point tensors in this floating dtype (say
+      ``torch.float16``); other tensors are stored as they are;
+    * ``positions=None``: store only these positions (an index, a slice or a list)
+      along dimension ``dim`` (default 1, the sequence of a ``(batch, seq, hidden)``
+      tensor) of every tensor that has that dimension, as a copy (a stored slice
+      keeps nothing else alive); an index keeps the dimension, with size 1;
+    * ``sink=None``: a callable ``sink(name, call)`` that receives each
+      :class:`Call` (its tensors processed as above) instead of the cache storing
+      it: write it to disk, or reduce it on the fly. The cache then stays empty.
+      With ``grads=True``, ``call.grad`` fills in at backward if the sink keeps the
+      call. The sink runs inside the module's forward hook: an error it raises
+      propagates from the model's call.
+
+    Names and selection are those of :func:`attach` (the bare model's names),
+    checked when ``capture(...)`` is called. The hooks go in when the ``with``
+    block is entered, not before: a capture that is never entered records
+    nothing and holds nothing. Each selected module gets one native forward
+    hook, as in a capture written by hand (and, with ``grads=True``, each output
+    tensor that requires grad a tensor hook). Every hook is removed on exit, even
+    if the block raised; the model's hook dicts are then exactly as before. A
+    capture runs once: enter a new one to capture again.
 
     Example:
         >>> import torch, hookbus.torch
@@ -409,6 +508,18 @@ class capture:
         ...     model(x).sum().backward()
         >>> list(cache), cache["2"].output.shape, cache["2"].grad
         (['0', '2'], torch.Size([1, 1]), tensor([[1.]]))
+
+        Bounded: the last call only, half precision, the last position:
+
+        >>> seq = torch.ones(1, 5, 2)  # (batch, seq, features)
+        >>> with hookbus.torch.capture(
+        ...     model, "0", keep="last", dtype=torch.float16, positions=-1
+        ... ) as cache:
+        ...     for _ in range(100):
+        ...         _ = model(seq)
+        >>> record = cache["0"]
+        >>> len(record), record.count, record.output.shape, record.output.dtype
+        (1, 100, torch.Size([1, 1, 2]), torch.float16)
     """
 
     def __init__(
@@ -421,20 +532,40 @@ class capture:
         device: Device = None,
         inputs: bool = False,
         grads: bool = False,
+        keep: Keep = "all",
+        dtype: Optional[torch.dtype] = None,
+        positions: Optional[Positions] = None,
+        dim: int = 1,
+        sink: Optional[Sink] = None,
     ) -> None:
         for option, value in (
             ("detach", detach), ("clone", clone), ("inputs", inputs), ("grads", grads),
         ):  # fmt: skip
             if not isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise TypeError(f"capture() option {option}= takes True or False, got {value!r}")
+        kept = _kept_calls(keep)
+        self._dtype = _float_dtype(dtype)
+        self._positions = _positions(positions, dim)
+        self._dim = dim
+        if sink is not None and not callable(sink):
+            raise TypeError(
+                f"capture() option sink= takes a callable sink(name, call), "
+                f"got {type(sink).__name__}"
+            )
+        self._sink = sink
+        self._sink_counts: Dict[str, int] = {}  # each module's calls sent to the sink
         self._device = torch.device(device) if device is not None else None
         self._detach, self._clone = detach, clone
-        self._only_detach = detach and not clone and self._device is None
+        self._only_detach = (
+            detach and not clone and self._device is None
+            and self._dtype is None and self._positions is None
+        )  # fmt: skip
+        self._inputs = inputs
         self._hooks: List[CaptureHook] = []
         self._handles: List[RemovableHandle] = []
         self._grads = grads
         self._grad_handles: List[RemovableHandle] = []  # tensor hooks, removed at the end
-        self._open = True
+        self._state = "ready"  # then "running", then "ended"
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
@@ -456,20 +587,21 @@ class capture:
             )
 
         names = select(modules, selector, name_of)
-        self.cache = Cache(names)  # first: a forward in another thread may record at once
-        self._hooks, self._handles = install_capture_hooks(
-            [(name, modules[name].module) for name in names], self._record_call, inputs
-        )
-        if compiled:
-            try:
-                warn_hook_on_compiled(names[0], "post")
-            except BaseException:  # a warning turned into an error: nothing stays installed
-                self._end()
-                raise
+        self._compiled = compiled
+        # Held until __enter__ installs their hooks, dropped at the end.
+        self._modules: List[Tuple[str, nn.Module]] = [(n, modules[n].module) for n in names]
+        self.cache = Cache(names, kept)
+        self.cache._to_sink = sink is not None
 
-    def _keep(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
+    def _store_tensor(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
         if self._detach:
             tensor = tensor.detach()
+        positions = self._positions
+        if positions is not None and tensor.dim() > self._dim:
+            index = positions(tensor.shape[self._dim])
+            tensor = tensor.index_select(self._dim, index.to(tensor.device))  # a copy
+        if self._dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(self._dtype)
         if self._device is not None:
             tensor = tensor.to(self._device)
         if self._clone:
@@ -477,34 +609,56 @@ class capture:
         return tensor
 
     def _store(self, value: Any) -> Any:
-        return map_tensors(value, self._keep)
+        return map_tensors(value, self._store_tensor)
 
     def _record_call(self, name: str, args: Any, kwargs: Any, output: Any) -> None:
         """Store one call (``args`` is ``None`` unless inputs are captured): per module call."""
         if self._only_detach and type(output) is torch.Tensor:
             stored = output.detach()
         else:
-            stored = map_tensors(output, self._keep)
+            stored = map_tensors(output, self._store_tensor)
         if args is not None:
             args, kwargs = self._store(args), self._store(kwargs)
-        call = self.cache._add(name, stored, args, kwargs)
+        sink = self._sink
+        if sink is None:
+            call = self.cache._add(name, stored, args, kwargs)
+        else:
+            counts = self._sink_counts
+            index = counts[name] = counts.get(name, -1) + 1
+            call = Call(index, stored, args, kwargs)
         if self._grads:
             handles = self._grad_handles
             store = functools.partial(self._store_grad, call._grads)
             kept = hook_output_grads(output, store, call.index, handles)
             if kept is not handles:
                 self._grad_handles = kept
+        if sink is not None:
+            sink(name, call)
 
     def _store_grad(
         self, grads: Dict[Path, torch.Tensor], grad: torch.Tensor, call_index: int, path: Path
     ) -> None:
         """The gradient of one captured output tensor (a ``GradHook``): stored, unchanged."""
         if self._grads:  # False once the capture ended: a backward under way stores no more
-            grads[path] = self._keep(path, grad)
+            grads[path] = self._store_tensor(path, grad)
 
     def __enter__(self) -> Cache:
-        if not self._open:
-            raise RuntimeError("this capture has ended; start a new one")
+        if self._state != "ready":
+            raise RuntimeError(
+                "this capture is already running; leave its with block first"
+                if self._state == "running"
+                else "this capture has ended; start a new one"
+            )
+        self._state = "running"
+        try:
+            self._hooks, self._handles = install_capture_hooks(
+                self._modules, self._record_call, self._inputs
+            )
+            if self._compiled and self._modules:
+                warn_hook_on_compiled(self._modules[0][0], "post")
+        except BaseException:  # a warning turned into an error: nothing stays installed
+            self._end()
+            raise
         return self.cache
 
     def __exit__(
@@ -516,7 +670,8 @@ class capture:
         self._end()
 
     def _end(self) -> None:
-        self._open = False
+        self._state = "ended"
+        self._modules = []  # an ended capture holds no module
         hooks, handles = self._hooks, self._handles
         self._hooks, self._handles = [], []
         remove_capture_hooks(hooks, handles)
@@ -524,6 +679,69 @@ class capture:
         grad_handles, self._grad_handles = self._grad_handles, []
         for handle in grad_handles:
             handle.remove()
+
+
+def _as_any(value: Any) -> Any:
+    return value
+
+
+def _kept_calls(keep: Any) -> Optional[int]:
+    """``keep=`` as the most calls kept per module, ``None`` for all."""
+    if keep == "all":
+        return None
+    if keep == "last":
+        return 1
+    if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0:
+        return keep
+    raise ValueError(f"capture() option keep= takes 'all', 'last' or a positive int, got {keep!r}")
+
+
+def _float_dtype(dtype: Any) -> Optional[torch.dtype]:
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"capture() option dtype= takes a floating-point torch.dtype such as "
+            f"torch.float16, got {dtype!r}"
+        )
+    return dtype
+
+
+def _positions(positions: Any, dim: Any) -> Optional[Callable[[int], torch.Tensor]]:
+    """``positions=`` as a function of a dimension's size to the indices to keep."""
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+        raise TypeError(f"capture() option dim= takes an int >= 0, got {dim!r}")
+    if positions is None:
+        return None
+    if isinstance(positions, bool) or not isinstance(positions, (int, slice, list, tuple)):
+        raise TypeError(
+            f"capture() option positions= takes an int, a slice or a list of ints, "
+            f"got {type(positions).__name__}"
+        )
+    if isinstance(positions, (list, tuple)):
+        chosen: List[Any] = list(positions)  # pyright: ignore[reportUnknownArgumentType]
+        if not chosen or not all(isinstance(p, int) and not isinstance(p, bool) for p in chosen):
+            raise TypeError("capture() option positions= takes a non-empty list of ints")
+        selection: Any = chosen
+    elif isinstance(positions, int):
+        selection = [positions]  # an index keeps the dimension, with size 1
+    else:
+        selection = _as_any(positions)  # a slice
+    cached: Dict[int, torch.Tensor] = {}
+
+    def indices(size: int) -> torch.Tensor:
+        index = cached.get(size)
+        if index is None:
+            try:
+                index = torch.arange(size)[selection]
+            except IndexError:
+                raise IndexError(
+                    f"capture() positions= selects past a dimension {dim} of size {size}"
+                ) from None
+            cached[size] = index
+        return index
+
+    return indices
 
 
 def _describe(value: Any) -> str:

@@ -548,13 +548,17 @@ class ModulePoint:
             )
 
     def _on_backward_pre(self, module: torch.nn.Module, grad_output: Any) -> Any:
-        ctx = CallContext(self.name, module, grad_output, {}, self._next_backward(), "pre", self)
+        ctx = CallContext(
+            self.name, module, grad_output, {}, self._next_backward(), "pre", _GRADIENTS
+        )
         ctx.phase = "backward_pre"
         run_phase(self.registry, self._backward_pre, ctx)
         return None if ctx.args is grad_output else ctx.args
 
     def _on_backward(self, module: torch.nn.Module, grad_input: Any, grad_output: Any) -> Any:
-        ctx = CallContext(self.name, module, grad_output, {}, self._next_backward(), "pre", self)
+        ctx = CallContext(
+            self.name, module, grad_output, {}, self._next_backward(), "pre", _GRADIENTS
+        )
         ctx.phase = "backward"
         ctx.result = grad_input
         run_phase(self.registry, self._backward, ctx)
@@ -586,6 +590,30 @@ class ModulePoint:
 
 
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
+
+
+def _backward_arguments(*grad_output: Any) -> None:
+    """The signature ``ctx.arguments`` binds to in backward hooks (never called)."""
+
+
+class _GradientArguments:
+    """The point of a backward hook's context: ``ctx.arguments`` holds the gradients.
+
+    A backward hook's ``ctx.args`` is ``grad_output``, not the forward's arguments;
+    binding it to ``forward``'s signature named a gradient ``"input"``. Here its one
+    key is ``"grad_output"`` (``grad_input`` is ``ctx.result`` in backward hooks).
+    """
+
+    __slots__ = ()
+
+    skip_refusal = "ctx.skip() is for a forward's pre hooks, not backward hooks"
+    _layout = layout_of(_backward_arguments, "backward")
+
+    def layout(self) -> Layout:
+        return self._layout
+
+
+_GRADIENTS = _GradientArguments()
 
 
 # --- which module call a dispatcher runs in, told from the frames ----------------------

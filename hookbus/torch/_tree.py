@@ -1,25 +1,36 @@
 """Nested module outputs: find the tensors in them, and rebuild them with new leaves.
 
 Modules return tensors, tuples, lists, dicts (Hugging Face ``ModelOutput`` is an
-ordered dict and a dataclass), namedtuples and dataclasses, nested, and objects
-such as Hugging Face's ``DynamicCache`` (a plain object holding layers that hold
-tensors). The traversal, in this order of tests:
+ordered dict and a dataclass), namedtuples, dataclasses, ``PackedSequence``, and
+objects such as Hugging Face's ``DynamicCache`` (a plain object holding layers that
+hold tensors), nested. The traversal, in this order of tests:
 
 1. a tensor is a leaf;
-2. a dict, tuple, list (namedtuples and subclasses too) or dataclass: its items
-   or fields;
-3. a type registered with ``torch.utils._pytree``: its flattened children;
-4. an ``nn.Module``, a class, a function or a module object is kept as it is
+2. a plain ``tuple``, ``list`` or ``dict``: its items (as ``torch.utils._pytree``
+   flattens them, done inline because it runs on every captured call);
+3. a ``dict`` that is a dataclass (``ModelOutput``): its items, rebuilt without its
+   constructor (which costs more than the rest of a capture's work);
+4. a ``PackedSequence``: its ``data`` alone; ``batch_sizes`` and the sort indices are
+   its structure, kept as they are (so its gradient is a ``PackedSequence`` too);
+5. a type registered with ``torch.utils._pytree`` (``OrderedDict``, ``defaultdict``,
+   ``deque``, ``torch.return_types``, the node types Hugging Face and the user
+   register): its children, named by the node's keys, rebuilt by the node;
+6. other dict, tuple and list subclasses (namedtuples too), and dataclasses: their
+   items or fields;
+7. an ``nn.Module``, a class, a function or a module object is kept as it is
    (state, not data);
-5. any other object with a ``__dict__``: its attributes. A rebuilt object is a
-   ``copy.copy`` with the new attributes, made only if it holds a tensor (one
-   that cannot be copied is kept as it is);
-6. anything else (numbers, strings, ``None``, C objects without a ``__dict__``)
-   is kept as it is.
+8. the fallback, by heuristic: any other object with a ``__dict__`` (an unregistered
+   cache, say) is rebuilt as a ``copy.copy`` with its attributes rebuilt, whether or
+   not it holds a tensor now, so a rebuilt object shares no mutable part with the
+   original (a cache that generation keeps filling, say). An object whose copy is
+   itself (an enum member), or that refuses copying, is kept as it is;
+9. anything else (numbers, strings, ``None``, C objects without a ``__dict__``) is
+   kept as it is.
 
-An object met twice (shared, or a cycle) is rebuilt once. A *path* names one
-tensor inside: a tuple of indices, keys and attribute names, ``()`` for the
-output itself.
+Rules 8 and 9 are the only places where a rebuilt value can share a tensor or a
+mutable object with the original. An object met twice (shared, or a cycle) is
+rebuilt once. A *path* names one tensor inside: a tuple of indices, keys and
+attribute names, ``()`` for the output itself.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 __all__ = ["Path", "iter_tensors", "leaves_the_graph", "map_tensors"]
 
@@ -52,11 +64,44 @@ _OPAQUE = (nn.Module, type, types.FunctionType, types.MethodType, types.ModuleTy
 
 
 def _attributes(obj: Any) -> Optional[Dict[str, Any]]:
-    """The attributes to traverse of an object of rule 5, or None (rules 4 and 6)."""
+    """The attributes to traverse of an object of rule 8, or None (rules 7 and 9)."""
     if isinstance(obj, _OPAQUE):
         return None
     attributes: Optional[Dict[str, Any]] = getattr(obj, "__dict__", None)
     return attributes if isinstance(attributes, dict) else None
+
+
+def _pytree_children(node: Any, obj: Any) -> Tuple[List[Any], List[Any], Any]:
+    """``(keys, children, context)`` of a pytree node: keys as the node names them."""
+    with_keys = getattr(node, "flatten_with_keys_fn", None)
+    if with_keys is not None:
+        pairs, context = with_keys(obj)
+        keys = [_key_of(entry) for entry, _ in pairs]
+        return keys, [child for _, child in pairs], context
+    children, context = node.flatten_fn(obj)
+    return list(range(len(children))), list(children), context
+
+
+def _key_of(entry: Any) -> Any:
+    """The plain key of a pytree key entry (``MappingKey``, ``SequenceKey``, ``GetAttrKey``)."""
+    for field in ("key", "idx", "name"):
+        if hasattr(entry, field):
+            return getattr(entry, field)
+    return entry
+
+
+def _packed_with(sequence: Any, data: Any) -> Any:
+    """``sequence`` with another ``data`` (a gradient, a copy, ``None``), its structure kept.
+
+    Built without ``PackedSequence``'s constructor, which refuses ``None`` data.
+    """
+    sorted_indices, unsorted_indices = sequence.sorted_indices, sequence.unsorted_indices
+    if isinstance(data, torch.Tensor) and sorted_indices is not None:
+        # PackedSequence.to() keeps the indices on data's device, batch_sizes on the CPU.
+        sorted_indices = sorted_indices.to(data.device)
+        unsorted_indices = unsorted_indices.to(data.device)
+    fields = (data, sequence.batch_sizes, sorted_indices, unsorted_indices)
+    return _TUPLE_NEW(_type_of(sequence), fields)
 
 
 def iter_tensors(obj: Any, path: Path = ()) -> Iterator[Tuple[Path, torch.Tensor]]:
@@ -82,26 +127,33 @@ def _iter(obj: Any, path: Path, seen: Set[int]) -> Iterator[Tuple[Path, torch.Te
     if id(obj) in seen:
         return
     seen.add(id(obj))
+    for key, value in _items(obj):
+        yield from _iter(value, (*path, key), seen)
+
+
+def _items(obj: Any) -> List[Tuple[Any, Any]]:
+    """The ``(key, child)`` pairs the traversal visits in ``obj`` (rules 2 to 9)."""
+    kind = _type_of(obj)
+    if kind is tuple or kind is list:
+        sequence: List[Any] = obj
+        return list(enumerate(sequence))
+    if _is_dict(obj) and (kind is dict or dataclasses.is_dataclass(obj)):
+        return list(_as_dict(obj).items())
+    if isinstance(obj, PackedSequence):
+        return [(0, obj.data)]
+    node = _PYTREE_NODES.get(kind)
+    if node is not None:
+        keys, children, _ = _pytree_children(node, obj)
+        return list(zip(keys, children))
     if isinstance(obj, dict):
-        items: Dict[Any, Any] = obj  # pyright: ignore[reportUnknownVariableType]
-        for key, value in items.items():
-            yield from _iter(value, (*path, key), seen)
-    elif isinstance(obj, (tuple, list)):
+        return list(_as_dict(obj).items())
+    if isinstance(obj, (tuple, list)):
         values: List[Any] = list(obj)  # pyright: ignore[reportUnknownArgumentType]
-        for index, value in enumerate(values):
-            yield from _iter(value, (*path, index), seen)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for field in dataclasses.fields(obj):
-            yield from _iter(getattr(obj, field.name), (*path, field.name), seen)
-    elif type(obj) in _PYTREE_NODES:
-        children, _ = _PYTREE_NODES[type(obj)].flatten_fn(obj)
-        for index, value in enumerate(children):
-            yield from _iter(value, (*path, index), seen)
-    else:
-        attributes = _attributes(obj)
-        if attributes is not None:
-            for key, value in list(attributes.items()):
-                yield from _iter(value, (*path, key), seen)
+        return list(enumerate(values))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [(field.name, getattr(obj, field.name)) for field in dataclasses.fields(obj)]
+    attributes = _attributes(obj)
+    return list(attributes.items()) if attributes is not None else []
 
 
 def map_tensors(obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path = ()) -> Any:
@@ -141,39 +193,62 @@ def _map(
 def _map_new(
     obj: Any, fn: Callable[[Path, torch.Tensor], Any], path: Path, memo: Dict[int, Any]
 ) -> Any:
+    kind = _type_of(obj)
+    if kind is tuple or kind is list:
+        plain: List[Any] = obj
+        values = [_map(v, fn, (*path, i), memo) for i, v in enumerate(plain)]
+        return tuple(values) if kind is tuple else values
+    if kind is dict:
+        mapping = _as_dict(obj)
+        return {key: _map(value, fn, (*path, key), memo) for key, value in mapping.items()}
+    if _is_dict(obj) and dataclasses.is_dataclass(obj):
+        return _map_dict_dataclass(obj, fn, path, memo)  # ModelOutput
+    if isinstance(obj, PackedSequence):
+        return _packed_with(obj, _map(obj.data, fn, (*path, 0), memo))
+    node = _PYTREE_NODES.get(kind)
+    if node is not None:
+        keys, children, context = _pytree_children(node, obj)
+        mapped = [_map(v, fn, (*path, key), memo) for key, v in zip(keys, children)]
+        try:
+            return node.unflatten_fn(mapped, context)
+        except Exception:  # a node that cannot take these leaves (None, say): kept
+            return obj
     if isinstance(obj, dict):
         items: Dict[Any, Any] = obj  # pyright: ignore[reportUnknownVariableType]
-        if dataclasses.is_dataclass(items):  # ModelOutput: a dict that is a dataclass
-            return _map_dict_dataclass(obj, fn, path, memo)
         pairs = [(key, _map(value, fn, (*path, key), memo)) for key, value in items.items()]
         return _rebuild(type(items), pairs, dict)
     if isinstance(obj, (tuple, list)):
         sequence: Any = obj  # pyright: ignore[reportUnknownVariableType]
         values = [_map(v, fn, (*path, i), memo) for i, v in enumerate(sequence)]
         if hasattr(sequence, "_fields"):  # a namedtuple takes its fields as arguments
-            return type(sequence)(*values)
+            try:
+                return type(sequence)(*values)
+            except Exception:  # a constructor that checks its fields (refuses None)
+                return _TUPLE_NEW(_type_of(sequence), values)
         return _rebuild(type(sequence), values, tuple if isinstance(sequence, tuple) else list)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return _map_dataclass(obj, fn, path, memo)
-    node = _PYTREE_NODES.get(_type_of(obj))
-    if node is not None:
-        children, context = node.flatten_fn(obj)
-        mapped = [_map(v, fn, (*path, i), memo) for i, v in enumerate(children)]
-        if all(new is old for new, old in zip(mapped, children)):
-            return obj
-        return node.unflatten_fn(mapped, context)
     attributes = _attributes(obj)
-    if attributes is None or next(_iter(obj, (), set()), None) is None:
-        return obj  # no tensor inside: nothing to rebuild
+    if attributes is None:
+        return obj
     try:
         rebuilt = copy.copy(obj)
         rebuilt_attributes: Any = vars(rebuilt)
     except Exception:  # an object that refuses copying: kept as it is
         return obj
+    if rebuilt is obj or rebuilt_attributes is attributes:
+        return obj  # its copy is itself (an enum member, a singleton): kept as it is
     memo[id(obj)] = rebuilt  # a cycle back to obj finds the rebuilt object
     for key, value in list(attributes.items()):
         rebuilt_attributes[key] = _map(value, fn, (*path, key), memo)
     return rebuilt
+
+
+_TUPLE_NEW: Any = getattr(tuple, "__new__")  # noqa: B009 - builds a namedtuple unchecked
+
+
+def _is_dict(obj: Any) -> bool:
+    return isinstance(obj, dict)  # a function: the caller's obj stays Any for the checker
 
 
 def _vars(obj: Any) -> Dict[str, Any]:

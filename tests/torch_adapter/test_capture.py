@@ -170,10 +170,8 @@ def test_a_capture_installs_one_plain_native_forward_hook_per_selected_module(
 
 def test_a_call_under_way_when_the_capture_ends_records_nothing() -> None:
     net = TutorialNet()
-    capture = hookbus.torch.capture(net, "fc1")
-    (hook,) = net.fc1._forward_hooks.values()  # what torch's forward already holds
-    with capture as cache:
-        pass
+    with hookbus.torch.capture(net, "fc1") as cache:
+        (hook,) = net.fc1._forward_hooks.values()  # what torch's forward already holds
     hook(net.fc1, (torch.ones(1, 2),), torch.ones(1, 3))
     assert len(cache) == 0
     assert not net.fc1._forward_hooks
@@ -188,6 +186,10 @@ def test_record_calls_are_indexed_by_position_even_after_racing_threads() -> Non
     # Two threads that appended at once took the same provisional index.
     record._calls[1].index = 0
     assert [call.index for call in record.calls] == [0, 1]
+    # And counted one call for two: the kept calls are a floor for the count.
+    record._count = 1
+    assert record.count == 2
+    assert [call.index for call in record.calls] == [0, 1]
 
 
 def test_a_capture_on_a_compiled_model_under_warnings_as_errors_leaves_no_hook() -> None:
@@ -196,6 +198,7 @@ def test_a_capture_on_a_compiled_model_under_warnings_as_errors_leaves_no_hook()
     compiled = torch.compile(net)
     with warnings.catch_warnings():
         warnings.simplefilter("error", hookbus.torch.CompiledModelWarning)
-        with pytest.raises(hookbus.torch.CompiledModelWarning):
-            hookbus.torch.capture(compiled, nn.Linear)
+        capture = hookbus.torch.capture(compiled, nn.Linear)  # hooks go in at the with
+        with pytest.raises(hookbus.torch.CompiledModelWarning), capture:
+            pass
     assert hook_state(net) == before
