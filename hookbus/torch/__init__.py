@@ -37,6 +37,7 @@ from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
 from ._grad import GradHandle, on_grad
 from ._moments import Stat
+from ._patching import patch
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 
@@ -55,5 +56,6 @@ __all__ = [
     "bare_names",
     "capture",
     "on_grad",
+    "patch",
     "stats",
 ]

@@ -58,6 +58,7 @@ from ..adapter import (
     where_defined,
 )
 from ._grad import hook_output_grads
+from ._forward_swap import ForwardSwap
 from ._tree import Path, leaves_the_graph
 
 __all__ = [
@@ -103,6 +104,7 @@ class ModulePoint:
         "_backward_pre",
         "_calls",
         "_exception",
+        "_forward_swap",
         "_full_backward_flag",
         "_grad",
         "_grad_handles",
@@ -131,11 +133,15 @@ class ModulePoint:
     kind = "module"
     """What the point wraps, for ``bus.points()``."""
 
-    skip_refusal = (
-        "ctx.skip() cannot skip a torch module's forward: torch runs forward whatever its "
-        "hooks do. To skip calls of a whole model, hook a point around it: "
-        "run = bus.wrap(model, 'name'), with a pre hook on 'name' that skips, then call run(x)"
-    )
+    @property
+    def skip_refusal(self) -> Optional[str]:
+        """``None``: a module with pre hooks has a :class:`ForwardSwap`, so ``ctx.skip`` works."""
+        if self._forward_swap is not None:
+            return None
+        return (
+            "ctx.skip() on a torch module works from its pre hooks: the module's forward is "
+            "swapped for one that can skip while it has some"
+        )
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
@@ -166,6 +172,8 @@ class ModulePoint:
         self._backward_calls = 0
         self._full_backward_flag: Optional[bool] = None
         self._grad_handles: List[RemovableHandle] = []
+        # Installed while pre hooks are: lets ctx.skip(value) return value without forward.
+        self._forward_swap: Optional[ForwardSwap] = None
         self.attached = True
         # Called with the phase when a native hook is installed (the compile warning).
         self.on_install: Optional[Callable[[ModulePoint, str], None]] = None
@@ -248,6 +256,9 @@ class ModulePoint:
         if current is not None:
             current.remove()
             del self._natives[phase]
+            if phase == "pre" and self._forward_swap is not None:
+                swap, self._forward_swap = self._forward_swap, None
+                swap.release()
             if phase in ("backward_pre", "backward") and module is not None:
                 self._restore_backward_flag(module)
         if not want or module is None:
@@ -257,6 +268,7 @@ class ModulePoint:
         ):
             self._full_backward_flag = module._is_full_backward_hook
         if phase == "pre":
+            self._forward_swap = ForwardSwap.acquire(module)
             handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
         elif phase == "post":
             handle = module.register_forward_hook(
@@ -333,6 +345,8 @@ class ModulePoint:
         ctx = CallContext.for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
+            if ctx.skipped:
+                self._skip_forward(ctx, sys._getframe(1))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
         if stack:
@@ -340,6 +354,8 @@ class ModulePoint:
         key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
         stack.append((key, None))  # a pre hook raising: no exception hooks for this call
         self._run(self._pre, self._pre_fast, ctx)
+        if ctx.skipped:
+            self._skip_forward(ctx, sys._getframe(1))
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
@@ -348,6 +364,14 @@ class ModulePoint:
         if new_args is args and new_kwargs is kwargs:
             return None
         return new_args, new_kwargs
+
+    def _skip_forward(self, ctx: CallContext, caller: Any) -> None:
+        # A pre hook called ctx.skip(value): the swapped forward, which torch calls
+        # from ``caller`` next, returns the value instead of running.
+        swap = self._forward_swap
+        if swap is None:  # the pre hooks went while this call's hooks ran
+            raise RuntimeError(f"ctx.skip() on module {self.name!r}: its pre hooks were removed")
+        swap.skip_call(caller, ctx.result)
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).

@@ -1,0 +1,230 @@
+"""Activation patching in one call: :class:`patch` makes modules output what a cache holds.
+
+Without positions, a patched module's forward is skipped through its
+:class:`~hookbus.torch._forward_swap.ForwardSwap` (the hand-written
+``module.forward = lambda *a, **k: stored``, owned and put back); with
+positions, the forward runs and one native forward hook overwrites those
+positions of its output. Like :func:`~hookbus.torch.capture`, a patch needs no
+bus, and leaves the model's hook dicts and attributes as they were on exit.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ._attach import ROOT, Selector, close_names, select
+from ._capture import Cache, Record
+from ._forward_swap import ForwardSwap, Replacement
+from ._tree import Path
+from ._unwrap import ModuleName, unwrap, walk
+
+__all__ = ["Positions", "patch"]
+
+Positions = Union[int, slice, Sequence[int], torch.Tensor]
+"""What :class:`patch` takes as ``positions``: any index of one dimension."""
+
+
+class patch:
+    """Activation patching: the selected modules output what ``cache`` holds for them.
+
+    ``cache`` is what :func:`capture` returned (or any mapping of module name to
+    an output, or to a :class:`Record`); ``selector`` picks the modules to patch
+    (a name, glob, module, type or list, as for :func:`attach`), by default every
+    module the cache holds. Of a :class:`Record`, the output of call ``call`` is
+    used (default ``-1``: the last).
+
+    * ``positions=None``: the module's forward does not run; the call returns the
+      stored output, as a hand-written ``module.forward = lambda *a, **k: stored``
+      would (the module's hooks still run around it; its submodules don't run,
+      its parameters get no gradient, and a key-value cache it would have
+      updated is not updated).
+    * ``positions=`` an index along ``dim`` (default ``1``, the sequence of a
+      ``[batch, seq, ...]`` activation): the forward runs, and only those
+      positions of its output are replaced by the stored ones (of a tuple or
+      list output, each tensor whose stored counterpart has its shape; shapes
+      that differ raise a ``ValueError`` naming the module and both shapes).
+
+    Everything is put back on exit, even if the block raised; :meth:`remove`
+    does the same without a ``with``. Patches nest: the innermost wins.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+        >>> clean, corrupt = torch.ones(1, 2), torch.zeros(1, 2)
+        >>> with hookbus.torch.capture(model, "0") as cache:
+        ...     clean_out = model(clean)
+        >>> with hookbus.torch.patch(model, cache):
+        ...     patched_out = model(corrupt)
+        >>> torch.equal(patched_out, clean_out)
+        True
+        >>> "forward" in vars(model[0])  # put back
+        False
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        cache: Mapping[str, Any],
+        selector: Optional[Selector] = None,
+        *,
+        positions: Optional[Positions] = None,
+        dim: int = 1,
+        call: int = -1,
+    ) -> None:
+        if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"patch() needs a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(cache, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"patch() needs a cache: what capture() returned, or a mapping of module name "
+                f"to output; got {type(cache).__name__}"
+            )
+        for option, value in (("dim", dim), ("call", call)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"patch() option {option}= takes an int, got {type(value).__name__}")
+        self._swaps: List[ForwardSwap] = []
+        self._replacements: List[Replacement] = []
+        self._handles: List[RemovableHandle] = []
+        found = walk(unwrap(model))
+        modules: Dict[str, ModuleName] = {
+            entry.bare or ROOT: entry for entry in found if not entry.is_wrapper
+        }
+
+        def name_of(module: nn.Module) -> str:
+            for entry in found:
+                if entry.module is module:
+                    return entry.bare or ROOT
+            raise ValueError(f"{type(module).__name__} module is not part of the patched model")
+
+        if selector is None:
+            names = [name for name in modules if name in cache]
+            if not names:
+                raise ValueError(
+                    f"patch(): the cache holds no module of this model; cache: "
+                    f"{', '.join(map(repr, list(cache)[:8])) or 'empty'}"
+                    f"{close_names(modules, next(iter(cache), ''))}"
+                )
+        else:
+            names = select(modules, selector, name_of)
+        stored = {name: _stored_output(cache, name, call) for name in names}
+        try:
+            for name in names:
+                module = modules[name].module
+                if positions is None:
+                    swap = ForwardSwap.acquire(module)
+                    self._swaps.append(swap)
+                    replacement = _returning(stored[name])
+                    swap.replacements.append(replacement)
+                    self._replacements.append(replacement)
+                else:
+                    hook = _PositionPatch(name, stored[name], positions, dim)
+                    self._handles.append(module.register_forward_hook(hook))
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        """Put every patched module back as it was; idempotent."""
+        swaps, self._swaps = self._swaps, []
+        replacements, self._replacements = self._replacements, []
+        handles, self._handles = self._handles, []
+        for swap, replacement in zip(swaps, replacements):
+            try:
+                swap.replacements.remove(replacement)
+            finally:
+                swap.release()
+        for handle in handles:
+            handle.remove()
+
+    def __enter__(self) -> patch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.remove()
+
+
+def _stored_output(cache: Mapping[str, Any], name: str, call: int) -> Any:
+    """The output ``cache`` holds for module ``name``: a record's call ``call``, or the value."""
+    try:
+        value = cache[name]
+    except KeyError as error:
+        message = error.args[0] if error.args and isinstance(cache, Cache) else None
+        raise KeyError(message or f"patch(): the cache holds no output for module {name!r}") from None
+    if isinstance(value, Record):
+        calls = value.calls
+        if not -len(calls) <= call < len(calls):
+            raise IndexError(
+                f"patch(): call={call} is out of range for module {name!r}, which has "
+                f"{len(calls)} recorded calls"
+            )
+        return calls[call].output
+    return value
+
+
+def _returning(value: Any) -> Replacement:
+    def replacement(module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        return value
+
+    return replacement
+
+
+class _PositionPatch:
+    """The forward hook of :func:`patch` with positions: the output with some positions stored."""
+
+    __slots__ = ("dim", "name", "positions", "stored")
+
+    def __init__(self, name: str, stored: Any, positions: Positions, dim: int) -> None:
+        self.name = name
+        self.stored = stored
+        self.positions = positions
+        self.dim = dim
+
+    def __call__(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
+        stored = self.stored
+        if isinstance(output, torch.Tensor):
+            return self._patched((), output, stored)
+        if isinstance(output, (tuple, list)) and isinstance(stored, (tuple, list)):
+            items: Sequence[Any] = output  # pyright: ignore[reportUnknownVariableType]
+            kept: Sequence[Any] = stored  # pyright: ignore[reportUnknownVariableType]
+            new = [
+                self._patched((i,), item, kept[i])
+                if isinstance(item, torch.Tensor) and i < len(kept)
+                and isinstance(kept[i], torch.Tensor)
+                else item
+                for i, item in enumerate(items)
+            ]
+            return tuple(new) if type(output) is tuple else type(output)(new)  # pyright: ignore[reportUnknownArgumentType]
+        raise TypeError(
+            f"patch(positions=...) on module {self.name!r}: its output is "
+            f"{type(output).__name__} and the stored one {type(stored).__name__}; positions "
+            f"are patched in a tensor, or in the tensors of a tuple or list"
+        )
+
+    def _patched(self, path: Path, output: torch.Tensor, stored: Any) -> torch.Tensor:
+        if not isinstance(stored, torch.Tensor) or stored.shape != output.shape:
+            got = tuple(stored.shape) if isinstance(stored, torch.Tensor) else type(stored).__name__
+            raise ValueError(
+                f"patch(positions=...) on module {self.name!r}{_where(path)}: the output has "
+                f"shape {tuple(output.shape)} and the stored one {got}; positions are patched "
+                f"between outputs of one shape"
+            )
+        index = (slice(None),) * (self.dim % max(output.dim(), 1)) + (self.positions,)
+        patched = output.clone()
+        patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
+        return patched
+
+
+def _where(path: Path) -> str:
+    return f" (output item {path[0]})" if path else ""
