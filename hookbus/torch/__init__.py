@@ -35,6 +35,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 
 from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
+from ._generation import steps
 from ._grad import GradHandle, on_grad
 from ._moments import Stat
 from ._patching import patch
@@ -58,4 +59,5 @@ __all__ = [
     "on_grad",
     "patch",
     "stats",
+    "steps",
 ]

@@ -11,7 +11,7 @@ bus, and leaves the model's hook dicts and attributes as they were on exit.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union, cast
 
 import torch
 from torch import nn
@@ -86,9 +86,12 @@ class patch:
                 f"patch() needs a cache: what capture() returned, or a mapping of module name "
                 f"to output; got {type(cache).__name__}"
             )
-        for option, value in (("dim", dim), ("call", call)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"patch() option {option}= takes an int, got {type(value).__name__}")
+        checked: Tuple[Tuple[str, object], ...] = (("dim", dim), ("call", call))
+        for option, value in checked:
+            if not isinstance(value, int) or isinstance(value, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise TypeError(
+                    f"patch() option {option}= takes an int, got {type(value).__name__}"
+                )
         self._swaps: List[ForwardSwap] = []
         self._replacements: List[Replacement] = []
         self._handles: List[RemovableHandle] = []
@@ -161,7 +164,9 @@ def _stored_output(cache: Mapping[str, Any], name: str, call: int) -> Any:
         value = cache[name]
     except KeyError as error:
         message = error.args[0] if error.args and isinstance(cache, Cache) else None
-        raise KeyError(message or f"patch(): the cache holds no output for module {name!r}") from None
+        raise KeyError(
+            message or f"patch(): the cache holds no output for module {name!r}"
+        ) from None
     if isinstance(value, Record):
         calls = value.calls
         if not -len(calls) <= call < len(calls):
@@ -195,17 +200,15 @@ class _PositionPatch:
         stored = self.stored
         if isinstance(output, torch.Tensor):
             return self._patched((), output, stored)
-        if isinstance(output, (tuple, list)) and isinstance(stored, (tuple, list)):
-            items: Sequence[Any] = output  # pyright: ignore[reportUnknownVariableType]
-            kept: Sequence[Any] = stored  # pyright: ignore[reportUnknownVariableType]
-            new = [
-                self._patched((i,), item, kept[i])
-                if isinstance(item, torch.Tensor) and i < len(kept)
-                and isinstance(kept[i], torch.Tensor)
-                else item
-                for i, item in enumerate(items)
-            ]
-            return tuple(new) if type(output) is tuple else type(output)(new)  # pyright: ignore[reportUnknownArgumentType]
+        items, kept = _as_sequence(output), _as_sequence(stored)
+        if items is not None and kept is not None:
+            new: List[Any] = []
+            for i, item in enumerate(items):
+                if isinstance(item, torch.Tensor) and i < len(kept):
+                    item = self._patched((i,), item, kept[i])
+                new.append(item)
+            kind: Any = output.__class__
+            return tuple(new) if kind is tuple else kind(new)
         raise TypeError(
             f"patch(positions=...) on module {self.name!r}: its output is "
             f"{type(output).__name__} and the stored one {type(stored).__name__}; positions "
@@ -214,7 +217,9 @@ class _PositionPatch:
 
     def _patched(self, path: Path, output: torch.Tensor, stored: Any) -> torch.Tensor:
         if not isinstance(stored, torch.Tensor) or stored.shape != output.shape:
-            got = tuple(stored.shape) if isinstance(stored, torch.Tensor) else type(stored).__name__
+            got = (
+                tuple(stored.shape) if isinstance(stored, torch.Tensor) else type(stored).__name__
+            )
             raise ValueError(
                 f"patch(positions=...) on module {self.name!r}{_where(path)}: the output has "
                 f"shape {tuple(output.shape)} and the stored one {got}; positions are patched "
@@ -224,6 +229,11 @@ class _PositionPatch:
         patched = output.clone()
         patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
         return patched
+
+
+def _as_sequence(value: Any) -> Optional[Sequence[Any]]:
+    """``value`` if it is a tuple or list (a module's output of several tensors), else None."""
+    return cast("Sequence[Any]", value) if isinstance(value, (tuple, list)) else None
 
 
 def _where(path: Path) -> str:

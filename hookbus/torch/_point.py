@@ -57,8 +57,8 @@ from ..adapter import (
     run_phase,
     where_defined,
 )
-from ._grad import hook_output_grads
 from ._forward_swap import ForwardSwap
+from ._grad import hook_output_grads
 from ._tree import Path, leaves_the_graph
 
 __all__ = [
