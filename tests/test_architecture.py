@@ -322,7 +322,7 @@ def test_no_two_modules_share_a_stem() -> None:
 
 def test_the_package_stays_about_thirty_modules() -> None:
     modules = sorted(path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py"))
-    assert len(modules) <= 32, modules
+    assert len(modules) <= 34, modules  # issue 22: skipping/patching, generation steps
 
 
 def test_a_context_is_a_call_context_and_refuses_pickling_clearly() -> None:

@@ -38,7 +38,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch import nn
@@ -57,9 +57,11 @@ from ..adapter import (
     run_phase,
     where_defined,
 )
-from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
 from ._tree import Path, leaves_the_graph
+
+if TYPE_CHECKING:  # imported when first needed: _patching imports this module's importers
+    from ._patching import ForwardSwap
 
 __all__ = [
     "INTERNAL_STOPS",
@@ -268,6 +270,8 @@ class ModulePoint:
         ):
             self._full_backward_flag = module._is_full_backward_hook
         if phase == "pre":
+            from ._patching import ForwardSwap
+
             self._forward_swap = ForwardSwap.acquire(module)
             handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
         elif phase == "post":
