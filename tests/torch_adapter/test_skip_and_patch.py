@@ -195,8 +195,17 @@ def test_a_copy_of_a_skipping_module_runs_its_own_forward(net: Net, bus: hookbus
     twin = copy.deepcopy(net)
     x = torch.ones(1, 3)
     assert torch.equal(twin.block(x), torch.tanh(twin.block.inner(x)) + x)
-    assert "forward" not in vars(twin.block)  # the stand-in removed itself
+    assert twin.block.calls == 1
     assert torch.equal(net.block(x), torch.zeros(1, 3))  # the original still skips
+
+
+def test_a_copy_made_while_patched_runs_its_own_forward_and_drops_the_swap(net: Net) -> None:
+    x = torch.ones(1, 3)
+    with hookbus.torch.patch(net, {"block": torch.zeros(1, 3)}):
+        twin = copy.deepcopy(net)
+        assert torch.equal(twin.block(x), torch.tanh(twin.block.inner(x)) + x)
+        assert "forward" not in vars(twin.block)
+        assert torch.equal(net.block(x), torch.zeros(1, 3))
 
 
 def test_skips_in_two_threads_each_get_their_own_value(net: Net, bus: hookbus.EventBus) -> None:
