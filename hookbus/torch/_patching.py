@@ -165,10 +165,22 @@ class ForwardSwap:
 
     def skip_call(self, caller: Any, value: Any) -> None:
         """Make the forward called next from frame ``caller`` return ``value`` instead."""
+        self._expect(caller, None, value)
+
+    def run_replica(self, caller: Any, replica: nn.Module) -> None:
+        """Make the forward called next from frame ``caller`` run as ``replica``'s.
+
+        A ``DataParallel`` replica is a shallow copy of the module's ``__dict__``, so
+        its ``forward`` is this swap, bound to the original module; the pre
+        dispatcher, which torch gives the replica, says which module runs.
+        """
+        self._expect(caller, replica, None)
+
+    def _expect(self, caller: Any, replica: Optional[nn.Module], value: Any) -> None:
         local = self._local
         with self._lock:
             try:
-                pending: List[Tuple[Any, Any]] = local.pending
+                pending: List[Tuple[Any, Optional[nn.Module], Any]] = local.pending
             except AttributeError:
                 pending = local.pending = []
             if pending:  # rare: a call of this module inside a skipped one, or one left over
@@ -176,7 +188,7 @@ class ForwardSwap:
                 kept = [entry for entry in pending if id(entry[0]) in running]
                 self._busy[0] -= len(pending) - len(kept)
                 pending[:] = kept
-            pending.append((caller, value))
+            pending.append((caller, replica, value))
             self._busy[0] += 1
 
     def _install(self, module: nn.Module) -> None:
@@ -216,12 +228,19 @@ class ForwardSwap:
         if module is not self._module():
             return _forward_of_a_copy(module, forward, args, kwargs)
         pending = self._local.__dict__.get("pending")
+        found: Optional[Tuple[Any, Optional[nn.Module], Any]] = None
         if pending:
             with self._lock:
                 for position in range(len(pending) - 1, -1, -1):
                     if pending[position][0] is caller:  # torch's frame that ran the pre hooks
                         self._busy[0] -= 1
-                        return pending.pop(position)[1]
+                        found = pending.pop(position)
+                        break
+        if found is not None:
+            _, replica, value = found
+            if replica is None:
+                return value
+            return type(replica).forward(replica, *args, **kwargs)
         replacements = self._replacements
         if replacements:
             return replacements[-1](module, args, kwargs)

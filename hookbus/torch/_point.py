@@ -349,8 +349,8 @@ class ModulePoint:
         ctx = CallContext.for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
-            if ctx.skipped:
-                self._skip_forward(ctx, sys._getframe(1))
+            if ctx.skipped or module is not self._module():
+                self._skip_forward(ctx, module, sys._getframe(1))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
         if stack:
@@ -358,8 +358,8 @@ class ModulePoint:
         key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
         stack.append((key, None))  # a pre hook raising: no exception hooks for this call
         self._run(self._pre, self._pre_fast, ctx)
-        if ctx.skipped:
-            self._skip_forward(ctx, sys._getframe(1))
+        if ctx.skipped or module is not self._module():
+            self._skip_forward(ctx, module, sys._getframe(1))
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
@@ -369,13 +369,21 @@ class ModulePoint:
             return None
         return new_args, new_kwargs
 
-    def _skip_forward(self, ctx: CallContext, caller: Any) -> None:
-        # A pre hook called ctx.skip(value): the swapped forward, which torch calls
-        # from ``caller`` next, returns the value instead of running.
+    def _skip_forward(self, ctx: CallContext, module: torch.nn.Module, caller: Any) -> None:
+        # A pre hook called ctx.skip(value), or this is a DataParallel replica: the
+        # swapped forward, which torch calls from ``caller`` next, returns the value
+        # instead of running, or runs as the replica (see ForwardSwap.run_replica).
         swap = self._forward_swap
         if swap is None:  # the pre hooks went while this call's hooks ran
-            raise RuntimeError(f"ctx.skip() on module {self.name!r}: its pre hooks were removed")
-        swap.skip_call(caller, ctx.result)
+            if ctx.skipped:
+                raise RuntimeError(
+                    f"ctx.skip() on module {self.name!r}: its pre hooks were removed"
+                )
+            return
+        if ctx.skipped:
+            swap.skip_call(caller, ctx.result)
+        else:
+            swap.run_replica(caller, module)
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).

@@ -339,3 +339,19 @@ def test_patch_errors_name_the_module_and_shapes(net: Net) -> None:
     ):
         net.block(torch.ones(2, 3))
     assert all("forward" not in vars(m) for m in net.modules())
+
+
+def test_a_data_parallel_replica_of_a_module_with_pre_hooks_runs_as_itself(
+    net: Net, bus: hookbus.EventBus
+) -> None:
+    # DataParallel's replicas copy the module's __dict__, the swapped forward (bound to
+    # the original) included, and share its hook dicts: the replica must run with its
+    # own parameters. Replicated on CPU here, as torch's replicate() does per device.
+    hookbus.torch.attach(net, bus)
+    bus.pre("block", lambda ctx: None)
+    replica = net.block._replicate_for_data_parallel()
+    replica._modules["inner"] = nn.Linear(3, 3)  # the replica's own weights
+    x = torch.ones(1, 3)
+    assert torch.equal(replica(x), torch.tanh(replica.inner(x)) + x)
+    bus.pre("block", lambda ctx: ctx.skip(ctx.args[0] * 5))
+    assert torch.equal(replica(x), x * 5)
