@@ -135,15 +135,8 @@ class ModulePoint:
     kind = "module"
     """What the point wraps, for ``bus.points()``."""
 
-    @property
-    def skip_refusal(self) -> Optional[str]:
-        """``None``: a module with pre hooks has a :class:`ForwardSwap`, so ``ctx.skip`` works."""
-        if self._forward_swap is not None:
-            return None
-        return (
-            "ctx.skip() on a torch module works from its pre hooks: the module's forward is "
-            "swapped for one that can skip while it has some"
-        )
+    skip_refusal = None
+    """``ctx.skip`` works: a module with pre hooks has a ``ForwardSwap`` (see ``_patching``)."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
@@ -272,8 +265,13 @@ class ModulePoint:
         if phase == "pre":
             from ._patching import ForwardSwap
 
-            self._forward_swap = ForwardSwap.acquire(module)
-            handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
+            swap = ForwardSwap.acquire(module)
+            try:
+                handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
+            except BaseException:
+                swap.release()
+                raise
+            self._forward_swap = swap
         elif phase == "post":
             handle = module.register_forward_hook(
                 self._on_post, with_kwargs=True, always_call=True
@@ -347,10 +345,11 @@ class ModulePoint:
         if kwargs is _WITHOUT_KWARGS:
             return self._on_pre_without_kwargs(module, args)
         ctx = CallContext.for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
+        swap = self._forward_swap  # kept: a once hook's removal may release it mid-call
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
             if ctx.skipped or module is not self._module():
-                self._skip_forward(ctx, module, sys._getframe(1))
+                self._skip_forward(ctx, module, swap, sys._getframe(1))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
         if stack:
@@ -359,7 +358,7 @@ class ModulePoint:
         stack.append((key, None))  # a pre hook raising: no exception hooks for this call
         self._run(self._pre, self._pre_fast, ctx)
         if ctx.skipped or module is not self._module():
-            self._skip_forward(ctx, module, sys._getframe(1))
+            self._skip_forward(ctx, module, swap, sys._getframe(1))
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
@@ -369,16 +368,20 @@ class ModulePoint:
             return None
         return new_args, new_kwargs
 
-    def _skip_forward(self, ctx: CallContext, module: torch.nn.Module, caller: Any) -> None:
+    def _skip_forward(
+        self,
+        ctx: CallContext,
+        module: torch.nn.Module,
+        swap: Optional[ForwardSwap],
+        caller: Any,
+    ) -> None:
         # A pre hook called ctx.skip(value), or this is a DataParallel replica: the
-        # swapped forward, which torch calls from ``caller`` next, returns the value
+        # swapped forward, which torch calls from ``caller`` next (it read it before
+        # the pre hooks ran, so even if they released it since), returns the value
         # instead of running, or runs as the replica (see ForwardSwap.run_replica).
-        swap = self._forward_swap
-        if swap is None:  # the pre hooks went while this call's hooks ran
+        if swap is None:  # an inert point (a copy's), whose hooks never skip
             if ctx.skipped:
-                raise RuntimeError(
-                    f"ctx.skip() on module {self.name!r}: its pre hooks were removed"
-                )
+                raise RuntimeError(f"ctx.skip() on module {self.name!r}: no swapped forward")
             return
         if ctx.skipped:
             swap.skip_call(caller, ctx.result)

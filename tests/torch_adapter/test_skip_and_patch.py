@@ -355,3 +355,14 @@ def test_a_data_parallel_replica_of_a_module_with_pre_hooks_runs_as_itself(
     assert torch.equal(replica(x), torch.tanh(replica.inner(x)) + x)
     bus.pre("block", lambda ctx: ctx.skip(ctx.args[0] * 5))
     assert torch.equal(replica(x), x * 5)
+
+
+def test_a_once_pre_hook_skips_its_call_and_then_the_forward_is_put_back(
+    net: Net, bus: hookbus.EventBus
+) -> None:
+    hookbus.torch.attach(net, bus)
+    bus.pre("block", lambda ctx: ctx.skip(torch.zeros(1, 3)), once=True)
+    x = torch.ones(1, 3)
+    assert torch.equal(net.block(x), torch.zeros(1, 3))
+    assert "forward" not in vars(net.block)  # its only pre hook went after the call
+    assert torch.equal(net.block(x), torch.tanh(net.block.inner(x)) + x)
