@@ -291,8 +291,11 @@ class patch:
       list output, each tensor whose stored counterpart has its shape; shapes
       that differ raise a ``ValueError`` naming the module and both shapes).
 
-    Everything is put back on exit, even if the block raised; :meth:`remove`
-    does the same without a ``with``. Patches nest: the innermost wins.
+    Without positions a call returns the stored object itself, as a hand-written
+    replacement would: capture with ``clone=True`` if later in-place ops would
+    change it. Everything is put back on exit, even if the block raised;
+    :meth:`remove` does the same without a ``with``. Patches nest: the innermost
+    wins.
 
     Example:
         >>> import torch, hookbus.torch
