@@ -26,12 +26,9 @@ While nothing is pending or replaced, the swapped forward just calls the real
 one: one more Python call per call of a module with pre hooks (about 0.3 us, on
 top of the 2 us that a pre hook costs).
 
-Copies carry no skip, as they carry no hook. ``copy.deepcopy`` binds the
-swapped forward (a bound method) to the copy, where it runs the class's
-forward, and removes itself at the first call that finds the original module
-skipping or patched. Pickle (``torch.save``) stores it as
-``getattr(copy, "forward")``, which loads as the class's own forward bound to
-the copy: an instance attribute that runs the plain forward.
+Copies carry no skip, as they carry no hook: ``copy.deepcopy`` and pickle
+(``torch.save``) copy the swapped forward as a stand-in that removes itself
+from the copy at its first call and runs the class's forward.
 
 :class:`patch` without positions puts a replacement on each module's swap (the
 hand-written ``module.forward = lambda *a, **k: stored``, owned and put back);
@@ -42,9 +39,10 @@ bus, and leaves the model's hook dicts and attributes as they were on exit.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import threading
-import types
 import weakref
 from types import TracebackType
 from typing import (
@@ -192,41 +190,14 @@ class ForwardSwap:
             self._busy[0] += 1
 
     def _install(self, module: nn.Module) -> None:
-        own = self._own_forward
-        run: Callable[..., Any] = own if own is not None else type(module).forward
-        busy = self._busy
-        swap = self
-
-        if own is None:
-
-            def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-                if busy[0]:
-                    return swap._call(self, forward, sys._getframe(1), args, kwargs)
-                return run(self, *args, **kwargs)  # a copy's too: it is the class's forward
-
-        else:  # bound to this module: a copy must not call it
-
-            def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-                return swap._call(self, forward, sys._getframe(1), args, kwargs)
-
-        forward.__name__ = "forward"  # pickle stores a bound method as getattr(obj, name)
-        forward.__qualname__ = f"{type(module).__qualname__}.forward"
-        forward.__wrapped__ = getattr(run, "__func__", run)  # type: ignore[attr-defined]  # signatures
-        forward.__doc__ = getattr(run, "__doc__", None)
-        self._bound = types.MethodType(forward, module)
+        self._bound = _SwappedForward(self, module)
         vars(module)["forward"] = self._bound
 
-    def _call(
-        self,
-        module: nn.Module,
-        forward: Callable[..., Any],
-        caller: Any,
-        args: Tuple[Any, ...],
-        kwargs: Dict[str, Any],
-    ) -> Any:
+    def _call(self, caller: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """A call while a skip is pending or a replacement is set (or of a user's forward)."""
-        if module is not self._module():
-            return _forward_of_a_copy(module, forward, args, kwargs)
+        module = self._module()
+        if module is None:
+            raise RuntimeError("the module of this swapped forward was garbage collected")
         pending = self._local.__dict__.get("pending")
         found: Optional[Tuple[Any, Optional[nn.Module], Any]] = None
         if pending:
@@ -255,15 +226,71 @@ class ForwardSwap:
         return f"<ForwardSwap of {what}, {self._users} users>"
 
 
-def _forward_of_a_copy(
-    module: nn.Module, forward: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]
-) -> Any:
-    """A copied module's swapped forward: remove it, then run the class's forward."""
-    attributes = vars(module)
-    current = attributes.get("forward")
-    if getattr(current, "__func__", None) is forward:
-        del attributes["forward"]
-    return type(module).forward(module, *args, **kwargs)
+class _SwappedForward:
+    """What ``module.forward`` is while swapped: it holds the module weakly.
+
+    A bound method would hold it strongly, from the module's own ``__dict__``: a
+    reference cycle that keeps a dropped model (and its GPU memory) until the
+    garbage collector runs.
+    """
+
+    __slots__ = ("_busy", "_module", "_run", "_swap")
+
+    def __init__(self, swap: ForwardSwap, module: nn.Module) -> None:
+        self._swap = swap
+        self._module = swap._module
+        self._busy = swap._busy
+        # None: a forward the user set on the instance runs (through swap._call).
+        self._run: Optional[Callable[..., Any]] = (
+            type(module).forward if swap._own_forward is None else None
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        run = self._run
+        if self._busy[0] or run is None:
+            return self._swap._call(sys._getframe(1), args, kwargs)
+        return run(self._module(), *args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The module's forward's (Hugging Face's ``generate`` reads it, for one)."""
+        own = self._swap._own_forward
+        if own is not None:
+            return inspect.signature(own)
+        module = self._module()
+        if module is None:
+            raise ValueError("the module of this swapped forward was garbage collected")
+        return inspect.signature(functools.partial(type(module).forward, module))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Any:
+        # copy.deepcopy of the module memoizes the copy before copying its __dict__.
+        copied = memo.get(id(self._module()))
+        return _CopiedForward(copied) if isinstance(copied, nn.Module) else self
+
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        return (_CopiedForward, (self._module(),))
+
+    def __repr__(self) -> str:
+        return f"<swapped forward of {self._swap!r}>"
+
+
+class _CopiedForward:
+    """A copied module's stand-in for the swapped forward: it removes itself, then runs
+    the class's forward. Copies carry no skip, as they carry no hook."""
+
+    __slots__ = ("_module",)
+
+    def __init__(self, module: Optional[nn.Module]) -> None:
+        self._module = weakref.ref(module) if module is not None else None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module = self._module() if self._module is not None else None
+        if module is None:
+            raise RuntimeError("a copied module's forward stand-in lost its module")
+        attributes = vars(module)
+        if attributes.get("forward") is self:
+            del attributes["forward"]
+        return type(module).forward(module, *args, **kwargs)
 
 
 def is_swapped(module: nn.Module) -> bool:

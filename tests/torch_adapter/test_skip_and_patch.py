@@ -196,6 +196,7 @@ def test_a_copy_of_a_skipping_module_runs_its_own_forward(net: Net, bus: hookbus
     x = torch.ones(1, 3)
     assert torch.equal(twin.block(x), torch.tanh(twin.block.inner(x)) + x)
     assert twin.block.calls == 1
+    assert "forward" not in vars(twin.block)  # the stand-in removed itself
     assert torch.equal(net.block(x), torch.zeros(1, 3))  # the original still skips
 
 
@@ -366,3 +367,56 @@ def test_a_once_pre_hook_skips_its_call_and_then_the_forward_is_put_back(
     assert torch.equal(net.block(x), torch.zeros(1, 3))
     assert "forward" not in vars(net.block)  # its only pre hook went after the call
     assert torch.equal(net.block(x), torch.tanh(net.block.inner(x)) + x)
+
+
+def test_a_model_with_pre_hooks_is_freed_when_dropped_without_the_collector(
+    bus: hookbus.EventBus,
+) -> None:
+    # The swapped forward holds its module weakly: no cycle through the module's __dict__.
+    import gc
+    import weakref
+
+    model = Net()
+    hookbus.torch.attach(model, bus)
+    bus.pre("block", lambda ctx: None)
+    assert "forward" in vars(model.block)
+    block = weakref.ref(model.block)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del model
+        assert block() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_the_swapped_forward_shows_the_modules_signature(net: Net, gpt2: Any) -> None:
+    import inspect
+
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(gpt2, bus)
+    with bus.pre("<root>", lambda ctx: None):
+        assert "forward" in vars(gpt2)
+        assert "input_ids" in inspect.signature(gpt2.forward).parameters
+        ids = torch.tensor([[1, 2]])
+        out = gpt2.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+    assert out.shape == (1, 4)
+    assert "forward" not in vars(gpt2)
+
+
+def test_a_pickled_copy_of_a_skipping_module_runs_its_own_forward(
+    net: Net, bus: hookbus.EventBus
+) -> None:
+    import io
+
+    hookbus.torch.attach(net, bus)
+    bus.pre("block", lambda ctx: ctx.skip(torch.zeros(1, 3)))
+    buffer = io.BytesIO()
+    torch.save(net, buffer)
+    buffer.seek(0)
+    twin = torch.load(buffer, weights_only=False)
+    x = torch.ones(1, 3)
+    assert torch.equal(twin.block(x), torch.tanh(twin.block.inner(x)) + x)
+    assert "forward" not in vars(twin.block)
+    assert len(twin.block._forward_pre_hooks) == 0
