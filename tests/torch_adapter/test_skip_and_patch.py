@@ -420,3 +420,45 @@ def test_a_pickled_copy_of_a_skipping_module_runs_its_own_forward(
     assert torch.equal(twin.block(x), torch.tanh(twin.block.inner(x)) + x)
     assert "forward" not in vars(twin.block)
     assert len(twin.block._forward_pre_hooks) == 0
+
+
+def test_under_ddp_a_skipped_layer_needs_find_unused_parameters() -> None:
+    # What docs/torch.md says: the skipped layer's parameters get no gradient, which
+    # DDP refuses at the next step unless find_unused_parameters=True.
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed, with no process group in this process")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    try:
+        outcomes: List[str] = []
+        for unused in (False, True):
+            model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 1))
+            ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
+            with hookbus.torch.attach(ddp, hookbus.EventBus()) as net:
+                net.pre("1", lambda ctx: ctx.skip(ctx.args[0]))
+                try:
+                    for _ in range(2):
+                        ddp(torch.randn(2, 3)).sum().backward()
+                except RuntimeError as error:
+                    assert "Expected to have finished reduction" in str(error)
+                    outcomes.append("refused")
+                else:
+                    assert model[1].weight.grad is None
+                    assert model[0].weight.grad is not None
+                    outcomes.append("trained")
+        assert outcomes == ["refused", "trained"]
+    finally:
+        dist.destroy_process_group()
