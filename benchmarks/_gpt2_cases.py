@@ -1,4 +1,4 @@
-"""Row 7: ``capture()`` of every module of a Hugging Face GPT-2, against a hand-written capture.
+"""Rows 7 and 8: ``capture()`` of every module of a Hugging Face GPT-2, and one block skipped.
 
 The model is a tiny random ``GPT2LMHeadModel`` (4 layers, width 128: 60 modules),
 run on CPU under ``no_grad`` with one torch thread. The hand-written capture is
@@ -12,6 +12,11 @@ Two uses are compared, each side by side with its hand-written twin:
 * forwards inside one ``capture(model, keep="last")`` left open for the whole run:
   a bounded capture holds one call per module, as the hand-written dict does, so it
   never needs restarting.
+
+Row 9 replaces block 1 by a stored output, against the hand-written instance
+``forward`` replacement: a ``ctx.skip`` pre hook on an attached model (against a
+replacement left in place), and ``patch()`` around one forward (against setting
+and deleting the replacement around it).
 """
 
 from __future__ import annotations
@@ -123,6 +128,65 @@ def build() -> Any:
     return model, torch.randint(0, config.vocab_size, (1, 16))
 
 
+class _HandPatchOnce:
+    """Hand-written replacement around one forward: set the instance forward, run, delete."""
+
+    def __init__(self, model: Any, x: Any, stored: Any) -> None:
+        import torch
+
+        self.model, self.x, self.no_grad = model, x, torch.no_grad
+        self.block = model.transformer.h[1]
+        self.replacement = lambda *args, **kwargs: stored
+
+    def __call__(self) -> Any:
+        block = self.block
+        block.forward = self.replacement
+        try:
+            with self.no_grad():
+                return self.model(self.x)
+        finally:
+            del block.forward
+
+
+class _PatchOnce:
+    """``with patch(model, cache, "transformer.h.1"): model(x)``."""
+
+    def __init__(self, model: Any, x: Any, cache: Any) -> None:
+        import torch
+
+        from hookbus.torch import patch
+
+        self.model, self.x, self.cache, self.no_grad = model, x, cache, torch.no_grad
+        self.patch = patch
+
+    def __call__(self) -> Any:
+        with self.no_grad(), self.patch(self.model, self.cache, "transformer.h.1"):
+            return self.model(self.x)
+
+
+def _skip_cases(base: Any, x: Any) -> List[Case]:
+    """Row 9: block 1 of the GPT-2 replaced by a stored output, against doing it by hand."""
+    import torch
+
+    import hookbus
+    from hookbus.torch import attach, capture
+
+    models = [copy.deepcopy(base) for _ in range(4)]
+    with torch.no_grad(), capture(base, "transformer.h.1") as cache:
+        base(x)
+    stored = cache["transformer.h.1"].output
+    models[0].transformer.h[1].forward = lambda *args, **kwargs: stored
+    bus = hookbus.EventBus()
+    attach(models[1], bus)
+    bus.pre("transformer.h.1", lambda ctx: ctx.skip(stored))
+    return [
+        Case("gpt2 skip/hand", "forward()", {"forward": _Forward(models[0], x)}),
+        Case("gpt2 skip/hookbus", "forward()", {"forward": _Forward(models[1], x)}),
+        Case("gpt2 patch/hand", "run()", {"run": _HandPatchOnce(models[2], x, stored)}),
+        Case("gpt2 patch/hookbus", "run()", {"run": _PatchOnce(models[3], x, cache)}),
+    ]
+
+
 def cases() -> List[Case]:
     from hookbus.torch import capture
 
@@ -132,6 +196,7 @@ def cases() -> List[Case]:
     bounded = capture(models[4], keep="last")
     bounded.__enter__()  # open for the whole run: its memory stays that of one forward
     return [
+        *_skip_cases(base, x),
         Case("gpt2 once/hand", "run()", {"run": _Once(HandCapture, models[0], x)}),
         Case("gpt2 once/hookbus", "run()", {"run": _Once(capture, models[1], x)}),
         Case(
@@ -166,6 +231,44 @@ def describe() -> str:
 
 
 def lines() -> List[Line]:
+    return _capture_lines() + _skip_lines()
+
+
+def _skip_lines() -> List[Line]:
+    row = "9. GPT-2 block 1 skipped, returning a stored output"
+    return [
+        Line(
+            row,
+            "floor: hand-written `block.forward = lambda *a, **k: stored`, in place",
+            "gpt2 skip/hand",
+            "gpt2 skip/hand",
+        ),
+        Line(
+            row,
+            "**hookbus** pre hook `ctx.skip(stored)` on the attached block",
+            "gpt2 skip/hookbus",
+            "gpt2 skip/hand",
+            "<= 1.1x hand-written",
+            lambda r: r.ratio("gpt2 skip/hookbus", "gpt2 skip/hand").median <= 1.1,
+        ),
+        Line(
+            row,
+            "floor: hand-written replacement set, one forward, deleted",
+            "gpt2 patch/hand",
+            "gpt2 patch/hand",
+        ),
+        Line(
+            row,
+            "**hookbus** `with patch(model, cache, 'transformer.h.1'):` one forward",
+            "gpt2 patch/hookbus",
+            "gpt2 patch/hand",
+            "<= 1.1x hand-written",
+            lambda r: r.ratio("gpt2 patch/hookbus", "gpt2 patch/hand").median <= 1.1,
+        ),
+    ]
+
+
+def _capture_lines() -> List[Line]:
     row = "7. GPT-2 capture, every module"
     return [
         Line(

@@ -308,9 +308,8 @@ class CallContext(Generic[R]):
         :attr:`skipped`), then the post hooks run on ``value`` as if the call had
         returned it, with ``ctx.skipped`` true. A second ``skip`` replaces the value.
 
-        A torch module's forward can't be skipped from a hook (torch runs it
-        regardless): there ``skip`` raises, and ``bus.wrap(model, name)`` gives a
-        hook point around the whole model that can.
+        On a torch module the forward is skipped too (``hookbus.torch`` swaps the
+        module's ``forward`` for one that can skip while the module has pre hooks).
 
         Example:
             >>> import hookbus

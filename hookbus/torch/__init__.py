@@ -37,9 +37,11 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 
 from ._attach import ROOT, Attachment, Selector, attach
 from ._capture import Cache, Call, Record, capture
+from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat
 from ._operations import OperationSelection
+from ._patching import patch
 from ._point import inert_point
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
@@ -67,5 +69,7 @@ __all__ = [
     "capture",
     "on_accumulated_grad",
     "on_grad",
+    "patch",
     "stats",
+    "steps",
 ]

@@ -38,7 +38,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch import nn
@@ -61,6 +61,9 @@ from ..adapter import (
 )
 from ._grad import hook_output_grads
 from ._tree import Path, leaves_the_graph
+
+if TYPE_CHECKING:  # imported when first needed: _patching imports this module's importers
+    from ._patching import ForwardSwap
 
 __all__ = [
     "INTERNAL_STOPS",
@@ -111,6 +114,7 @@ class ModulePoint:
         "_backward_pre",
         "_calls",
         "_exception",
+        "_forward_swap",
         "_full_backward_flag",
         "_grad",
         "_grad_handles",
@@ -139,11 +143,8 @@ class ModulePoint:
     kind = "module"
     """What the point wraps, for ``bus.points()``."""
 
-    skip_refusal = (
-        "ctx.skip() cannot skip a torch module's forward: torch runs forward whatever its "
-        "hooks do. To skip calls of a whole model, hook a point around it: "
-        "run = bus.wrap(model, 'name'), with a pre hook on 'name' that skips, then call run(x)"
-    )
+    skip_refusal = None
+    """``ctx.skip`` works: a module with pre hooks has a ``ForwardSwap`` (see ``_patching``)."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
@@ -175,6 +176,8 @@ class ModulePoint:
         self._backward_calls = 0
         self._full_backward_flag: Optional[bool] = None
         self._grad_handles: List[RemovableHandle] = []
+        # Installed while pre hooks are: lets ctx.skip(value) return value without forward.
+        self._forward_swap: Optional[ForwardSwap] = None
         self.attached = True
         # Called with the phase when a native hook is installed (the compile warning).
         self.on_install: Optional[Callable[[ModulePoint, str], None]] = None
@@ -260,6 +263,9 @@ class ModulePoint:
         if current is not None:
             current.remove()
             del self._natives[phase]
+            if phase == "pre" and self._forward_swap is not None:
+                swap, self._forward_swap = self._forward_swap, None
+                swap.release()
             if phase in ("backward_pre", "backward") and module is not None:
                 self._restore_backward_flag(module)
         if not want or module is None:
@@ -269,7 +275,15 @@ class ModulePoint:
         ):
             self._full_backward_flag = module._is_full_backward_hook
         if phase == "pre":
-            handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
+            from ._patching import ForwardSwap
+
+            swap = ForwardSwap.acquire(module)
+            try:
+                handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
+            except BaseException:
+                swap.release()
+                raise
+            self._forward_swap = swap
         elif phase == "post":
             handle = module.register_forward_hook(
                 self._on_post, with_kwargs=True, always_call=True
@@ -343,8 +357,11 @@ class ModulePoint:
         if kwargs is _WITHOUT_KWARGS:
             return self._on_pre_without_kwargs(module, args)
         ctx = CallContext.for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
+        swap = self._forward_swap  # kept: a once hook's removal may release it mid-call
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
+            if ctx.skipped or module is not self._module():
+                self._skip_forward(ctx, module, swap, sys._getframe(1))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
         if stack:
@@ -366,6 +383,8 @@ class ModulePoint:
         # A pre hook's error reaches the exception hooks and the around hooks' teardown:
         # torch calls the post dispatcher (always_call), which finds this entry.
         self._run(self._pre, self._pre_fast, ctx)
+        if ctx.skipped or module is not self._module():
+            self._skip_forward(ctx, module, swap, sys._getframe(1))
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
@@ -373,6 +392,26 @@ class ModulePoint:
         if new_args is args and new_kwargs is kwargs:
             return None
         return new_args, new_kwargs
+
+    def _skip_forward(
+        self,
+        ctx: CallContext,
+        module: torch.nn.Module,
+        swap: Optional[ForwardSwap],
+        caller: Any,
+    ) -> None:
+        # A pre hook called ctx.skip(value), or this is a DataParallel replica: the
+        # swapped forward, which torch calls from ``caller`` next (it read it before
+        # the pre hooks ran, so even if they released it since), returns the value
+        # instead of running, or runs as the replica (see ForwardSwap.run_replica).
+        if swap is None:  # an inert point (a copy's), whose hooks never skip
+            if ctx.skipped:
+                raise RuntimeError(f"ctx.skip() on module {self.name!r}: no swapped forward")
+            return
+        if ctx.skipped:
+            swap.skip_call(caller, ctx.result)
+        else:
+            swap.run_replica(caller, module)
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).

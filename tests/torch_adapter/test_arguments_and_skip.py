@@ -1,4 +1,4 @@
-"""``ctx.arguments`` and ``ctx.skip`` on modules: forward's signature; no skipping."""
+"""``ctx.arguments`` and ``ctx.skip`` on modules: forward's signature; skipping a forward."""
 
 from __future__ import annotations
 
@@ -77,13 +77,14 @@ def test_module_args_leave_out_the_module() -> None:
     assert seen == [model[0]]
 
 
-def test_skip_on_a_module_points_to_bus_wrap() -> None:
+def test_skip_on_a_module_returns_the_value_without_running_forward() -> None:
+    # Issue 22, section 2: it raised (torch runs forward whatever its hooks do).
     bus = hookbus.EventBus()
     model = nn.Sequential(Scaled())
     hookbus.torch.attach(model, bus)
-    bus.pre("0", lambda ctx: ctx.skip(torch.zeros(1)))
-    with pytest.raises(RuntimeError, match=r"bus\.wrap\(model, "):
-        model(torch.ones(1))
+    value = torch.zeros(1)
+    bus.pre("0", lambda ctx: ctx.skip(value))
+    assert model[0](torch.ones(1)) is value
     assert model[0].calls == 0
 
 
@@ -117,3 +118,14 @@ def test_skipped_is_false_in_module_post_hooks() -> None:
     bus.post("0", lambda ctx: seen.append(ctx.skipped))
     model(torch.ones(1))
     assert seen == [False]
+
+
+def test_skipped_is_true_in_the_post_hooks_of_a_skipped_call() -> None:
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Scaled())
+    hookbus.torch.attach(model, bus)
+    seen: List[Any] = []
+    bus.pre("0", lambda ctx: ctx.skip(torch.full((1,), 3.0)))
+    bus.post("0", lambda ctx: seen.append((ctx.skipped, float(ctx.result))))
+    model(torch.ones(1))
+    assert seen == [(True, 3.0)]

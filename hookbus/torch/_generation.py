@@ -1,0 +1,186 @@
+"""Generation steps: which top-level forward of a model is running (nnsight's ``tracer.iter``).
+
+A ``generate()`` loop calls the model once per step: the prompt first (step 0),
+then once per new token. ``ctx.call_index`` counts a module's calls for as long
+as it is attached, across generations, so "only on newly generated tokens" took
+bookkeeping by hand. :class:`steps` does it: one native forward pre hook on the
+model counts its calls, from 0 at the start of the block and again at the start
+of every ``generate()`` inside it, and :meth:`steps.only` makes any hook run
+only on some steps.
+
+``generate`` is reset by an instance attribute shadowing the model's method for
+the block (restored on exit, even if the block raised), as
+:class:`~hookbus.torch._patching.ForwardSwap` does for ``forward``; a copy of
+the model made inside the block gets a stand-in that removes itself at its
+first call, and so does the counting hook (:class:`_StepCounter`), as a
+capture's hooks do.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from types import TracebackType
+from typing import Any, Callable, Dict, Optional, Tuple, Type
+
+from torch import nn
+
+from ..adapter import CallContext
+from ._point import remove_dispatchers
+from ._unwrap import unwrap
+
+__all__ = ["steps"]
+
+
+class steps:
+    """Count the top-level forwards of ``model`` while the block runs: ``index`` is the step.
+
+    ``index`` is ``-1`` before the first forward, ``0`` during the first (a
+    generation's prompt), ``1`` during the next (the first generated token's),
+    and so on; it goes back to ``-1`` at the start of each ``model.generate()``
+    called in the block. Read it from any hook, or wrap a hook with
+    :meth:`only`. Only calls of the model itself count (not of its submodules).
+    One native forward pre hook on the model; removed on exit, with the
+    ``generate`` reset, even if the block raised (:meth:`remove` without ``with``).
+
+    Example:
+        >>> import torch, hookbus, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> bus = hookbus.EventBus()
+        >>> net = hookbus.torch.attach(model, bus)
+        >>> with hookbus.torch.steps(model) as step:
+        ...     _ = bus.post("0", step.only(lambda ctx: print("step", step.index), start=1))
+        ...     for _ in range(3):
+        ...         _ = model(torch.ones(1, 2))
+        step 1
+        step 2
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"steps() needs a torch.nn.Module, got {type(model).__name__}")
+        #: The step now running: the index of the model's current forward since the
+        #: block (or the last ``generate()`` in it) began; ``-1`` before the first.
+        self.index = -1
+        root = unwrap(model)
+        self._model: Callable[[], Optional[nn.Module]] = weakref.ref(root)
+        self._active = True
+        self._handle = root.register_forward_pre_hook(_StepCounter(self).on_forward)
+        self._generate: Any = None
+        self._own_generate: Any = None
+        if callable(getattr(root, "generate", None)):
+            self._reset_at_generate(root)
+
+    def _reset_at_generate(self, root: nn.Module) -> None:
+        attributes = vars(root)
+        own = attributes.get("generate")  # a user's own (or an outer steps block's)
+        self._own_generate = own
+        ref = self._model
+        counter = self
+
+        def generate(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if self is not ref():  # a copy made in the block: it removes this stand-in
+                attributes = vars(self)
+                if getattr(attributes.get("generate"), "__func__", None) is generate:
+                    del attributes["generate"]
+                return getattr(self, "generate")(*args, **kwargs)  # noqa: B009 - untyped
+            if counter._active:
+                counter.index = -1
+            if own is not None:
+                return own(*args, **kwargs)
+            return getattr(type(self), "generate")(self, *args, **kwargs)  # noqa: B009
+
+        generate.__name__ = "generate"  # pickle stores a bound method as getattr(obj, name)
+        generate.__wrapped__ = type(root).generate  # type: ignore[attr-defined]
+        self._generate = types.MethodType(generate, root)
+        attributes["generate"] = self._generate
+
+    def only(
+        self, hook: Callable[[CallContext], None], start: int = 0, stop: Optional[int] = None
+    ) -> Callable[[CallContext], None]:
+        """``hook``, run only while ``start <= index < stop`` (``stop=None``: no end).
+
+        ``start=1`` is nnsight's ``tracer.iter[1:]``: every forward after a
+        generation's prompt, that is, on the generated tokens.
+
+        Example:
+            >>> import torch, hookbus.torch
+            >>> from torch import nn
+            >>> model = nn.Linear(1, 1)
+            >>> with hookbus.torch.steps(model) as step:
+            ...     hook = step.only(lambda ctx: print("ran"), start=1, stop=2)
+            ...     step.index = 1
+            ...     hook(None)
+            ...     step.index = 2
+            ...     hook(None)
+            ran
+        """
+        checked: Tuple[Tuple[str, object], ...] = (("start", start), ("stop", stop))
+        for option, value in checked:
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise TypeError(
+                    f"steps.only() option {option}= takes an int"
+                    f"{' or None' if option == 'stop' else ''}, got {type(value).__name__}"
+                )
+
+        def on_steps(ctx: CallContext) -> None:
+            index = self.index
+            if index >= start and (stop is None or index < stop):
+                hook(ctx)
+
+        on_steps.__name__ = f"only_steps({getattr(hook, '__name__', 'hook')})"
+        on_steps.__qualname__ = on_steps.__name__
+        return on_steps
+
+    def remove(self) -> None:
+        """Stop counting and put ``generate`` back; idempotent."""
+        self._active = False
+        self._handle.remove()
+        root = self._model()
+        bound, self._generate = self._generate, None
+        if root is None or bound is None:
+            return
+        attributes = vars(root)
+        if attributes.get("generate") is bound:  # else a later block shadows ours: it stays
+            if self._own_generate is not None:  # inert, and that block restores it
+                attributes["generate"] = self._own_generate
+            else:
+                del attributes["generate"]
+
+    def __enter__(self) -> steps:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        state = f"step {self.index}" if self._active else "ended"
+        return f"<steps {state}>"
+
+
+class _StepCounter:
+    """The native forward pre hook of :class:`steps`; a copy of it is inert and removes itself."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, counter: Optional[steps]) -> None:
+        self.steps = counter
+
+    def on_forward(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
+        counter = self.steps
+        if counter is None:  # in a copied module's hook dict
+            remove_dispatchers(module, self, None)
+            return
+        counter.index += 1
+
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        return (_StepCounter, (None,))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> _StepCounter:
+        return _StepCounter(None)

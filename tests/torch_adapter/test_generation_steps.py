@@ -1,0 +1,125 @@
+"""Generation steps (``hookbus.torch.steps``): the index of the model's forward, issue 22 §4."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, List, Tuple
+
+import pytest
+import torch
+from torch import nn
+
+import hookbus
+import hookbus.torch
+from hookbus import CallContext
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Any:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _generate(model: Any, ids: torch.Tensor) -> Any:
+    return model.generate(
+        ids,
+        max_new_tokens=4,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+
+
+def test_steering_from_step_1_equals_a_hand_written_hook_on_new_tokens(gpt2: Any) -> None:
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    torch.manual_seed(1)
+    direction = torch.randn(32) * 5
+    block = gpt2.transformer.h[0]
+
+    def by_hand(module: nn.Module, args: Any, output: torch.Tensor) -> Any:
+        # The bookkeeping users wrote: under the KV cache a new token's step has length 1.
+        return output + direction if output.shape[1] == 1 else None
+
+    handle = block.register_forward_hook(by_hand)
+    expected = _generate(gpt2, ids)
+    handle.remove()
+    plain = _generate(gpt2, ids)
+
+    def steer(ctx: CallContext) -> None:
+        ctx.result = ctx.result + direction
+
+    bus = hookbus.EventBus()
+    with hookbus.torch.attach(gpt2, bus), hookbus.torch.steps(gpt2) as step:
+        bus.post("transformer.h.0", step.only(steer, start=1))
+        got = _generate(gpt2, ids)
+    assert torch.equal(got.sequences, expected.sequences)
+    for mine, theirs in zip(got.logits, expected.logits):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
+    # step 0 (the prompt) was not steered: the first new token's logits are the plain ones
+    torch.testing.assert_close(got.logits[0], plain.logits[0], rtol=0, atol=1e-6)
+    assert not torch.allclose(got.logits[1], plain.logits[1])
+
+
+def test_the_index_restarts_at_each_generate_and_generate_is_put_back(gpt2: Any) -> None:
+    ids = torch.tensor([[1, 2, 3]])
+    seen: List[Tuple[int, int]] = []
+    bus = hookbus.EventBus()
+    with hookbus.torch.attach(gpt2, bus), hookbus.torch.steps(gpt2) as step:
+        bus.post("transformer.h.1", lambda ctx: seen.append((step.index, ctx.result.shape[1])))
+        gpt2.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
+        gpt2.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+    assert seen == [(0, 3), (1, 1), (2, 1), (0, 3), (1, 1)]
+    assert "generate" not in vars(gpt2)
+    assert len(gpt2._forward_pre_hooks) == 0
+
+
+def test_steps_count_a_hand_written_models_forwards_and_end_on_error() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    seen: List[int] = []
+    counting = hookbus.torch.steps(model)
+    handle = model[0].register_forward_hook(lambda m, a, o: seen.append(counting.index))
+
+    def run() -> None:
+        with counting as step:
+            assert step.index == -1
+            for _ in range(3):
+                model(torch.ones(1, 2))
+            model[0](torch.ones(1, 2))  # a submodule's call is no step
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        run()
+    handle.remove()
+    assert seen == [0, 1, 2, 2]
+    assert len(model._forward_pre_hooks) == 0
+
+
+def test_only_takes_a_window_of_steps() -> None:
+    model = nn.Linear(1, 1)
+    ran: List[int] = []
+    with hookbus.torch.steps(model) as step:
+        hook = step.only(lambda ctx: ran.append(step.index), start=1, stop=3)
+        handle = model.register_forward_hook(lambda m, a, o: hook(None))  # type: ignore[arg-type]
+        for _ in range(5):
+            model(torch.ones(1))
+        handle.remove()
+        with pytest.raises(TypeError, match="start= takes an int"):
+            step.only(lambda ctx: None, start="1")  # type: ignore[arg-type]
+    assert ran == [1, 2]
+
+
+def test_a_copy_made_in_the_block_generates_without_the_stand_in(gpt2: Any) -> None:
+    ids = torch.tensor([[1, 2]])
+    with hookbus.torch.steps(gpt2) as step:
+        twin = copy.deepcopy(gpt2)
+        out = twin.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+        assert step.index == -1  # the copy's generate counted nothing here
+    assert out.shape == (1, 4)
+    assert "generate" not in vars(twin)
+    assert len(twin._forward_pre_hooks) == 0  # the counting hook's copy removed itself
