@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import types
 import weakref
-from types import TracebackType
-from typing import Any, Callable, Dict, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import nn
 
-from ..adapter import CallContext
+from ..adapter import CallContext, Removable
 from ._point import remove_dispatchers
 from ._unwrap import unwrap
 
 __all__ = ["steps"]
 
 
-class steps:
+class steps(Removable):  # remove(), and ``with`` removes on exit
     """Count the top-level forwards of ``model`` while the block runs: ``index`` is the step.
 
     ``index`` is ``-1`` before the first forward, ``0`` during the first (a
@@ -147,17 +146,6 @@ class steps:
                 attributes["generate"] = self._own_generate
             else:
                 del attributes["generate"]
-
-    def __enter__(self) -> steps:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.remove()
 
     def __repr__(self) -> str:
         state = f"step {self.index}" if self._active else "ended"

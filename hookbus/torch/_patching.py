@@ -44,7 +44,6 @@ import inspect
 import sys
 import threading
 import weakref
-from types import TracebackType
 from typing import (
     Any,
     Callable,
@@ -54,7 +53,6 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    Type,
     Union,
     cast,
 )
@@ -63,7 +61,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..adapter import is_pattern
+from ..adapter import Removable, is_pattern
 from ._attach import ROOT, Selector, close_names, select
 from ._capture import Cache, Record
 from ._point import running_calls
@@ -298,7 +296,7 @@ def is_swapped(module: nn.Module) -> bool:
     return module in _swaps
 
 
-class patch:
+class patch(Removable):  # remove(), and ``with`` removes on exit
     """Activation patching: the selected modules output what ``cache`` holds for them.
 
     ``cache`` is what :func:`capture` returned (or any mapping of module name to
@@ -403,17 +401,6 @@ class patch:
                 swap.release()
         for handle in handles:
             handle.remove()
-
-    def __enter__(self) -> patch:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.remove()
 
 
 def _by_literal_names(root: nn.Module, selector: Any) -> Optional[Dict[str, nn.Module]]:
