@@ -139,13 +139,17 @@ class CallContext(Generic[R]):
         call_index: int,
         phase: str = "pre",
         point: Optional[Any] = None,
+        result: Any = None,
     ) -> CallContext[Any]:
         """``CallContext(name, target, args, kwargs, call_index, phase, point)``, only faster.
 
         For dispatchers (the core's and adapters'), which build one context per
         hooked call: CPython can't inline a call through ``type.__call__`` into
-        ``__init__``, and this saves about 30 ns a context. Keep in step with
-        ``__init__`` (parity: ``tests/test_constructors.py``).
+        ``__init__``, and this saves about 30 ns a context. ``result`` starts a post
+        phase's context with the call's result (no setter on the hot path); a
+        dispatcher keeps the classmethod in a variable, as binding it on each
+        access costs as much again. Keep in step with
+        ``__init__`` (parity: ``tests/test_fast_copies.py``).
 
         Example:
             >>> from hookbus import CallContext
@@ -160,7 +164,7 @@ class CallContext(Generic[R]):
         ctx._kwargs = kwargs
         ctx.call_index = call_index
         ctx.phase = phase
-        ctx._result = None
+        ctx._result = result
         ctx._exception = None
         ctx._recovered = False
         ctx._skipped = False

@@ -172,7 +172,7 @@ class Handle(Removable):
 
         Registration's hot path, and adapters that need a handle of their own:
         calling the class costs twice as much, since CPython can't inline a call
-        through ``type.__call__`` into ``__init__`` (parity: ``tests/test_constructors.py``).
+        through ``type.__call__`` into ``__init__`` (parity: ``tests/test_fast_copies.py``).
 
         Example:
             >>> import hookbus

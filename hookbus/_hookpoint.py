@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from ._bus import EventBus
     from ._options import HookOptions
 
+
+# The fast constructor, bound once: a classmethod is bound again at each access.
+_for_call = CallContext.for_call
+
 __all__ = [
     "AsyncTypedPoint",
     "Decorator",
@@ -178,9 +182,7 @@ class HookPoint:
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """A fresh call context for one call of this point."""
-        return CallContext.for_call(
-            self.name, target, args, kwargs, next(self._calls), "pre", self
-        )
+        return _for_call(self.name, target, args, kwargs, next(self._calls), "pre", self)
 
     def layout(self) -> Layout:
         """The parameters ``ctx.arguments`` binds to, worked out at its first use."""
@@ -459,9 +461,7 @@ def make_hookable(
             target, strip = fixed_target, bound and bool(args)
             if strip:
                 target, args = args[0], args[1:]
-            ctx = CallContext.for_call(
-                point_name, target, args, kwargs, next(counter), "pre", point
-            )
+            ctx = _for_call(point_name, target, args, kwargs, next(counter), "pre", point)
             return await call_with_hooks_async(registry, plan, ctx, call, strip)
 
         wrapper: Callable[..., Any] = call_point_async
@@ -477,11 +477,12 @@ def make_hookable(
         def call_hooked(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
             """The direct loop: plain sync pre and post hooks, inline."""
             plan = point.plan  # None too, if another thread just resolved it to no hooks
-            if plan is None or plan is UNRESOLVED or (bound and not args):
-                return call_general(args, kwargs)
-            if not plan.direct:  # around, async or rare hooks: the whole sequence
+            if plan is None or not plan.direct or (bound and not args):
+                if plan is None or plan is UNRESOLVED or (bound and not args):
+                    return call_general(args, kwargs)
+                # Around, async or rare hooks: the whole sequence.
                 target = args[0] if bound else fixed_target
-                ctx = CallContext.for_call(
+                ctx = _for_call(
                     point_name, target, args[1:] if bound else args, kwargs, next(counter),
                     "pre", point,
                 )  # fmt: skip
@@ -489,9 +490,7 @@ def make_hookable(
             target = args[0] if bound else fixed_target
             if bound:
                 args = args[1:]
-            ctx = CallContext.for_call(
-                point_name, target, args, kwargs, next(counter), "pre", point
-            )
+            ctx = _for_call(point_name, target, args, kwargs, next(counter), "pre", point)
             try:
                 for hook in plan.pre_hooks:
                     try:
@@ -534,9 +533,7 @@ def make_hookable(
             target, strip = fixed_target, bound and bool(args)
             if strip:
                 target, args = args[0], args[1:]
-            ctx = CallContext.for_call(
-                point_name, target, args, kwargs, next(counter), "pre", point
-            )
+            ctx = _for_call(point_name, target, args, kwargs, next(counter), "pre", point)
             return call_with_hooks(registry, plan, ctx, call, strip)
 
         wrapper = call_point

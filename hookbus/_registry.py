@@ -10,7 +10,8 @@ matching patterns only once per name. Points hear of a change only after the
 lock is released (see ``_plan.py``).
 
 One idiom holds the lock: ``with self._changing:`` (or, on the hot paths,
-``self._lock.acquire()`` ... ``finally: self._unlock()``). A locked section only
+``self._lock.acquire()`` ... ``finally: self._unlock()``, whose nothing-to-do case
+register and remove inline). A locked section only
 *notes* what must happen outside the lock: the points whose hooks changed
 (``_stale``) and the user objects it let go of (``_dropped``: removed handles,
 a historic event's past arguments, closed traces). ``_unlock`` releases the lock,
@@ -63,6 +64,10 @@ from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
     from ._bus import EventBus
+
+
+# Bound once: a classmethod is bound again at each access (register's hot path).
+_plain_handle = Handle.plain
 
 __all__ = ["Registry"]
 
@@ -289,7 +294,7 @@ class Registry:
                 with_name, optional,
             )  # fmt: skip
         else:
-            handle = Handle.plain(self.bus, kind, name, hook, is_async, match)
+            handle = _plain_handle(self.bus, kind, name, hook, is_async, match)
         if (
             kind != "event"
             or match is not None
@@ -321,7 +326,10 @@ class Registry:
                     self._event_hooks.pop(name, None)
                     return handle
             finally:
-                self._unlock()
+                if self._stale or self._dropped:  # a swept weak hook: the full way out
+                    self._unlock()
+                else:  # _unlock() with nothing to do, inline: register's hot path
+                    self._lock.release()
         except _Duplicate as found:  # raised here: the message reads the user's hook
             raise _duplicate_error(handle, found.handle) from None
         return self._register_checked(handle, scope)
@@ -402,7 +410,10 @@ class Registry:
                 return
             self._drop_locked(handle)
         finally:
-            self._unlock()
+            if self._stale or self._dropped:
+                self._unlock()
+            else:  # _unlock() with nothing to do, inline: remove()'s hot path
+                self._lock.release()
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""

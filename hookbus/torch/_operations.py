@@ -58,6 +58,9 @@ from ..adapter import (
 )
 from ._point import forward_raised, remove_dispatchers
 
+# The fast constructor, bound once: a classmethod is bound again at each access.
+_for_call = CallContext.for_call
+
 __all__ = [
     "OPERATION_KINDS",
     "OperationMode",
@@ -354,9 +357,7 @@ class OperationSite:
         if not mode.running():
             return func(*args, **kwargs)
         module = self._module()
-        ctx = CallContext.for_call(
-            point.name, module, args, kwargs, next(point._calls), "pre", point
-        )
+        ctx = _for_call(point.name, module, args, kwargs, next(point._calls), "pre", point)
         thread = _THREAD
         thread.in_hooks += 1
         try:

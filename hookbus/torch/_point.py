@@ -65,6 +65,10 @@ from ._tree import Path, leaves_the_graph
 if TYPE_CHECKING:  # imported when first needed: _patching imports this module's importers
     from ._patching import ForwardSwap
 
+
+# The fast constructor, bound once: a classmethod is bound again at each access.
+_for_call = CallContext.for_call
+
 __all__ = [
     "INTERNAL_STOPS",
     "KINDS",
@@ -356,7 +360,7 @@ class ModulePoint:
     ) -> Any:
         if kwargs is _WITHOUT_KWARGS:
             return self._on_pre_without_kwargs(module, args)
-        ctx = CallContext.for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
+        ctx = _for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
         swap = self._forward_swap  # kept: a once hook's removal may release it mid-call
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
@@ -436,10 +440,9 @@ class ModulePoint:
         fast = self._post_alone
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
-            ctx = CallContext.for_call(
-                self.name, module, args, kwargs, next(self._calls), "post", self
+            ctx = _for_call(
+                self.name, module, args, kwargs, next(self._calls), "post", self, output
             )
-            ctx.result = output
             for hook in fast:
                 try:
                     returned = hook(ctx)
@@ -464,9 +467,7 @@ class ModulePoint:
             if not (self._pre or self._around):  # a stored context was pending: back to
                 self.invalidate()  # the fast path if none is
         if ctx is None:
-            ctx = CallContext.for_call(
-                self.name, module, args, kwargs, next(self._calls), "post", self
-            )
+            ctx = _for_call(self.name, module, args, kwargs, next(self._calls), "post", self)
         else:
             rebind(ctx, "post", module, args, kwargs)
         ctx.result = output
@@ -542,9 +543,7 @@ class ModulePoint:
         if ctx is None:
             if not self._exception:
                 return
-            ctx = CallContext.for_call(
-                self.name, module, args, kwargs, next(self._calls), "exception", self
-            )
+            ctx = _for_call(self.name, module, args, kwargs, next(self._calls), "exception", self)
         rebind(ctx, "exception", module, args, kwargs, error)
         if self._exception:
             run_phase(self.registry, self._exception, ctx)  # every exception hook runs
