@@ -2,7 +2,7 @@
 
 Run it from a checkout, with hookbus installed (see the README):
 
-    python examples/tour.py
+    python -m hookbus.demo      # the README's demo command; or: python examples/tour.py
 
 Shows: events; declared events; hook points with pre, post and exception hooks; handles,
 scopes, pauses and traces; hook classes; the training-loop events; async; the error

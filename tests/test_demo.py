@@ -1,4 +1,4 @@
-"""``python examples/tour.py``, the README's demo: a clean first run that shows every part,
+"""``python -m hookbus.demo`` (which runs ``examples/tour.py``), the README's demo: a clean first run that shows every part,
 each titled, with the code that ran above what it printed."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PARTS = {
 def demo() -> subprocess.CompletedProcess[str]:
     # -X dev -W default: every warning shows, DeprecationWarning and ResourceWarning too.
     return subprocess.run(
-        [sys.executable, "-X", "dev", "-W", "default", str(TOUR)],
+        [sys.executable, "-X", "dev", "-W", "default", "-m", "hookbus.demo"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -175,3 +175,16 @@ def test_without_pytest_the_recorder_still_shows_the_checks() -> None:
     assert "pip install pytest" in printed
     assert "assert_emitted_with('order.placed', 7, total='9.99 EUR') passed" in printed
     assert "(did you mean `order.placed`?)" in printed
+
+
+def test_the_demo_module_says_where_the_tour_is_when_it_is_not_there(tmp_path: Path) -> None:
+    # A wheel ships no examples/: hookbus.demo says where the tour is, and fails.
+    script = (
+        "import sys, pathlib, hookbus.demo as demo; "
+        f"demo._TOUR = pathlib.Path({str(tmp_path / 'missing.py')!r}); sys.exit(demo._main())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert "examples/tour.py" in done.stderr

@@ -40,6 +40,6 @@ def test_readme_commands_pin_torch_and_run_demo_and_tests() -> None:
     assert demo
     assert tests
     assert "torch==2.13.0" in demo.group(1)
-    assert demo.group(1).endswith("python examples/tour.py")
+    assert demo.group(1).endswith("python -m hookbus.demo")
     assert "torch==2.13.0" in tests.group(1)
     assert tests.group(1).endswith("pytest")
