@@ -1,5 +1,5 @@
-"""``python -m hookbus.demo`` (which runs ``examples/tour.py``), the README's demo: a clean first run that shows every part,
-each titled, with the code that ran above what it printed."""
+"""``python -m hookbus.demo`` (it runs ``examples/tour.py``), the README's demo: a clean
+first run that shows every part, each titled, with the code that ran above what it printed."""
 
 from __future__ import annotations
 
