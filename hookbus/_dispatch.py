@@ -21,7 +21,7 @@ Hooks around a call
     * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
       is ``direct`` (plain sync pre and post hooks, no around hook: see
       ``_plan.PointPlan``); its slow twin is :func:`call_with_hooks`; parity:
-      ``tests/test_hook_point_fast_loop.py``.
+      ``tests/test_fast_copies.py``.
     * :func:`call_with_hooks` / :func:`call_with_hooks_async`: the whole sequence;
       around hooks' set-up loops in :func:`start_arounds` (the async twin inline) and
       their teardown in :func:`resume_arounds` / :func:`resume_arounds_async`; the torch
@@ -33,12 +33,12 @@ Hooks around a call
 The torch adapter (``torch/_point.py``, one native hook per phase and module)
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
       common case); its slow twin is ``_on_post_full``; parity:
-      ``tests/torch_adapter/test_seam.py`` and ``tests/torch_adapter/test_fast_context.py``.
+      ``tests/test_fast_copies.py``.
     * Every other phase of a module builds its context, then runs :func:`run_phase`.
 
 The fast constructors ``Handle.plain`` and ``CallContext.for_call`` (classmethods)
-build what ``Handle.__init__`` and ``CallContext.__init__`` build; parity:
-``tests/test_fast_copies.py``.
+build what ``Handle.__init__`` and ``CallContext.__init__`` build. Every parity
+test is in one file, ``tests/test_fast_copies.py``.
 """
 
 from __future__ import annotations

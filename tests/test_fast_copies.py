@@ -1,17 +1,43 @@
-"""Every copy made for speed does what its slow original does (see ``_dispatch.py``'s map)."""
+"""Every copy made for speed does what its slow original does: the one parity file.
+
+``_dispatch.py``'s map lists each loop over hooks; those that exist twice for
+speed, and the fast constructors, are checked here against their slow twin:
+
+* ``Handle.plain`` and ``CallContext.for_call`` against the classes' ``__init__``;
+* ``EventBus.emit``'s inline loop against ``dispatch_event`` (and ``Event.emit``,
+  ``bus.emit`` with the name bound, against ``bus.emit``);
+* the hook point's direct loop (``_hookpoint.py``) against ``call_with_hooks``;
+* the torch module point's inline post loop (``ModulePoint._on_post``) against
+  ``run_phase``, and the context it builds against ``CallContext.__init__``
+  (these need PyTorch, and are skipped without it).
+
+An open trace sends every call to the slow twin, so each test runs the same hooks
+both ways and compares what a user sees: the calls, the result, the error and its
+notes.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hookbus import CallContext, EventBus
 from hookbus._handle import Handle
 from hookbus._names import matcher_for
+
+try:
+    import torch
+    from torch import nn
+
+    import hookbus.torch
+except ImportError:  # the core suite on a Python without PyTorch
+    torch = None  # type: ignore[assignment]
+
+NO_TORCH = 'the torch adapter tests need PyTorch: pip install -e ".[torch]"'
 
 
 def _fields(obj: object) -> dict:
@@ -130,3 +156,166 @@ def test_event_emit_matches_bus_emit(
     assert _run_declared(plan, "event", args, same_shape) == _run_declared(
         plan, "bus", args, same_shape
     )
+
+
+# --- the hook point's direct loop against call_with_hooks, its slow twin ------------
+PRE = ["none", "value", "raise", "skip", "args", "result"]
+POST = ["none", "value", "raise", "replace"]
+
+
+def _hook_point_outcome(
+    pre: List[str], post: List[str], call_raises: bool, recover: Optional[bool], general: bool
+) -> Tuple[List[Any], Any]:
+    bus = EventBus()
+    log: List[Any] = []
+
+    def work(x: int) -> int:
+        log.append(("call", x))
+        if call_raises:
+            raise KeyError(x)
+        return x * 10
+
+    hooked = bus.wrap(work, "work")
+
+    def make_pre(index: int, behaviour: str) -> Callable[[CallContext], Any]:
+        def hook(ctx: CallContext) -> Any:
+            log.append(("pre", index, ctx.args, ctx.skipped))
+            if behaviour == "value":
+                return index
+            if behaviour == "raise":
+                raise ValueError(f"pre {index}")
+            if behaviour == "skip":
+                ctx.skip(-index)
+            if behaviour == "args":
+                ctx.args = (ctx.args[0] + 1,)
+            if behaviour == "result":
+                ctx.result = 5
+            return None
+
+        hook.__qualname__ = f"pre{index}"
+        return hook
+
+    def make_post(index: int, behaviour: str) -> Callable[[CallContext], Any]:
+        def hook(ctx: CallContext) -> Any:
+            log.append(("post", index, ctx.result, ctx.skipped, ctx.recovered))
+            if behaviour == "value":
+                return index
+            if behaviour == "raise":
+                raise ValueError(f"post {index}")
+            if behaviour == "replace":
+                ctx.result = (ctx.result, index)
+            return None
+
+        hook.__qualname__ = f"post{index}"
+        return hook
+
+    for index, behaviour in enumerate(pre):
+        bus.pre("work", make_pre(index, behaviour))
+    for index, behaviour in enumerate(post):
+        bus.post("work", make_post(index, behaviour))
+    if recover is not None:
+
+        def on_error(ctx: CallContext) -> None:
+            log.append(("exception", type(ctx.exception).__name__))
+            if recover:
+                ctx.recover("recovered")
+
+        bus.exception("work", on_error)
+    error = None
+    try:
+        if general:
+            with bus.trace():
+                result = hooked(1)
+        else:
+            result = hooked(1)
+            plan = hooked.__hookbus_point__.plan  # type: ignore[attr-defined]
+            assert plan is None or plan.direct
+        log.append(("result", result))
+    except Exception as raised:
+        error = (type(raised).__name__, str(raised), getattr(raised, "__notes__", []))
+    return log, error
+
+
+@given(
+    st.lists(st.sampled_from(PRE), max_size=3),
+    st.lists(st.sampled_from(POST), max_size=3),
+    st.booleans(),
+    st.sampled_from([None, False, True]),
+)
+def test_direct_hook_point_loop_matches_call_with_hooks(
+    pre: List[str], post: List[str], call_raises: bool, recover: Optional[bool]
+) -> None:
+    direct = _hook_point_outcome(pre, post, call_raises, recover, general=False)
+    general = _hook_point_outcome(pre, post, call_raises, recover, general=True)
+    assert direct == general
+
+
+# --- the module point's inline fast loops against run_phase, their slow twin ----------
+
+module_behaviours = st.lists(st.sampled_from(["none", "double", "raise", "return"]), max_size=4)
+
+
+def _forward(plan: List[str], phase: str, slow: bool) -> Tuple[List[int], Any, Any]:
+    model = nn.Sequential(nn.Identity())
+    bus = EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    calls: List[int] = []
+
+    def make(index: int, behaviour: str) -> Any:
+        def hook(ctx: CallContext) -> Any:
+            calls.append(index)
+            if behaviour == "double":
+                if phase == "pre":
+                    ctx.args = (ctx.args[0] * 2,)
+                else:
+                    ctx.result = ctx.result * 2
+            elif behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            elif behaviour == "return":
+                return index
+            return None
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    for index, behaviour in enumerate(plan):
+        getattr(attached, phase)("0", make(index, behaviour))
+    out: Any = None
+    error: Any = None
+    try:
+        if slow:
+            with bus.trace():  # a trace switches the point to run_phase
+                out = model(torch.ones(2))
+        else:
+            out = model(torch.ones(2))
+    except (ValueError, TypeError) as raised:
+        error = (type(raised), str(raised), getattr(raised, "__notes__", []))
+    attached.detach()
+    return calls, None if out is None else out.tolist(), error
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+@settings(max_examples=30, deadline=None)
+@given(module_behaviours, st.sampled_from(["pre", "post"]))
+def test_module_fast_loops_match_run_phase(plan: List[str], phase: str) -> None:
+    assert _forward(plan, phase, slow=False) == _forward(plan, phase, slow=True)
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+def test_module_post_context_matches_call_context_init() -> None:
+    model = nn.Sequential(nn.Identity())
+    bus = EventBus()
+    hookbus.torch.attach(model, bus)
+    seen: List[CallContext] = []
+    bus.post("0", seen.append)  # plain post hooks alone: the inline fast path
+    x = torch.ones(2)
+    model(x, **{})
+    (fast,) = seen
+    slow = CallContext("0", model[0], fast.args, fast.kwargs, fast.call_index, "post", fast._point)
+    slow.result = fast.result
+    assert _fields(fast) == _fields(slow)
+    assert fast._point is not None
+    assert fast.name == "0"
+    assert fast.result is x

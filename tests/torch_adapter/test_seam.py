@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from torch import nn
 from torch_helpers import hook_state
 
@@ -95,53 +93,3 @@ def test_module_points_use_the_registry_plan_and_its_fast_path_rule() -> None:
     assert [record.name for record in trace.records] == ["0"]
     attached.detach()
     assert hook_state(model) == hook_state(_model())
-
-
-# --- the module point's inline fast loops against run_phase, their slow twin ----------
-
-behaviours = st.lists(st.sampled_from(["none", "double", "raise", "return"]), max_size=4)
-
-
-def _forward(plan: List[str], phase: str, slow: bool) -> Tuple[List[int], Any, Any]:
-    model = nn.Sequential(nn.Identity())
-    bus = hookbus.EventBus()
-    attached = hookbus.torch.attach(model, bus)
-    calls: List[int] = []
-
-    def make(index: int, behaviour: str) -> Any:
-        def hook(ctx: CallContext) -> Any:
-            calls.append(index)
-            if behaviour == "double":
-                if phase == "pre":
-                    ctx.args = (ctx.args[0] * 2,)
-                else:
-                    ctx.result = ctx.result * 2
-            elif behaviour == "raise":
-                raise ValueError(f"hook {index}")
-            elif behaviour == "return":
-                return index
-            return None
-
-        hook.__qualname__ = f"hook{index}"
-        return hook
-
-    for index, behaviour in enumerate(plan):
-        getattr(attached, phase)("0", make(index, behaviour))
-    out: Any = None
-    error: Any = None
-    try:
-        if slow:
-            with bus.trace():  # a trace switches the point to run_phase
-                out = model(torch.ones(2))
-        else:
-            out = model(torch.ones(2))
-    except (ValueError, TypeError) as raised:
-        error = (type(raised), str(raised), getattr(raised, "__notes__", []))
-    attached.detach()
-    return calls, None if out is None else out.tolist(), error
-
-
-@settings(max_examples=30, deadline=None)
-@given(behaviours, st.sampled_from(["pre", "post"]))
-def test_module_fast_loops_match_run_phase(plan: List[str], phase: str) -> None:
-    assert _forward(plan, phase, slow=False) == _forward(plan, phase, slow=True)
