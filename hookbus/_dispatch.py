@@ -15,7 +15,8 @@ Events
     * :func:`dispatch_event`: emit's full loop (once, target, weak, with_name,
       error policies, tracing), and ``collect``'s and ``first``'s; an event's around
       hooks wrap it through :func:`call_with_hooks` (``EventBus._dispatch``).
-    * :func:`dispatch_event_async`: its twin for ``emit_async`` and ``collect_async``.
+    * :func:`dispatch_event_async`: its twin for ``emit_async`` and ``collect_async``;
+      ``gather`` awaits the hooks together in ``_dispatch_concurrently``.
 
 Hooks around a call
     * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
