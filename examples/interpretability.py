@@ -157,7 +157,8 @@ def attention_patterns(gpt2: Any, net: hookbus.torch.Attachment, tokens: torch.T
 def activation_patching(gpt2: Any) -> None:
     clean = torch.tensor([[11, 12, 13, 14, 15]])
     corrupt = torch.tensor([[11, 42, 13, 14, 15]])  # position 1 differs
-    with torch.no_grad(), hookbus.torch.capture(gpt2, "transformer.h.*") as cache:
+    blocks = list(gpt2.transformer.h)  # not "transformer.h.*": * also matches dots
+    with torch.no_grad(), hookbus.torch.capture(gpt2, blocks) as cache:
         clean_logits = gpt2(clean).logits[0, -1]
     with torch.no_grad():
         corrupt_logits = gpt2(corrupt).logits[0, -1]
@@ -247,7 +248,8 @@ def bounded_capture(gpt2: Any) -> None:
     batches = [torch.randint(0, 100, (1, 8)) for _ in range(100)]
 
     def held_after(forwards: int, **options: Any) -> int:
-        with torch.no_grad(), hookbus.torch.capture(gpt2, "transformer.h.*", **options) as cache:
+        blocks = list(gpt2.transformer.h)
+        with torch.no_grad(), hookbus.torch.capture(gpt2, blocks, **options) as cache:
             for tokens in batches[:forwards]:
                 gpt2(tokens)
         return cache.nbytes()
