@@ -133,6 +133,8 @@ def attention_patterns(gpt2: Any, net: hookbus.torch.Attachment, tokens: torch.T
     from_inputs: Dict[str, torch.Tensor] = {}
 
     def pattern_from_inputs(ctx: hookbus.CallContext) -> None:
+        # (a padded batch would also pass attn_mask, to add to the scores)
+        assert ctx.kwargs["attn_mask"] is None, "one unpadded prompt here"
         query, key = ctx.args[:2]
         scores = query @ key.transpose(-1, -2) * ctx.kwargs["scale"]
         if ctx.kwargs["is_causal"]:
