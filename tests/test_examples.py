@@ -27,6 +27,15 @@ CORE_EXAMPLES = ["observer.py", "pre_post_exception.py", "async_events.py", "met
 TORCH_EXAMPLES = ["training_loop.py", "feature_extraction.py", "gradient_capture.py"]
 # Trains under each trainer that is installed (the dev extra installs all three).
 TORCH_EXAMPLES.append("trainers.py")
+# On a tiny random Hugging Face GPT-2: needs transformers too (the test extra has it).
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+needs_transformers = [
+    *needs_torch,
+    pytest.mark.skipif(
+        not HAS_TRANSFORMERS, reason="the example needs transformers (pip install transformers)"
+    ),
+]
+GPT2_EXAMPLES = ["interpretability.py"]
 # Run by torchrun on 2 CPU processes (gloo), as their docstrings say.
 DISTRIBUTED_EXAMPLES = ["distributed_stats.py"]
 TOUR = ["tour.py"]  # the README's demo: run and checked by tests/test_demo.py
@@ -47,7 +56,9 @@ def run(name: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_example_is_run_by_a_test() -> None:
-    assert all_examples() == sorted(CORE_EXAMPLES + TORCH_EXAMPLES + DISTRIBUTED_EXAMPLES + TOUR)
+    assert all_examples() == sorted(
+        CORE_EXAMPLES + TORCH_EXAMPLES + GPT2_EXAMPLES + DISTRIBUTED_EXAMPLES + TOUR
+    )
 
 
 @pytest.mark.parametrize("name", all_examples())
@@ -67,6 +78,15 @@ def test_core_example_runs(name: str) -> None:
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=needs_torch) for n in TORCH_EXAMPLES])
 def test_torch_example_runs(name: str) -> None:
+    result = run(name)
+    assert result.returncode == 0, result.stderr
+    assert "example: ok" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=needs_transformers) for n in GPT2_EXAMPLES]
+)
+def test_gpt2_example_runs(name: str) -> None:
     result = run(name)
     assert result.returncode == 0, result.stderr
     assert "example: ok" in result.stdout

@@ -212,3 +212,39 @@ def test_bad_bounding_options_are_refused_at_capture(
     with pytest.raises(error, match=message):
         hookbus.torch.capture(model, **options)
     assert not model.inp._forward_hooks
+
+
+def test_a_sink_on_gpt2_receives_what_hand_written_hooks_see_and_their_gradients() -> None:
+    model = _gpt2()
+    names = ["transformer.h.0", "transformer.h.1"]
+    batches = [torch.randint(0, 100, (1, 6)) for _ in range(3)]
+    native: Dict[str, List[torch.Tensor]] = {name: [] for name in names}
+    native_grads: Dict[str, List[torch.Tensor]] = {name: [] for name in names}
+    modules = dict(model.named_modules())
+
+    def keep(name: str) -> Any:
+        def hook(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+            native[name].append(output.detach()[:, -1:])
+            output.register_hook(lambda grad: native_grads[name].append(grad[:, -1:]))
+
+        return hook
+
+    handles = [modules[name].register_forward_hook(keep(name)) for name in names]
+    for ids in batches:
+        model(ids).logits.pow(2).sum().backward()
+    for handle in handles:
+        handle.remove()
+    received: List[Tuple[str, hookbus.torch.Call]] = []
+    with hookbus.torch.capture(
+        model, names, sink=lambda name, call: received.append((name, call)),
+        positions=-1, grads=True,
+    ) as cache:  # fmt: skip
+        for ids in batches:
+            model(ids).logits.pow(2).sum().backward()
+    assert len(cache) == 0
+    assert [name for name, _ in received] == names * 3
+    for name in names:
+        calls = [call for got, call in received if got == name]
+        for call, output, grad in zip(calls, native[name], native_grads[name]):
+            torch.testing.assert_close(call.output, output, rtol=0, atol=1e-6)
+            torch.testing.assert_close(call.grad, grad, rtol=0, atol=1e-6)

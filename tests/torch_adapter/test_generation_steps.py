@@ -123,3 +123,62 @@ def test_a_copy_made_in_the_block_generates_without_the_stand_in(gpt2: Any) -> N
     assert out.shape == (1, 4)
     assert "generate" not in vars(twin)
     assert len(twin._forward_pre_hooks) == 0  # the counting hook's copy removed itself
+
+
+class TinyLM(nn.Module):
+    """A hand-written language model with its own greedy ``generate`` (no key-value cache:
+    each step runs the whole sequence, so the sequence length can't tell steps apart)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(10, 8)
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.block(self.embed(ids))))
+
+    def generate(self, ids: torch.Tensor, steps: int) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        logits = []
+        for _ in range(steps):
+            logits.append(self(ids)[:, -1])
+            ids = torch.cat([ids, logits[-1].argmax(-1, keepdim=True)], dim=1)
+        return ids, logits
+
+
+def test_steering_a_hand_written_generate_from_step_1_equals_hand_written_counting() -> None:
+    model = TinyLM()
+    ids = torch.tensor([[1, 2, 3]])
+    direction = torch.randn(8, generator=torch.Generator().manual_seed(1)) * 3
+
+    # Hand-written torch: count the model's forwards, reset by hand before each generate.
+    count = [0]
+    counting = model.register_forward_pre_hook(lambda m, a: count.__setitem__(0, count[0] + 1))
+
+    def by_hand(module: nn.Module, args: Any, output: torch.Tensor) -> Any:
+        return output + direction if count[0] >= 2 else None  # from the second forward on
+
+    steering = model.block.register_forward_hook(by_hand)
+    expected = []
+    for _ in range(2):
+        count[0] = 0
+        expected.append(model.generate(ids, steps=4))
+    counting.remove()
+    steering.remove()
+
+    def steer(ctx: CallContext) -> None:
+        ctx.result = ctx.result + direction
+
+    bus = hookbus.EventBus()
+    with hookbus.torch.attach(model, bus), hookbus.torch.steps(model) as step:
+        bus.post("block", step.only(steer, start=1))
+        got = [model.generate(ids, steps=4) for _ in range(2)]  # the index restarts
+    assert "generate" not in vars(model)
+    _, plain_logits = model.generate(ids, steps=4)
+    for (got_ids, got_logits), (want_ids, want_logits) in zip(got, expected):
+        assert torch.equal(got_ids, want_ids)
+        for mine, theirs in zip(got_logits, want_logits):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
+        torch.testing.assert_close(got_logits[0], plain_logits[0], rtol=0, atol=1e-6)
+        assert not torch.allclose(got_logits[1], plain_logits[1])

@@ -455,3 +455,92 @@ def test_disarmed_and_armed_again_during_a_call_keeps_one_pair_of_hooks(
     assert sorted(armed(model)) == ["attn", "attn"]  # one pre and one post hook
     net.detach()
     assert hook_state(model) == before
+
+
+# --- GPT-2 counterparts of the hand-written checks above (issue 22: both models) -----------
+
+
+def test_gpt2_sdpa_pre_and_around_replace_like_a_monkeypatch(bus: hookbus.EventBus) -> None:
+    model = gpt2("sdpa")
+    sdpa = "scaled_dot_product_attention"
+
+    def hand(original: Callable[..., Any]) -> Callable[..., Any]:
+        calls = [0]
+
+        def attention(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            calls[0] += 1  # block 0's call is the first of the forward
+            if calls[0] == 1:
+                return original(query * 2, *args, **kwargs) * 0.5
+            return original(query, *args, **kwargs)
+
+        return attention
+
+    with torch.no_grad(), patched(F, sdpa, hand):
+        expected = model(TOKENS).logits
+
+    def sharper(ctx: CallContext) -> None:
+        ctx.args = (ctx.args[0] * 2, *ctx.args[1:])
+
+    def halve(ctx: CallContext) -> Iterator[None]:
+        yield
+        ctx.result = ctx.result * 0.5
+
+    with hookbus.torch.attach(model, bus) as net:
+        net.operations("transformer.h.0.attn", sdpa)
+        net.pre(f"transformer.h.0.attn:{sdpa}.0", sharper)
+        net.around(f"transformer.h.0.attn:{sdpa}.0", halve)
+        with torch.no_grad():
+            got = model(TOKENS).logits
+    with torch.no_grad():
+        plain = model(TOKENS).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(got, plain)
+
+
+def test_gpt2_skip_of_an_operation_equals_a_monkeypatch(bus: hookbus.EventBus) -> None:
+    model = gpt2("sdpa")
+    sdpa = "scaled_dot_product_attention"
+
+    def mean_of_values(value: torch.Tensor) -> torch.Tensor:
+        # Every query attends to every value equally: the mean over positions.
+        return value.mean(dim=-2, keepdim=True).expand_as(value)
+
+    def hand(original: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda query, key, value, **kwargs: mean_of_values(value)
+
+    with torch.no_grad(), patched(F, sdpa, hand):
+        expected = model(TOKENS).logits
+    with hookbus.torch.attach(model, bus) as net:
+        net.operations("transformer.h.*.attn", sdpa)
+        net.pre(f"*:{sdpa}.0", lambda ctx: ctx.skip(mean_of_values(ctx.args[2])))
+        with torch.no_grad():
+            got = model(TOKENS).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+def test_gpt2_gradients_flow_through_a_replaced_pattern(bus: hookbus.EventBus) -> None:
+    model = gpt2("eager")
+    reference = gpt2("eager")
+
+    def hand(original: Callable[..., Any]) -> Callable[..., Any]:
+        calls = [0]
+
+        def softmax(*args: Any, **kwargs: Any) -> torch.Tensor:
+            calls[0] += 1
+            out = original(*args, **kwargs)
+            return out * 0.5 if calls[0] == 1 else out  # block 0's pattern
+
+        return softmax
+
+    def halve(ctx: CallContext) -> None:
+        ctx.result = ctx.result * 0.5
+
+    with hookbus.torch.attach(model, bus) as net:
+        net.operations("transformer.h.0.attn", "softmax")
+        net.post("transformer.h.0.attn:softmax.0", halve)
+        model(TOKENS).logits.pow(2).sum().backward()
+    with patched(F, "softmax", hand):
+        reference(TOKENS).logits.pow(2).sum().backward()
+    for (name, got), want in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-6, msg=name)
+    assert model.transformer.h[0].attn.c_attn.weight.grad.abs().sum() > 0

@@ -462,3 +462,105 @@ def test_under_ddp_a_skipped_layer_needs_find_unused_parameters() -> None:
         assert outcomes == ["refused", "trained"]
     finally:
         dist.destroy_process_group()
+
+
+# --- the counterparts on the other model (issue 22: GPT-2 and a hand-written model) ------
+
+
+def test_patch_without_positions_on_gpt2_equals_a_hand_written_forward_replacement(
+    gpt2: Any,
+) -> None:
+    clean, corrupt = torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[9, 8, 7, 6, 5]])
+    block = gpt2.transformer.h[0]
+    with torch.no_grad():
+        with hookbus.torch.capture(gpt2, "transformer.h.0") as cache:
+            gpt2(clean)
+        stored = cache["transformer.h.0"].output
+        expected = _hand_skipped(gpt2, block, stored, corrupt).logits
+        with hookbus.torch.patch(gpt2, cache, "transformer.h.0"):
+            got = gpt2(corrupt).logits
+        unpatched = gpt2(corrupt).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(got, unpatched)
+    assert "forward" not in vars(block)
+
+
+def test_patch_positions_on_a_hand_written_model_equals_a_hand_written_hook(net: Net) -> None:
+    clean, corrupt = torch.randn(2, 5, 2), torch.randn(2, 5, 2)  # (batch, seq, features)
+    with torch.no_grad(), hookbus.torch.capture(net, "block") as cache:
+        net(clean)
+    stored = cache["block"].output
+
+    def by_hand(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        output = output.clone()
+        output[:, [0, 3]] = stored[:, [0, 3]]
+        return output
+
+    handle = net.block.register_forward_hook(by_hand)
+    expected = net(corrupt)
+    handle.remove()
+    with hookbus.torch.patch(net, cache, positions=[0, 3]):
+        got = net(corrupt)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(got, net(corrupt))
+    assert len(net.block._forward_hooks) == 0
+
+
+def test_skip_under_checkpointing_gives_the_gradients_of_a_hand_written_replacement(
+    bus: hookbus.EventBus,
+) -> None:
+    # docs/torch.md: a checkpointed segment's pre hooks run again in backward and skip
+    # again, and the gradients equal those of a hand-written replacement.
+    from torch.utils.checkpoint import checkpoint
+
+    def run(model: Net, x: torch.Tensor) -> None:
+        hidden = checkpoint(lambda h: model.block(h), model.embed(x), use_reentrant=False)
+        model.head(hidden).pow(2).sum().backward()
+
+    x = torch.randn(4, 2)
+    torch.manual_seed(0)
+    hooked, by_hand = Net(), Net()
+    by_hand.load_state_dict(hooked.state_dict())
+    by_hand.block.forward = lambda h: h * 3  # type: ignore[method-assign]
+    run(by_hand, x)
+    with hookbus.torch.attach(hooked, bus) as attached:
+        attached.pre("block", lambda ctx: ctx.skip(ctx.args[0] * 3))
+        run(hooked, x)
+    for (name, got), want in zip(hooked.named_parameters(), by_hand.parameters()):
+        if want.grad is None:
+            assert got.grad is None, name  # the skipped block's parameters
+        else:
+            torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-6, msg=name)
+    assert hooked.block.calls == 0
+    assert hooked.embed.weight.grad is not None
+
+
+def test_skip_on_gpt2_with_gradient_checkpointing_gives_the_hand_written_gradients(
+    bus: hookbus.EventBus,
+) -> None:
+    def model() -> Any:
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(
+            n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+        )  # fmt: skip
+        built = transformers.GPT2LMHeadModel(config).train()  # checkpointing needs train()
+        # transformers 5 renamed it (the old name warns); 4.x has only the old one
+        enable = getattr(built, "activation_checkpointing_enable", None)
+        (enable or built.gradient_checkpointing_enable)()
+        return built
+
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    hooked, by_hand = model(), model()
+    by_hand.transformer.h[0].forward = lambda hidden, *args, **kwargs: hidden * 2
+    by_hand(ids).logits.pow(2).sum().backward()
+    with hookbus.torch.attach(hooked, bus) as net:
+        net.pre("transformer.h.0", lambda ctx: ctx.skip(ctx.args[0] * 2))
+        hooked(ids).logits.pow(2).sum().backward()
+    for (name, got), want in zip(hooked.named_parameters(), by_hand.parameters()):
+        if want.grad is None:
+            assert got.grad is None, name
+        else:
+            torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-6, msg=name)
+    assert hooked.transformer.h[0].attn.c_attn.weight.grad is None
+    assert hooked.transformer.wte.weight.grad is not None
