@@ -468,9 +468,16 @@ def layout_of(fn: Any, name: str, *, drop_first: bool = False) -> Layout:
     except (TypeError, ValueError) as error:
         raise NoSignatureError(
             f"ctx.arguments needs the signature of hook point {name!r}, and Python has none "
-            f"for {type(fn).__name__} {name!r} ({error}); read ctx.args and ctx.kwargs instead"
+            f"for {type(fn).__name__} {_name_of(fn)!r} ({error}); read ctx.args and ctx.kwargs "
+            f"instead"
         ) from None
     return Layout(signature, drop_first=drop_first)
+
+
+def _name_of(fn: Any) -> str:
+    """The name a callable was defined with: what a reader finds in its source."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
 
 
 def _passes_everything(signature: inspect.Signature) -> bool:

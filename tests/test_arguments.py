@@ -357,3 +357,23 @@ def test_a_callable_object_that_hands_everything_to_forward_binds_to_forward() -
     bus.pre("model", double_scale)
     assert model(5) == 15
     assert seen == [{"x": 5, "scale": 2}]
+
+
+def test_a_callable_without_a_signature_is_named_by_itself_not_by_its_point() -> None:
+    # min has no signature Python can read; the error names the function, then the point.
+    bus = EventBus()
+    smallest = bus.wrap(min, "smallest")
+    errors: List[str] = []
+
+    def read(ctx: CallContext) -> None:
+        try:
+            ctx.arguments["x"]
+        except TypeError as error:
+            errors.append(str(error))
+
+    bus.pre("smallest", read)
+    assert smallest(3, 1, 2) == 1
+    (message,) = errors
+    assert "builtin_function_or_method 'min'" in message
+    assert "hook point 'smallest'" in message
+    assert "read ctx.args and ctx.kwargs instead" in message
