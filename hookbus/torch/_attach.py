@@ -30,6 +30,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Set,
     Tuple,
     Type,
     Union,
@@ -203,8 +204,12 @@ def attach(
     hooks, and :meth:`Attachment.detach`.
 
     Attaching installs no torch hook: a module gets one native dispatcher per
-    phase while some bus hook matches it, and loses it when the last goes. A
-    ``torch.compile`` wrapper is unwrapped, so the names are the eager ones.
+    phase while some bus hook matches it, and loses it when the last goes. It
+    records the names only (a module's hook point is made when a hook first
+    matches it), so attaching inside each call is cheap. While attached, a
+    ``bus.pre`` / ``post`` / ``exception`` / ``around`` name that matches no hook
+    point and is a typo of a module's is refused (docs/torch.md, "Names on the
+    bus"). A ``torch.compile`` wrapper is unwrapped, so the names are the eager ones.
 
     Example:
         >>> import hookbus, torch, hookbus.torch
@@ -273,9 +278,9 @@ class Attachment(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_compiled", "_cut_warned", "_handles", "_ids", "_making", "_model",
-        "_modules", "_operations", "_points", "_raw", "_warned", "_wrappers", "bus", "prefix",
-        "strict_ddp",
+        "__weakref__", "_compiled", "_cut_warned", "_far", "_handles", "_ids", "_making",
+        "_model", "_modules", "_operations", "_points", "_raw", "_warned", "_wrappers", "bus",
+        "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -301,6 +306,9 @@ class Attachment(Removable):
         self._wrappers: Dict[int, _ModuleRef] = {}
         self._raw: Dict[str, str] = {}  # name -> named_modules() name, where it isn't qualname
         self._making = threading.Lock()  # makes each point once; detach() empties the dicts
+        # Names refuse_unmatched found far from every module's: difflib over a big
+        # model's names takes milliseconds, and a hook may be registered again and again.
+        self._far: Set[str] = set()
         # Only the attachment's own registrations, held weakly: a handle removed
         # and dropped by its owner must not be kept (nor its hook) until detach().
         self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
@@ -394,7 +402,7 @@ class Attachment(Removable):
             >>> _ = bus.post("saved", print)  # far from every name: a point to come
         """
         modules = self._modules
-        if kind not in KINDS or not modules:
+        if kind not in KINDS or not modules or name in self._far:
             return
         module, colon, _ = name.rpartition(":")
         target = module if colon and module else name
@@ -403,6 +411,9 @@ class Attachment(Removable):
         if not difflib.get_close_matches(target, list(modules), n=1, cutoff=TYPO_CUTOFF) and not (
             prefixed is not None and self._matching(prefixed, _matcher(prefixed, match))
         ):
+            if len(self._far) >= 4096:
+                self._far.clear()
+            self._far.add(name)
             return
         if pattern:
             raise ValueError(f"no module name matches {target!r}{close_names(modules, target)}")
