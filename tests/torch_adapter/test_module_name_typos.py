@@ -141,6 +141,8 @@ def test_names_far_from_every_module_and_events_are_accepted(
         bus.around("transformer.h.1.atn", around)
         bus.emit("transformer.h.1.atn")
         assert ran == ["event", "checkpoint.save", "event", "around", "event"]
+        # optional=True: a name that may never exist, whatever it is (as for check_pending).
+        assert bus.post("transformer.h.1.atn", _noop, optional=True).active
         bus.clear()
 
 
