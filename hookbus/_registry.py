@@ -43,6 +43,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
 )
 
@@ -550,10 +551,11 @@ class Registry:
         weakly held ones whose object died meanwhile.
         """
         (exact, patterns), errors, traces, pauses = snapshot
-        back: List[Handle] = []  # hooks of points brought back: their sources make points
+        back: List[Handle] = []  # point hooks brought back: their sources make points
         with self._changing:
             self._sweep_collected_locked()
             now = self._all_hooks_locked()
+            present: Set[int] = {id(handle) for handle in now} if self._sources else set()
             self._dropped.append(now)  # the hooks added since may go with it
             for handle in now:
                 handle._registered = False
@@ -561,7 +563,7 @@ class Registry:
             for bucket in [*buckets, *patterns.values()]:
                 bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
                 for handle in bucket:
-                    if not handle._registered and handle.kind != "event":
+                    if handle.kind != "event" and id(handle) not in present:
                         back.append(handle)
                     handle._registered = True
             # The same dict objects: the hot path of register and remove holds them.
