@@ -17,11 +17,20 @@ Row 9 replaces block 1 by a stored output, against the hand-written instance
 ``forward`` replacement: a ``ctx.skip`` pre hook on an attached model (against a
 replacement left in place), and ``patch()`` around one forward (against setting
 and deleting the replacement around it).
+
+Row 10 is what a user who attaches inside each call pays: ``attach(model,
+bus).detach()`` per module, on the tests' tiny GPT-2 (2 layers, width 32: 34
+modules) and on a deep one (96 layers: 1,256 modules), against the least a hand
+hook costs there: ``register_forward_hook`` and ``remove()`` on every module.
+Both run with the garbage collector on, as in a user's program (a collection
+walks the whole heap, so what allocates per module pays for the big model's
+heap there).
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import importlib.util
 from typing import Any, Dict, List, Optional
 
@@ -217,6 +226,128 @@ def cases() -> List[Case]:
             {"forward": _Forward(models[4], x), "session": bounded},
         ),
     ]
+
+
+def _attach_model(n_layer: int) -> Any:
+    """A random GPT-2 as the tests build it, with ``n_layer`` blocks."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=n_layer, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return GPT2LMHeadModel(config).eval()
+
+
+def _no_op_native(module: Any, args: Any, output: Any) -> None:
+    return None
+
+
+class _WithCollector:
+    """Runs ``run`` with the garbage collector on (the harness turns it off)."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    def __call__(self) -> None:
+        gc.enable()
+        try:
+            self.run()
+        finally:
+            gc.disable()
+
+
+class _HandHooks:
+    """The floor: a native forward hook registered and removed on every module."""
+
+    def __init__(self, model: Any) -> None:
+        self.modules = list(model.modules())
+
+    def __call__(self) -> None:
+        for module in self.modules:
+            module.register_forward_hook(_no_op_native).remove()
+
+
+class _AttachDetach:
+    """``attach(model, bus).detach()``: what attaching inside each call costs."""
+
+    def __init__(self, model: Any) -> None:
+        import hookbus
+        from hookbus.torch import attach
+
+        self.model, self.bus, self.attach = model, hookbus.EventBus(), attach
+
+    def __call__(self) -> None:
+        self.attach(self.model, self.bus).detach()
+
+
+ATTACH_MODELS = (("tiny", 2), ("deep", 96))
+"""Row 10's models: (label, number of GPT-2 blocks)."""
+
+_module_counts: Dict[str, int] = {}
+
+
+def attach_cases() -> List[Case]:
+    """Row 10: attach + detach against a native hook added and removed, on every module."""
+    cases: List[Case] = []
+    for label, n_layer in ATTACH_MODELS:
+        model = _attach_model(n_layer)
+        _module_counts[label] = len(list(model.modules()))
+        for name, run in (("hand", _HandHooks(model)), ("hookbus", _AttachDetach(model))):
+            cases.append(Case(f"attach {label}/{name}", "run()", {"run": _WithCollector(run)}))
+    return cases
+
+
+class _PerModule:
+    """A case's per-round times divided by its model's module count (read like a Case)."""
+
+    def __init__(self, key: str, samples: List[float]) -> None:
+        self.key = key
+        self.samples = samples
+
+
+def derive(results: Any) -> None:
+    """Row 10 per module: each attach case's times divided by its model's module count."""
+    for label, count in _module_counts.items():
+        for name in ("hand", "hookbus"):
+            key = f"attach {label}/{name}"
+            if results.has(key):
+                samples = [value / count for value in results.cases[key].samples]
+                results.cases[f"{key} per module"] = _PerModule(f"{key} per module", samples)
+
+
+def _at_most_us_per_module(key: str, limit_us: float) -> Any:
+    return lambda results: results.ns(key).median <= limit_us * 1000
+
+
+def attach_lines() -> List[Line]:
+    row = "10. attach + detach, per module"
+    out: List[Line] = []
+    for label, n_layer in ATTACH_MODELS:
+        count = _module_counts.get(label, 0)
+        what = f"{label} GPT-2 ({n_layer} blocks, {count} modules)"
+        hand, hookbus = f"attach {label}/hand per module", f"attach {label}/hookbus per module"
+        out += [
+            Line(
+                row,
+                f"floor: {what}, `register_forward_hook` + `remove()` on each module",
+                hand,
+                hand,
+            ),
+            Line(
+                row,
+                f"**hookbus** {what}, `attach(model, bus).detach()`",
+                hookbus,
+                hand,
+                "<= 2 us a module",
+                _at_most_us_per_module(hookbus, 2.0),
+            ),
+        ]
+    return out
 
 
 def describe() -> str:

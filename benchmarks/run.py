@@ -104,6 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines += _suite.declared_lines()
 
     torch_rows = None
+    gpt2_rows = None
     if not args.no_torch:
         import _gpt2_cases
         import _torch_cases
@@ -125,8 +126,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if gpt2_reason is None:
             import _operation_cases
 
+            gpt2_rows = _gpt2_cases
             cases += _gpt2_cases.cases()
             lines += _gpt2_cases.lines()
+            cases += _gpt2_cases.attach_cases()
+            lines += _gpt2_cases.attach_lines()
             cases += _operation_cases.cases()
             lines += _operation_cases.lines()
             notes.append(_gpt2_cases.describe())
@@ -152,6 +156,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results.values.update(values)
     if torch_rows is not None:
         torch_rows.derive(results)
+    if gpt2_rows is not None:
+        gpt2_rows.derive(results)
     text, counts = _report.table(lines, results)
     print(
         "# hookbus benchmarks"

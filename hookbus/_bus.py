@@ -442,6 +442,9 @@ class EventBus:
         It is called as ``hook(ctx)``, and may replace the arguments by assigning
         ``ctx.args`` (a tuple) and ``ctx.kwargs`` (a dict). It must return ``None``.
 
+        A name that matches no hook point may be refused as a typo of a name an
+        adapter knows (a torch module's: see docs/torch.md, "Names on the bus").
+
         Example:
             >>> import hookbus
             >>> bus = hookbus.EventBus()
@@ -468,6 +471,9 @@ class EventBus:
 
         It is called as ``hook(ctx)`` with the return value in ``ctx.result``, and
         may replace it by assigning ``ctx.result`` (``None`` included).
+
+        A name that matches no hook point may be refused as a typo of a name an
+        adapter knows (a torch module's: see docs/torch.md, "Names on the bus").
 
         Example:
             >>> import hookbus
@@ -497,6 +503,9 @@ class EventBus:
         observe it (return: the error propagates unchanged), raise another error,
         or recover with ``ctx.recover(value)``: the call then returns ``value``,
         after the post hooks ran on it.
+
+        A name that matches no hook point may be refused as a typo of a name an
+        adapter knows (a torch module's: see docs/torch.md, "Names on the bus").
 
         Example:
             >>> import hookbus
@@ -538,6 +547,8 @@ class EventBus:
         runs at its ``yield``, and ``ctx.result`` is what ``collect`` or ``first``
         return (``None`` for ``emit``). On an ``async def`` point and for
         ``emit_async``, it may be an async generator (``async def`` with ``yield``).
+        A name that matches no hook point and no declared or emitted event may be
+        refused as a typo of a name an adapter knows (see :meth:`post`).
 
         Example:
             >>> import hookbus

@@ -12,6 +12,12 @@ releasing its lock whenever the hooks that may match a point change; the point
 then asks ``Registry.plan()`` for its new
 plan. So no point runs its own code (torch's, a warning, a user's) under the
 bus lock.
+
+An adapter with many possible points (a torch model's modules) may make them
+only when a hook may match: it registers a :class:`PointSource`, which the
+registry asks, before registering a hook of a point kind, to make the points
+the hook will match (or to refuse a name that can only be a typo of one of its
+names).
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ if TYPE_CHECKING:
     from ._context import CallContext, Layout
     from ._declared import Declared
     from ._handle import Handle
+    from ._names import Matcher
 
-__all__ = ["NO_HOOKS", "EventPlan", "Point", "PointPlan", "event_plan", "fast_hooks"]
+__all__ = [
+    "NO_HOOKS", "EventPlan", "Point", "PointPlan", "PointSource", "event_plan", "fast_hooks",
+]  # fmt: skip
 
 Hooks = Tuple["Handle", ...]
 FastHooks = Optional[Tuple[Callable[..., Any], ...]]
@@ -73,6 +82,28 @@ class Point(Protocol):
 
     def layout(self) -> Layout:
         """The parameters of what the point wraps, for ``ctx.arguments`` (read lazily)."""
+        ...
+
+
+class PointSource(Protocol):
+    """What makes hook points on demand (the adapter seam): ``registry.add_source``.
+
+    The registry holds a source weakly and calls it with no lock held: before
+    registering a hook of any kind but ``"event"`` (through ``bus.pre``,
+    ``bus.post``, ... or an adapter's own methods), from :meth:`Registry.points`
+    (listing), and for hooks that ``Registry.restore`` brings back.
+    """
+
+    def make_points(self, kind: Optional[str], name: str, match: Optional[Matcher]) -> bool:
+        """Make and add (``registry.add_points``) the points that a hook of ``kind``
+        for ``name`` would match (``match``: ``name`` is a pattern; ``kind`` ``None``:
+        any kind), each told of the hooks that match it already; return whether the
+        name is one of this source's (it then needs no other point to be right)."""
+        ...
+
+    def refuse_unmatched(self, kind: str, name: str, match: Optional[Matcher]) -> None:
+        """A hook of ``kind`` for ``name`` matches no source's name and no point:
+        raise to refuse it as a typo of one of this source's names, else return."""
         ...
 
 

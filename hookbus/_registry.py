@@ -43,6 +43,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
 )
 
@@ -59,7 +60,7 @@ from ._handle import (
 )
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._options import method_name, parse_options
-from ._plan import EventPlan, Point, PointPlan, event_plan
+from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
 from ._trace import Trace, Tracer, tracer_for
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ StoredHooks = Tuple[Dict[str, Dict[str, List[Handle]]], Dict[str, List[Handle]]]
 PauseCounts = Dict[Optional[str], int]
 
 _NO_NAMES: Dict[str, List[Handle]] = {}
+_MATCH_ALL = matcher_for("*")
 
 
 def _order(handle: Handle) -> Tuple[int, int]:
@@ -237,6 +239,9 @@ class Registry:
         self._event_hooks: Dict[str, Tuple[Tuple[Handle, ...], Optional[PointPlan]]] = {}
         # Live hook points by name, held weakly: a point dies with its wrapper or module.
         self._points: Dict[str, weakref.WeakSet[Point]] = {}
+        # What makes points on demand (see add_source), held weakly; replaced, never
+        # changed in place, so that it is read without the lock.
+        self._sources: Tuple[weakref.ref[PointSource], ...] = ()
         self._sweep_points_at = 64
         self._stale: List[Point] = []  # points to tell, once the lock is released
         self._dropped: List[Any] = []  # user objects to let go of, once it is released
@@ -340,6 +345,9 @@ class Registry:
         kind, name, match = handle.kind, handle.name, handle.match
         if kind == "around":
             handle.is_async = _around_is_async(handle)
+        sources = self._sources
+        if sources and kind != "event":  # no lock held: sources make points
+            self._prepare_points(handle)
         declared_count = self._declared_count
         checking = self.checking
         if checking:  # specs and strict names: checked before the lock is taken
@@ -385,6 +393,9 @@ class Registry:
             raise _duplicate_error(handle, duplicate)
         if conflict is not None:
             raise _async_hook_error(handle, conflict)
+        if self._sources is not sources and kind != "event":  # a source came meanwhile
+            for source in self._live_sources():
+                source.make_points(kind, name, match)
         if scope is not None:
             scope.add(handle)
         if history:
@@ -540,9 +551,11 @@ class Registry:
         weakly held ones whose object died meanwhile.
         """
         (exact, patterns), errors, traces, pauses = snapshot
+        back: List[Handle] = []  # point hooks brought back: their sources make points
         with self._changing:
             self._sweep_collected_locked()
             now = self._all_hooks_locked()
+            present: Set[int] = {id(handle) for handle in now} if self._sources else set()
             self._dropped.append(now)  # the hooks added since may go with it
             for handle in now:
                 handle._registered = False
@@ -550,6 +563,8 @@ class Registry:
             for bucket in [*buckets, *patterns.values()]:
                 bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
                 for handle in bucket:
+                    if handle.kind != "event" and id(handle) not in present:
+                        back.append(handle)
                     handle._registered = True
             # The same dict objects: the hot path of register and remove holds them.
             self._exact.clear()
@@ -567,6 +582,11 @@ class Registry:
                 if paused is not None and is_pattern(paused)
             }
             self._invalidate_all_locked()
+        if self._sources:
+            sources = self._live_sources()
+            for handle in back:
+                for source in sources:
+                    source.make_points(handle.kind, handle.name, handle.match)
 
     # --- introspection ------------------------------------------------------------------
 
@@ -585,7 +605,14 @@ class Registry:
             return [h for kind in kinds for h in self._matching_locked(kind, name, literal)]
 
     def points(self, name: Optional[str] = None) -> List[Point]:
-        """The live hook points named ``name``, or all of them."""
+        """The live hook points named ``name``, or all of them (those that the point
+        sources would make included: they are made first)."""
+        if self._sources:
+            for source in self._live_sources():
+                if name is None:
+                    source.make_points(None, "*", _MATCH_ALL)
+                else:
+                    source.make_points(None, name, None)
         with self._changing:
             if name is None:
                 return [point for points in self._points.values() for point in points]
@@ -771,6 +798,77 @@ class Registry:
         with self._changing:
             for point in points:
                 self._discard_point_locked(point)
+
+    def add_source(self, source: PointSource) -> None:
+        """Ask ``source`` (held weakly) for points before hooks that may match them.
+
+        From then on, before a hook of any kind but ``"event"`` is registered, the
+        registry calls ``source.make_points(kind, name, match)`` (no lock held), and,
+        if no source knows the name and no point matches it (and it is not
+        ``optional=True``, nor, for an around hook, a declared or emitted event),
+        ``source.refuse_unmatched(kind, name, match)``, which may refuse it. A bus
+        with no source pays one test of an empty tuple per registration. The source
+        makes the points that hooks registered before this call match itself.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> class Names:  # knows the names "a" and "b", makes no point
+            ...     def make_points(self, kind, name, match):
+            ...         return name in ("a", "b")
+            ...     def refuse_unmatched(self, kind, name, match):
+            ...         if name in ("aa", "bb"):
+            ...             raise ValueError(f"no point named {name!r}")
+            >>> names = Names()
+            >>> bus.registry.add_source(names)
+            >>> bus.post("aa", print)
+            Traceback (most recent call last):
+            ValueError: no point named 'aa'
+            >>> _ = bus.post("a", print)
+            >>> bus.registry.remove_source(names)
+            >>> _ = bus.post("aa", print)
+        """
+        with self._changing:
+            live = tuple(ref for ref in self._sources if ref() is not None)
+            self._sources = (*live, weakref.ref(source))
+
+    def remove_source(self, source: PointSource) -> None:
+        """Stop asking ``source`` for points (idempotent); its points stay until removed.
+
+        Example: see :meth:`add_source`.
+        """
+        with self._changing:
+            self._sources = tuple(
+                ref for ref in self._sources if ref() is not None and ref() is not source
+            )
+
+    def _live_sources(self) -> List[PointSource]:
+        live = [source for source in (ref() for ref in self._sources) if source is not None]
+        if len(live) != len(self._sources):  # a source died: forget it
+            with self._changing:
+                self._sources = tuple(ref for ref in self._sources if ref() is not None)
+        return live
+
+    def _prepare_points(self, handle: Handle) -> None:
+        """Before ``handle`` is registered (no lock held): the sources make the points
+        it matches, or one refuses it as a typo (nothing is registered then)."""
+        kind, name, match = handle.kind, handle.name, handle.match
+        sources = self._live_sources()
+        known = [source.make_points(kind, name, match) for source in sources]
+        if any(known) or handle.optional:
+            return
+        with self._changing:
+            points = self._points
+            if match is None:
+                found = bool(points.get(name))
+            else:
+                found = any(match(each) for each, alive in points.items() if alive)
+            if not found and kind == "around":  # around hooks wrap events too
+                events = self.declarations.emitted.union(self.declarations.specs)
+                found = name in events if match is None else any(map(match, events))
+        if not found:
+            for source in sources:
+                source.refuse_unmatched(kind, name, match)
 
     def _add_point_locked(self, point: Point, handles: Iterable[Handle]) -> Optional[Handle]:
         """Keep ``point``, unless it is sync and one of ``handles`` (all hooks) is async.

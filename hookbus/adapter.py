@@ -9,7 +9,9 @@ name. The registry tells a point when the hooks that may match it changed
 kind, in order) and, per call, builds one :class:`CallContext` with
 :meth:`CallContext.for_call` and runs each phase's hooks with :func:`run_phase`,
 or, when the adapter makes the call itself, the whole sequence (around, pre, the
-call, post or exception hooks) with :func:`call_with_hooks`.
+call, post or exception hooks) with :func:`call_with_hooks`. An adapter with
+many possible points makes them on demand through a :class:`PointSource`
+(``bus.registry.add_source``).
 
 ``hookbus.torch`` is built on this module and :mod:`hookbus` alone (a test
 enforces it); docs/adapters.md walks through a small adapter from scratch, and
@@ -47,7 +49,7 @@ from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import HookOptions
-from ._plan import Point, PointPlan
+from ._plan import Point, PointPlan, PointSource
 from ._registry import Registry
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "Matcher",
     "Point",
     "PointPlan",
+    "PointSource",
     "Registry",
     "Removable",
     "add_note",

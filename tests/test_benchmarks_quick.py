@@ -45,6 +45,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     assert "| 6. torch stats()" in out or "torch rows skipped:" in out
     assert "| 7. GPT-2 capture, every module" in out or "GPT-2 rows skipped:" in out
     assert "| 8. GPT-2 operation hook point" in out or "GPT-2 rows skipped:" in out
+    assert "| 10. attach + detach, per module" in out or "GPT-2 rows skipped:" in out
     assert "floor: hand-written decorator" in out
     assert "Targets: " in out
     # The plot is written when matplotlib is there, and the output says which.

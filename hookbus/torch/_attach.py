@@ -4,12 +4,21 @@ An :class:`Attachment` is what a user holds: the model's names, selection of
 modules (by name or glob, module, type, or a list: :func:`select`, which
 :func:`~hookbus.torch.capture` shares), one registration method per hook kind,
 and :meth:`Attachment.detach`.
+
+Attaching records every module's name (and the module, weakly); a module's
+:class:`~hookbus.torch._point.ModulePoint` is made only when a hook may match
+it. The attachment is the bus's :class:`~hookbus.adapter.PointSource`: the
+registry asks it for points before registering a hook of a module kind, so
+``bus.post(name, ...)`` needs no point made beforehand, and a name that can only
+be a typo of a module's is refused there (:meth:`Attachment.refuse_unmatched`).
+So attaching and detaching cost a walk of the model, not a point per module.
 """
 
 from __future__ import annotations
 
 import difflib
 import sys
+import threading
 import warnings
 import weakref
 from typing import (
@@ -21,6 +30,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Set,
     Tuple,
     Type,
     Union,
@@ -36,10 +46,12 @@ from ..adapter import (
     Handle,
     HandleGroup,
     HookOptions,
+    Matcher,
     Removable,
     check_name,
     is_pattern,
     matcher_for,
+    where_defined,
 )
 from ._operations import (
     OPERATION_KINDS,
@@ -146,6 +158,22 @@ def close_names(points: Mapping[str, Any], name: str) -> str:
     return f"; the model's names: {', '.join(map(repr, shown))}{more}"
 
 
+TYPO_CUTOFF = 0.8
+"""How alike (``difflib`` ratio) a bus-level hook's name must be to a module's name
+to be refused as its typo (:meth:`Attachment.refuse_unmatched`)."""
+
+
+class _ModuleRef(weakref.ref[nn.Module]):
+    """A module, held weakly, as :func:`select` reads it (``.module``)."""
+
+    __slots__ = ()
+
+    @property
+    def module(self) -> Optional[nn.Module]:
+        """The module, or ``None`` once it was garbage collected."""
+        return self()
+
+
 # Keeps each model's attachments (and so their points) alive as long as the model,
 # even when the caller drops the Attachment. Attachments hold the model weakly.
 _attachments: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
@@ -176,8 +204,12 @@ def attach(
     hooks, and :meth:`Attachment.detach`.
 
     Attaching installs no torch hook: a module gets one native dispatcher per
-    phase while some bus hook matches it, and loses it when the last goes. A
-    ``torch.compile`` wrapper is unwrapped, so the names are the eager ones.
+    phase while some bus hook matches it, and loses it when the last goes. It
+    records the names only (a module's hook point is made when a hook first
+    matches it), so attaching inside each call is cheap. While attached, a
+    ``bus.pre`` / ``post`` / ``exception`` / ``around`` name that matches no hook
+    point and is a typo of a module's is refused (docs/torch.md, "Names on the
+    bus"). A ``torch.compile`` wrapper is unwrapped, so the names are the eager ones.
 
     Example:
         >>> import hookbus, torch, hookbus.torch
@@ -246,8 +278,9 @@ class Attachment(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_cut_warned", "_handles", "_ids", "_model", "_operations", "_points",
-        "_raw", "_warned", "bus", "prefix", "strict_ddp",
+        "__weakref__", "_compiled", "_cut_warned", "_far", "_handles", "_ids", "_making",
+        "_model", "_modules", "_operations", "_points", "_raw", "_warned", "_wrappers", "bus",
+        "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -262,11 +295,20 @@ class Attachment(Removable):
         self.bus = bus
         self.prefix = prefix
         self._model = weakref.ref(model)
-        self._points: Dict[str, ModulePoint] = {}
-        # id(module) -> (name, the module weakly): wrappers too, under the name of
-        # what they wrap; the weak reference tells a live module from a reused id.
-        self._ids: Dict[int, Tuple[str, Callable[[], Optional[nn.Module]]]] = {}
-        self._raw: Dict[str, str] = {}  # hook-point name -> named_modules() name
+        # Every module's hook-point name -> the module, weakly (selection, names);
+        # its ModulePoint is made only when a hook may match it (make_points).
+        self._modules: Dict[str, _ModuleRef] = {}
+        self._points: Dict[str, ModulePoint] = {}  # the points made so far
+        # id(module) -> name: wrappers too, under the name of what they wrap. The
+        # module's weak reference (in _modules or _wrappers) tells a live module
+        # from a reused id.
+        self._ids: Dict[int, str] = {}
+        self._wrappers: Dict[int, _ModuleRef] = {}
+        self._raw: Dict[str, str] = {}  # name -> named_modules() name, where it isn't qualname
+        self._making = threading.Lock()  # makes each point once; detach() empties the dicts
+        # Names refuse_unmatched found far from every module's: difflib over a big
+        # model's names takes milliseconds, and a hook may be registered again and again.
+        self._far: Set[str] = set()
         # Only the attachment's own registrations, held weakly: a handle removed
         # and dropped by its owner must not be kept (nor its hook) until detach().
         self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
@@ -275,41 +317,137 @@ class Attachment(Removable):
         #: the model: a post hook that cuts an output from the graph then breaks it.
         self.strict_ddp = False
         self._cut_warned = False
-        found = list(walk(model))
-        compiled = compiled or any(
-            m.is_wrapper and "_orig_mod" in m.module._modules for m in found
-        )
-        self._warned = not compiled
-        try:
-            for raw, bare, module, is_wrapper in found:
-                name = self._full_name(raw if raw_names else bare)
-                if is_wrapper and _is_strict_ddp(module):
+        modules, ids, raw_of = self._modules, self._ids, self._raw
+        root, dotted = prefix or ROOT, f"{prefix}." if prefix else ""
+        for raw, bare, module, is_wrapper in walk(model):
+            qualname = raw if raw_names else bare
+            name = f"{dotted}{qualname}" if qualname else root
+            if is_wrapper:
+                if "_orig_mod" in module._modules:
+                    compiled = True
+                if _is_strict_ddp(module):
                     self.strict_ddp = True
-                if is_wrapper and not raw_names:
-                    self._ids[id(module)] = (name, weakref.ref(module))
+                if not raw_names:
+                    ids[id(module)] = name
+                    self._wrappers[id(module)] = _ModuleRef(module)
                     continue
-                point = ModulePoint(bus, name, module)
-                if compiled:
-                    point.on_install = self._warn_compiled
-                if self.strict_ddp:
-                    point.on_graph_cut = self._warn_graph_cut
-                self._points[name] = point
-                self._ids[id(module)] = (name, weakref.ref(module))
-                self._raw[name] = raw
-            registry = bus.registry
-            registry.add_points(list(self._points.values()))  # refused if async hooks match
+            modules[name] = _ModuleRef(module)
+            ids[id(module)] = name
+            if raw != qualname:
+                raw_of[name] = raw
+        self._compiled = compiled
+        self._warned = not compiled
+        registry = bus.registry
+        registry.add_source(self)  # first: a hook registered from now on makes its points
+        try:
             if registry.has_hooks(KINDS):  # a new bus (a capture's) has none: nothing to do
-                for point in self._points.values():
-                    point.invalidate()  # hooks registered before attaching apply at once
-        except BaseException:
+                # Hooks registered before attaching apply at once: make their points.
+                for handle in registry.hooks():
+                    if handle.kind in KINDS:
+                        self._make(self._matching(handle.name, handle.match))
+        except BaseException:  # an async hook matches a module: refused, as add_points says
             self._detach_points()
             raise
         _attachments.setdefault(model, []).append(self)
 
-    def _full_name(self, qualname: str) -> str:
-        if not qualname:
-            return self.prefix or ROOT
-        return f"{self.prefix}.{qualname}" if self.prefix else qualname
+    # --- points, made on demand: the bus's PointSource ---------------------------------
+
+    def make_points(self, kind: Optional[str], name: str, match: Optional[Matcher]) -> bool:
+        """Make the points of the modules that a hook of ``kind`` for ``name`` matches.
+
+        Called by the bus's registry (no lock held) before it registers such a hook;
+        returns whether the name is this model's: a module's, a pattern matching
+        one, or an operation point's name on one of its modules.
+
+        Example:
+            >>> import hookbus, hookbus.torch
+            >>> from torch import nn
+            >>> bus = hookbus.EventBus()
+            >>> model = nn.Sequential(nn.Linear(1, 1))
+            >>> net = hookbus.torch.attach(model, bus)
+            >>> bus.registry.points("0")  # made on demand: here, by listing it
+            [<ModulePoint '0' no hooks>]
+            >>> net.make_points("post", "0", None), net.make_points("post", "1", None)
+            (True, False)
+        """
+        if kind is not None and kind not in KINDS:
+            return False
+        names = self._matching(name, match)
+        if names:
+            self._make(names)
+            return True
+        module, colon, _ = name.rpartition(":")
+        return bool(colon and module and self._matching(module, _matcher(module, match)))
+
+    def refuse_unmatched(self, kind: str, name: str, match: Optional[Matcher]) -> None:
+        """Refuse a bus-level hook whose name is a typo of one of this model's names.
+
+        Called by the registry when a hook of a module's kind (``pre``, ``post``,
+        ``exception``, ``around``, ...) matches no point and no module of any model
+        on the bus. It raises the ``ValueError`` that :meth:`select` raises when
+        the name, or an operation point's module part (before the ``":"``), is
+        close to a module's name (``difflib`` ratio at least :data:`TYPO_CUTOFF`),
+        or names one once this attachment's prefix is put before it.
+
+        Example:
+            >>> import hookbus, hookbus.torch
+            >>> from torch import nn
+            >>> bus = hookbus.EventBus()
+            >>> model = nn.Sequential()
+            >>> model.add_module("encoder", nn.Linear(1, 1))
+            >>> net = hookbus.torch.attach(model, bus)
+            >>> bus.post("encodr", print)
+            Traceback (most recent call last):
+            ValueError: no module named 'encodr'; close names: 'encoder'
+            >>> _ = bus.post("saved", print)  # far from every name: a point to come
+        """
+        modules = self._modules
+        if kind not in KINDS or not modules or name in self._far:
+            return
+        module, colon, _ = name.rpartition(":")
+        target = module if colon and module else name
+        pattern = match is not None and is_pattern(target)
+        prefixed = f"{self.prefix}.{target}" if self.prefix else None
+        if not difflib.get_close_matches(target, list(modules), n=1, cutoff=TYPO_CUTOFF) and not (
+            prefixed is not None and self._matching(prefixed, _matcher(prefixed, match))
+        ):
+            if len(self._far) >= 4096:
+                self._far.clear()
+            self._far.add(name)
+            return
+        if pattern:
+            raise ValueError(f"no module name matches {target!r}{close_names(modules, target)}")
+        raise ValueError(f"no module named {target!r}{close_names(modules, target)}")
+
+    def _matching(self, name: str, match: Optional[Matcher]) -> List[str]:
+        """The names of this model's modules that ``name`` (a pattern if ``match``) matches."""
+        modules = self._modules
+        if match is None:
+            return [name] if name in modules else []
+        return [each for each in modules if match(each)]
+
+    def _make(self, names: List[str]) -> None:
+        """Make the points of ``names`` not made yet; each applies the hooks matching it."""
+        made: List[ModulePoint] = []
+        with self._making:
+            points, modules = self._points, self._modules
+            for name in names:
+                module = modules[name]() if name in modules and name not in points else None
+                if module is None:
+                    continue
+                point = ModulePoint(self.bus, name, module)
+                if self._compiled:
+                    point.on_install = self._warn_compiled
+                if self.strict_ddp:
+                    point.on_graph_cut = self._warn_graph_cut
+                made.append(point)
+            if not made:
+                return
+            self.bus.registry.add_points(made)  # refused if async hooks match
+            for point in made:
+                points[point.name] = point
+        for point in made:  # no lock held: installing may warn (a compiled model)
+            point.invalidate()
 
     def _warn_compiled(self, point: ModulePoint, phase: str) -> None:
         if self._warned:
@@ -341,7 +479,7 @@ class Attachment(Removable):
     @property
     def names(self) -> List[str]:
         """Every module's hook-point name, in ``named_modules()`` order."""
-        return list(self._points)
+        return list(self._modules)
 
     @property
     def model(self) -> nn.Module:
@@ -354,10 +492,10 @@ class Attachment(Removable):
     @property
     def active(self) -> bool:
         """Whether the model is still attached."""
-        return bool(self._points)
+        return bool(self._modules)
 
     def _check_attached(self) -> None:
-        if not self._points:
+        if not self._modules:
             model = self._model()
             what = type(model).__name__ if model is not None else "a collected model"
             raise RuntimeError(
@@ -386,13 +524,17 @@ class Attachment(Removable):
             'net.0'
         """
         self._check_attached()
-        found = self._ids.get(id(module))
-        if found is None or found[1]() is not module:
-            raise ValueError(
-                f"{type(module).__name__} module {_short(module)} is not part of the attached "
-                f"model (modules added after attach() are not hook points; attach again)"
-            )
-        return found[0]
+        name = self._ids.get(id(module))
+        if name is not None:
+            held = self._wrappers.get(id(module))
+            if held is None:
+                held = self._modules.get(name)
+            if held is not None and held() is module:
+                return name
+        raise ValueError(
+            f"{type(module).__name__} module {_short(module)} is not part of the attached "
+            f"model (modules added after attach() are not hook points; attach again)"
+        )
 
     def raw_name(self, name: str) -> str:
         """The ``named_modules()`` name of the module that the hook point ``name`` is.
@@ -409,10 +551,14 @@ class Attachment(Removable):
             (['<root>', '0'], 'module.0')
         """
         self._check_attached()
+        if name not in self._modules:
+            raise KeyError(f"no module named {name!r}{close_names(self._modules, name)}")
         raw = self._raw.get(name)
-        if raw is None:
-            raise KeyError(f"no module named {name!r}{close_names(self._points, name)}")
-        return raw
+        if raw is not None:
+            return raw
+        if name == (self.prefix or ROOT):
+            return ""
+        return name[len(self.prefix) + 1 :] if self.prefix else name
 
     def module(self, name: str) -> nn.Module:
         """The module named ``name``; ``KeyError`` listing close names if there is none.
@@ -425,10 +571,10 @@ class Attachment(Removable):
             Linear(in_features=1, out_features=1, bias=True)
         """
         self._check_attached()
-        point = self._points.get(name)
-        module = point.module if point is not None else None
+        held = self._modules.get(name)
+        module = held() if held is not None else None
         if module is None:
-            raise KeyError(f"no module named {name!r}{close_names(self._points, name)}")
+            raise KeyError(f"no module named {name!r}{close_names(self._modules, name)}")
         return module
 
     def select(self, selector: Selector) -> List[str]:
@@ -446,7 +592,7 @@ class Attachment(Removable):
         holds glob characters (``nn.ModuleDict({"a[0]": ...})`` is legal).
         """
         self._check_attached()
-        return select(self._points, selector, self.name_of)
+        return select(self._modules, selector, self.name_of)
 
     # --- registration: one method per hook kind ------------------------------------------
 
@@ -691,10 +837,10 @@ class Attachment(Removable):
             )
         sites: List[OperationSite] = []
         for name in self.select(selector):
-            point = self._points[name]
-            module = point.module
+            module = self._modules[name]()
             if module is not None:
-                sites.append(OperationSite(self.bus, name, module, frozenset(names), point.where))
+                where = where_defined(getattr(type(module), "forward", None))
+                sites.append(OperationSite(self.bus, name, module, frozenset(names), where))
         selection = OperationSelection(sites)
         self._operations.append(selection)
         for site in sites:
@@ -705,7 +851,7 @@ class Attachment(Removable):
         return [site for selection in self._operations for site in selection.sites]
 
     def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
-        if isinstance(selector, str) and ":" in selector and selector not in self._points:
+        if isinstance(selector, str) and ":" in selector and selector not in self._modules:
             self._check_attached()
             if kind not in OPERATION_KINDS:
                 raise ValueError(
@@ -723,7 +869,7 @@ class Attachment(Removable):
         names = self.select(selector)
         if kind in ("backward_pre", "backward"):
             self._check_full_backward(names)
-        if isinstance(selector, str) and selector not in self._points:
+        if isinstance(selector, str) and selector not in self._modules:
             keys = [selector]  # a pattern: it keeps matching by name
         else:  # the model's own names: matched literally, glob characters and all
             keys = [_literal(name) for name in names]
@@ -743,7 +889,7 @@ class Attachment(Removable):
 
     def _check_full_backward(self, names: List[str]) -> None:
         for name in names:
-            module = self._points[name].module
+            module = self._modules[name]()
             hooks: Any = module._backward_hooks if module is not None else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
             if module is not None and hooks and not module._is_full_backward_hook:
                 raise ValueError(
@@ -776,11 +922,14 @@ class Attachment(Removable):
     remove = detach
 
     def _detach_points(self) -> None:
-        points, self._points = self._points, {}
-        self._ids, self._raw = {}, {}
+        with self._making:  # replaced, not cleared: a reader may be iterating them
+            points, self._points = self._points, {}
+            self._modules, self._ids, self._wrappers, self._raw = {}, {}, {}, {}
+        registry = self.bus.registry
+        registry.remove_source(self)
         if not points:
             return
-        self.bus.registry.remove_points(list(points.values()))  # first: no change reaches them
+        registry.remove_points(list(points.values()))  # first: no change reaches them
         for point in points.values():
             point.uninstall()
 
@@ -788,7 +937,7 @@ class Attachment(Removable):
         """The bus hooks of every kind that match this model's modules now."""
         kinds = set(KINDS)
         seen: Dict[int, Handle] = {}
-        for name in self._points:
+        for name in self._modules:
             for handle in self.bus.hooks(name):
                 if handle.kind in kinds:
                     seen.setdefault(id(handle), handle)
@@ -797,7 +946,7 @@ class Attachment(Removable):
     def __repr__(self) -> str:
         model = self._model()
         what = type(model).__name__ if model is not None else "<collected model>"
-        state = f"{len(self._points)} modules" if self._points else "detached"
+        state = f"{len(self._modules)} modules" if self._modules else "detached"
         prefix = f" prefix={self.prefix!r}" if self.prefix else ""
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
 
@@ -807,6 +956,11 @@ def _literal(name: str) -> str:
     if not is_pattern(name):
         return name
     return "".join(f"[{char}]" if char in "*?[" else char for char in name)
+
+
+def _matcher(name: str, match: Optional[Matcher]) -> Optional[Matcher]:
+    """A matcher for ``name`` when it is a pattern (``match`` says the whole name was one)."""
+    return matcher_for(name) if match is not None and is_pattern(name) else None
 
 
 def _is_strict_ddp(module: nn.Module) -> bool:

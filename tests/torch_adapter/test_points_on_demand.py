@@ -1,0 +1,204 @@
+"""A module's hook point is made when a hook may match it, not at attach (issue 22, Speed).
+
+Attaching records the names; the point (and its native hooks) comes with the
+first hook that matches the module, whichever way it was registered: before
+attaching, after, by pattern, by a bus method or the attachment's, or brought
+back by ``Registry.restore``. Everything a user relies on stays as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import gc
+import weakref
+from typing import Any, List
+
+import pytest
+import torch
+from torch import nn
+from torch_helpers import TutorialNet, hook_state, native_hooks
+
+import hookbus
+import hookbus.torch
+from hookbus import CallContext
+
+transformers = pytest.importorskip("transformers")
+
+
+def gpt2() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _halve(ctx: CallContext) -> None:
+    ctx.args = (ctx.args[0] * 0.5, *ctx.args[1:])
+
+
+def _shift(ctx: CallContext) -> None:
+    result = ctx.result
+    if isinstance(result, tuple):
+        ctx.result = (result[0] + 1.0, *result[1:])
+    else:
+        ctx.result = result + 1.0
+
+
+def _raw_halve(module: nn.Module, args: Any) -> Any:
+    return (args[0] * 0.5, *args[1:])
+
+
+def _raw_shift(module: nn.Module, args: Any, output: Any) -> Any:
+    if isinstance(output, tuple):
+        return (output[0] + 1.0, *output[1:])
+    return output + 1.0
+
+
+@pytest.mark.parametrize("when", ["before attach", "after attach"])
+@pytest.mark.parametrize("which", ["gpt2", "hand-written"])
+def test_bus_hooks_by_name_and_pattern_agree_with_raw_torch_hooks(when: str, which: str) -> None:
+    model = gpt2() if which == "gpt2" else TutorialNet()
+    if which == "gpt2":
+        pattern, name, x = "transformer.h.*.mlp", "transformer.h.1.attn", torch.tensor([[1, 5, 7]])
+    else:
+        pattern, name, x = "fc?", "relu", torch.tensor([[0.5, -2.0]])
+    twin = copy.deepcopy(model)  # the same hooks, written with torch's own
+    for raw_name, module in twin.named_modules():
+        if fnmatch.fnmatchcase(raw_name, pattern):
+            module.register_forward_pre_hook(_raw_halve)
+        if raw_name == name:
+            module.register_forward_hook(_raw_shift)
+    expected = twin(x)
+    bus = hookbus.EventBus()
+    before = hook_state(model)
+    if when == "before attach":
+        bus.pre(pattern, _halve)
+        bus.post(name, _shift)
+        net = hookbus.torch.attach(model, bus)
+    else:
+        net = hookbus.torch.attach(model, bus)
+        bus.pre(pattern, _halve)
+        net.post(name, _shift)
+    got = model(x)
+    if which == "gpt2":
+        torch.testing.assert_close(got.logits, expected.logits, atol=1e-6, rtol=0)
+    else:
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    hooked = set(native_hooks(model))
+    assert hooked == {*net.select(pattern), name} - {"<root>"}
+    bus.clear()
+    assert native_hooks(model) == {}
+    net.detach()
+    assert hook_state(model) == before
+
+
+def test_hooks_of_every_kind_registered_before_attach_apply_at_once() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus()
+    seen: List[str] = []
+
+    def around(ctx: CallContext) -> Any:
+        seen.append(f"around {ctx.name}")
+        yield
+
+    bus.around("fc2", around)
+    bus.exception("fc1", lambda ctx: seen.append(f"exception {ctx.name}"))
+    bus.registry.register("grad", "fc1", lambda ctx: seen.append(f"grad {ctx.name}"), {})
+    bus.registry.register("backward", "relu", lambda ctx: seen.append(f"backward {ctx.name}"), {})
+    net = hookbus.torch.attach(model, bus)
+    model(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert seen[0] == "around fc2"
+    assert sorted(seen[1:]) == ["backward relu", "grad fc1"]
+    with pytest.raises(RuntimeError):
+        model(torch.ones(1, 3))  # fc1 expects 2 features
+    assert seen[-1] == "exception fc1"
+    net.detach()
+    bus.clear()
+
+
+def test_a_second_model_gets_the_patterns_registered_before_it_was_attached() -> None:
+    first, second = TutorialNet(), TutorialNet()
+    bus = hookbus.EventBus()
+    seen: List[str] = []
+    hookbus.torch.attach(first, bus, prefix="a")
+    bus.post("*.fc2", lambda ctx: seen.append(ctx.name))
+    hookbus.torch.attach(second, bus, prefix="b")
+    first(torch.ones(1, 2))
+    second(torch.ones(1, 2))
+    assert seen == ["a.fc2", "b.fc2"]
+
+
+def test_restore_brings_back_hooks_that_reach_modules_attached_meanwhile() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus()
+    seen: List[str] = []
+    handle = bus.post("fc1", lambda ctx: seen.append(ctx.name))
+    snapshot = bus.registry.snapshot()
+    handle.remove()
+    net = hookbus.torch.attach(model, bus)  # no hook matches: no point, no native hook
+    assert native_hooks(model) == {}
+    bus.registry.restore(snapshot)  # the pytest plugin's way back
+    model(torch.ones(1, 2))
+    assert seen == ["fc1"]
+    net.detach()
+    assert native_hooks(model) == {}
+
+
+def test_points_list_every_module_and_a_strict_bus_knows_them() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus(strict=True)
+    net = hookbus.torch.attach(model, bus)
+    assert [p.name for p in bus.points()] == sorted(net.names)
+    assert native_hooks(model) == {}  # listed, not hooked
+    bus.post("fc2", lambda ctx: None)
+    with pytest.raises(hookbus.UnknownNameError):
+        bus.post("decoder", lambda ctx: None)
+    net.detach()
+    assert bus.points() == []
+
+
+def test_an_async_hook_matching_a_module_refuses_the_attach_and_leaves_nothing() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus()
+
+    async def hook(ctx: CallContext) -> None:
+        pass
+
+    bus.post("fc*", hook)
+    before = hook_state(model)
+    with pytest.raises(TypeError, match="async"):
+        hookbus.torch.attach(model, bus)
+    assert hook_state(model) == before
+    assert bus.points() == []
+    bus.clear()
+    net = hookbus.torch.attach(model, bus)  # not attached by the failed call
+    net.detach()
+
+
+def test_a_collected_model_leaves_no_names_on_the_bus() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus)
+    with pytest.raises(ValueError, match="no module named 'relu7'"):
+        bus.post("relu7", lambda ctx: None)
+    model_ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert model_ref() is None
+    assert bus.post("relu7", lambda ctx: None).active  # no model: any name goes
+    assert bus.points() == []
+
+
+def test_selection_and_names_work_without_any_point() -> None:
+    model = nn.Sequential(nn.DataParallel(nn.Linear(1, 1)), nn.ReLU())
+    net = hookbus.torch.attach(model, hookbus.EventBus(), prefix="m")
+    assert net.names == ["m", "m.0", "m.1"]
+    assert [net.raw_name(name) for name in net.names] == ["", "0.module", "1"]
+    assert [net.name_of(model[0]), net.name_of(model[0].module)] == ["m.0", "m.0"]
+    assert net.select(nn.ReLU) == ["m.1"]
+    assert net.module("m.1") is model[1]
+    with pytest.raises(ValueError, match=r"close names: 'm\.1'"):
+        net.select("m.2")
+    assert native_hooks(model) == {}
