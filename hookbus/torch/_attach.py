@@ -289,8 +289,9 @@ class Attachment(Removable):
                     self._ids[id(module)] = (name, weakref.ref(module))
                     continue
                 point = ModulePoint(bus, name, module)
-                if compiled:
-                    point.on_install = self._warn_compiled
+                if compiled:  # hooks added after a hook-less compiled call take effect
+                    point.recompile_on_change = True
+                    point.on_compiled_miss = self._warn_compiled
                 if self.strict_ddp:
                     point.on_graph_cut = self._warn_graph_cut
                 self._points[name] = point
@@ -311,12 +312,12 @@ class Attachment(Removable):
             return self.prefix or ROOT
         return f"{self.prefix}.{qualname}" if self.prefix else qualname
 
-    def _warn_compiled(self, point: ModulePoint, phase: str) -> None:
+    def _warn_compiled(self, point: ModulePoint, kind: str) -> None:
         if self._warned:
             return
         self._warned = True  # first: a warnings hook registering here must not recurse
         try:
-            warn_hook_on_compiled(point.name, phase)
+            warn_hook_on_compiled(point.name, kind)
         except BaseException:
             self._warned = False  # raised (-W error): the registration is undone; warn again
             raise

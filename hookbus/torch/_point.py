@@ -117,6 +117,7 @@ class ModulePoint:
         "_backward_calls",
         "_backward_pre",
         "_calls",
+        "_compile_swap",
         "_exception",
         "_forward_swap",
         "_full_backward_flag",
@@ -136,8 +137,9 @@ class ModulePoint:
         "attached",
         "bus",
         "name",
+        "on_compiled_miss",
         "on_graph_cut",
-        "on_install",
+        "recompile_on_change",
         "registry",
         "where",
     )
@@ -183,8 +185,13 @@ class ModulePoint:
         # Installed while pre hooks are: lets ctx.skip(value) return value without forward.
         self._forward_swap: Optional[ForwardSwap] = None
         self.attached = True
-        # Called with the phase when a native hook is installed (the compile warning).
-        self.on_install: Optional[Callable[[ModulePoint, str], None]] = None
+        # Called with the kind when hooks that torch.compile never runs arrive
+        # (exception hooks, around hooks' error path): the compile warning.
+        self.on_compiled_miss: Optional[Callable[[ModulePoint, str], None]] = None
+        #: The module may run compiled (``torch.compile``): while it has natives it
+        #: holds a forward swap, renewed at each change (see ``_renew_compile_swap``).
+        self.recompile_on_change = False
+        self._compile_swap: Optional[ForwardSwap] = None
         # Called when a post hook replaced an output in the graph by one out of it
         # (the attachment warns, under DDP without find_unused_parameters).
         self.on_graph_cut: Optional[Callable[[ModulePoint], None]] = None
@@ -227,11 +234,13 @@ class ModulePoint:
             fast = plan.fast if plan is not None else {}
             pre, post, exception = hooks["pre"], hooks["post"], hooks["exception"]
             grad, around = hooks["grad"], hooks["around"]
+            had_error_hooks = bool(self._exception or self._around)
             self._around = around
             self._pre, self._pre_fast = pre, fast.get("pre")
             self._post, self._post_fast = post, fast.get("post")
             self._exception, self._grad = exception, grad
             self._backward_pre, self._backward = hooks["backward_pre"], hooks["backward"]
+            before = tuple(self._natives)
             # While a context stored by a pre hook of this thread waits for its post
             # dispatcher (a once pre hook went in mid-call), post dispatchers look for it.
             pending = self._shared and bool(self._live_stack())
@@ -244,6 +253,33 @@ class ModulePoint:
             self._sync(module, "post", bool(post or exception or grad or around))
             self._sync(module, "backward_pre", bool(self._backward_pre))
             self._sync(module, "backward", bool(self._backward))
+            if self.recompile_on_change:
+                if tuple(self._natives) != before:
+                    self._renew_compile_swap(module)
+                missed = self.on_compiled_miss
+                if (exception or around) and not had_error_hooks and missed is not None:
+                    missed(self, "exception" if exception else "around")
+
+    def _renew_compile_swap(self, module: Optional[torch.nn.Module]) -> None:
+        """Make code compiled for the module's previous hooks stop applying.
+
+        torch.compile skips its guards on a module's *empty* hook dicts and guards
+        a non-empty one by its length only, so code compiled before a hook was added
+        (or for another set of hooks) would keep running without it. What it does
+        guard is a forward set on the instance, by identity, dropping what it
+        compiled for one once that is collected. So while the module has natives
+        it holds a forward swap (see ``_patching``), a new one at each change; with
+        none it has none, and the code compiled for the hook-less module applies.
+        """
+        from ._patching import ForwardSwap
+
+        old, self._compile_swap = self._compile_swap, None
+        if self._natives and module is not None:
+            swap = ForwardSwap.acquire(module)
+            swap.renew()  # a new identity, even if pre hooks hold this swap already
+            self._compile_swap = swap
+        if old is not None:
+            old.release()
 
     def uninstall(self) -> None:
         """Remove every native hook this point installed, and forget per-call state."""
@@ -252,6 +288,8 @@ class ModulePoint:
             module = self._module()
             for phase in list(self._natives):
                 self._sync(module, phase, False)
+            if self._compile_swap is not None:
+                self._renew_compile_swap(module)
             for handle in self._grad_handles:
                 handle.remove()
             self._grad_handles = []
@@ -297,8 +335,6 @@ class ModulePoint:
         else:
             handle = module.register_full_backward_hook(self._on_backward)
         self._natives[phase] = handle
-        if self.on_install is not None:
-            self.on_install(self, phase)
 
     def _restore_backward_flag(self, module: torch.nn.Module) -> None:
         # torch marks a module "full backward" for good at the first such hook; put
