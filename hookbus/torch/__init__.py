@@ -42,14 +42,14 @@ from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat
 from ._operations import OperationSelection
 from ._patching import patch
-from ._point import inert_point
+from ._point import ScriptRefusal, inert_point
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 
-# What a pickle names (a hooked module saved with torch.save holds inert_point; a Stat
-# is saved as itself): the public package, so that moving a private module never
-# breaks loading a file saved before.
-for _saved in (inert_point, Stat):
+# What a pickle names (a hooked module saved with torch.save holds inert_point and a
+# ScriptRefusal; a Stat is saved as itself): the public package, so that moving a
+# private module never breaks loading a file saved before.
+for _saved in (inert_point, ScriptRefusal, Stat):
     _saved.__module__ = __name__
 
 __all__ = [

@@ -54,7 +54,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ._attach import ROOT, Selector, select
 from ._grad import hook_output_grads
-from ._point import remove_dispatchers
+from ._point import hold_script_refusal, release_script_refusal, remove_dispatchers
 from ._tree import Path, iter_tensors, map_tensors
 from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
 
@@ -436,18 +436,26 @@ def install_capture_hooks(
                 handle = module.register_forward_hook(hook.on_output)
             hooks.append(hook)
             handles.append(handle)
+            hold_script_refusal(module)
     except BaseException:
-        remove_capture_hooks(hooks, handles)
+        remove_capture_hooks(hooks, handles, [module for _, module in modules][: len(hooks)])
         raise
     return hooks, handles
 
 
-def remove_capture_hooks(hooks: List[CaptureHook], handles: List[RemovableHandle]) -> None:
-    """Remove the native hooks; a call already under way in another thread records nothing."""
+def remove_capture_hooks(
+    hooks: List[CaptureHook], handles: List[RemovableHandle], modules: List[nn.Module]
+) -> None:
+    """Remove the native hooks; a call already under way in another thread records nothing.
+
+    ``modules`` are those the hooks are on, in order (their TorchScript refusals go).
+    """
     for hook in hooks:
         hook.record = _ended
     for handle in handles:
         handle.remove()
+    for module in modules:
+        release_script_refusal(module)
 
 
 Keep = Union[str, int]
@@ -678,10 +686,11 @@ class capture:
 
     def _end(self) -> None:
         self._state = "ended"
+        modules = [module for _, module in self._modules][: len(self._hooks)]
         self._modules = []  # an ended capture holds no module
         hooks, handles = self._hooks, self._handles
         self._hooks, self._handles = [], []
-        remove_capture_hooks(hooks, handles)
+        remove_capture_hooks(hooks, handles, modules)
         swaps, self._swaps = self._swaps, []
         release_swaps(swaps)
         self._grads = False  # first: a backward under way in another thread stores no more
