@@ -35,7 +35,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus with its torch extra (not on PyPI: pip install -e ".[torch]" in a checkout)'
     ) from _error
 
-from ._attach import ROOT, Attachment, Selector, attach
+from ._attach import ROOT, Attachment, EveryModule, Selector, attach, every_module
 from ._capture import Cache, Call, Record, capture
 from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
@@ -58,6 +58,7 @@ __all__ = [
     "Cache",
     "Call",
     "CompiledModelWarning",
+    "EveryModule",
     "GradHandle",
     "OperationSelection",
     "Record",
@@ -67,6 +68,7 @@ __all__ = [
     "attach",
     "bare_names",
     "capture",
+    "every_module",
     "on_accumulated_grad",
     "on_grad",
     "patch",

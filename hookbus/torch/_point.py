@@ -72,6 +72,7 @@ _for_call = CallContext.for_call
 __all__ = [
     "INTERNAL_STOPS",
     "KINDS",
+    "EveryModulePoint",
     "ModulePoint",
     "ScriptRefusal",
     "call_keys",
@@ -147,12 +148,12 @@ class ModulePoint:
         "where",
     )
 
-    kinds = KINDS
+    kinds: Tuple[str, ...] = KINDS
     is_async = False  # torch calls hooks synchronously
     kind = "module"
     """What the point wraps, for ``bus.points()``."""
 
-    skip_refusal = None
+    skip_refusal: Optional[str] = None
     """``ctx.skip`` works: a module with pre hooks has a ``ForwardSwap`` (see ``_patching``)."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
@@ -236,13 +237,14 @@ class ModulePoint:
             hooks = plan.hooks if plan is not None else _NO_PLAN
             fast = plan.fast if plan is not None else {}
             pre, post, exception = hooks["pre"], hooks["post"], hooks["exception"]
-            grad, around = hooks["grad"], hooks["around"]
+            grad, around = hooks.get("grad", ()), hooks["around"]  # not every point's kind
             had_error_hooks = bool(self._exception or self._around)
             self._around = around
             self._pre, self._pre_fast = pre, fast.get("pre")
             self._post, self._post_fast = post, fast.get("post")
             self._exception, self._grad = exception, grad
-            self._backward_pre, self._backward = hooks["backward_pre"], hooks["backward"]
+            self._backward_pre = hooks.get("backward_pre", ())
+            self._backward = hooks.get("backward", ())
             before = tuple(self._natives)
             # While a context stored by a pre hook of this thread waits for its post
             # dispatcher (a once pre hook went in mid-call), post dispatchers look for it.
@@ -412,12 +414,12 @@ class ModulePoint:
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
             if ctx.skipped or module is not self._module():
-                self._skip_forward(ctx, module, swap, sys._getframe(1))
+                self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
         if stack:
             stack = self._live_stack()
-        key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
+        key = id(_torch_frame(sys._getframe(1)))  # torch's, which calls the post one too
         started: List[Tuple[Handle, Any]] = _NO_STARTED
         if self._around:
             stack.append((key, None, _NO_STARTED))  # a set-up raising: nothing else runs
@@ -435,7 +437,7 @@ class ModulePoint:
         # torch calls the post dispatcher (always_call), which finds this entry.
         self._run(self._pre, self._pre_fast, ctx)
         if ctx.skipped or module is not self._module():
-            self._skip_forward(ctx, module, swap, sys._getframe(1))
+            self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
@@ -677,6 +679,16 @@ class ModulePoint:
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
 
 
+def _torch_frame(caller: Any) -> Any:
+    """The frame of torch's that called the pre dispatcher, ``caller`` or its caller.
+
+    A pre hook called without kwargs (a global pre hook always is) reaches
+    ``_on_pre`` again through ``_on_pre_without_kwargs``: the frame that keys the
+    call is the one that called the first ``_on_pre``.
+    """
+    return caller.f_back.f_back if caller.f_code is _WITHOUT_KWARGS_CODE else caller
+
+
 def _backward_arguments(*grad_output: Any) -> None:
     """The signature ``ctx.arguments`` binds to in backward hooks (never called)."""
 
@@ -699,6 +711,70 @@ class _GradientArguments:
 
 
 _GRADIENTS = _GradientArguments()
+
+_WITHOUT_KWARGS_CODE = ModulePoint._on_pre_without_kwargs.__code__
+
+
+def _any_call(*args: Any, **kwargs: Any) -> None:
+    """The signature ``ctx.arguments`` binds to on the every-module point (never called)."""
+
+
+class EveryModulePoint(ModulePoint):
+    """One hook point for every module call of every model: torch's global module hooks.
+
+    A :class:`ModulePoint` whose natives are torch's process-wide hooks
+    (``torch.nn.modules.module.register_module_forward_pre_hook`` and
+    ``register_module_forward_hook``), installed only while a bus hook matches it,
+    so that it costs nothing otherwise. ``ctx.target`` is the module being called.
+    torch calls a global pre hook without kwargs: pre hooks see ``ctx.args`` only.
+    """
+
+    __slots__ = ("_placeholder",)
+
+    kinds = ("around", "pre", "post", "exception")
+    kind = "every module"
+    skip_refusal = (
+        "ctx.skip() needs the module's own hook point: attach its model and register "
+        "there; hooks on every module cannot skip one"
+    )
+    _layout_of_any = layout_of(_any_call, "any module")
+
+    def __init__(self, bus: EventBus, name: str) -> None:
+        placeholder = nn.Identity()  # the point holds its module weakly: kept here
+        super().__init__(bus, name, placeholder)
+        self._placeholder = placeholder
+        self.where = "every module"
+
+    def layout(self) -> Layout:
+        """``ctx.arguments`` binds to ``(*args, **kwargs)``: modules differ."""
+        return self._layout_of_any
+
+    def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
+        from torch.nn.modules import module as torch_module
+
+        current = self._natives.get(phase)
+        if (current is not None) == want:
+            return
+        if current is not None:
+            current.remove()
+            del self._natives[phase]
+            # torch's handle forgets to remove its with_kwargs mark: a stale one makes
+            # every torch.compile'd module warn of global hooks for good.
+            torch_module._global_forward_hooks_with_kwargs.pop(current.id, None)
+            return
+        if phase == "pre":
+            handle = torch_module.register_module_forward_pre_hook(self._on_pre)
+        elif phase == "post":
+            handle = torch_module.register_module_forward_hook(
+                self._on_post, with_kwargs=True, always_call=True
+            )
+        else:  # no backward kinds here: never asked for
+            return
+        self._natives[phase] = handle
+
+    def __repr__(self) -> str:
+        state = "hooked" if self._natives else "no hooks"
+        return f"<EveryModulePoint {self.name!r} {state}>"
 
 
 # --- which module call a dispatcher runs in, told from the frames ----------------------
