@@ -436,26 +436,18 @@ def install_capture_hooks(
                 handle = module.register_forward_hook(hook.on_output)
             hooks.append(hook)
             handles.append(handle)
-            hold_script_refusal(module)
     except BaseException:
-        remove_capture_hooks(hooks, handles, [module for _, module in modules][: len(hooks)])
+        remove_capture_hooks(hooks, handles)
         raise
     return hooks, handles
 
 
-def remove_capture_hooks(
-    hooks: List[CaptureHook], handles: List[RemovableHandle], modules: List[nn.Module]
-) -> None:
-    """Remove the native hooks; a call already under way in another thread records nothing.
-
-    ``modules`` are those the hooks are on, in order (their TorchScript refusals go).
-    """
+def remove_capture_hooks(hooks: List[CaptureHook], handles: List[RemovableHandle]) -> None:
+    """Remove the native hooks; a call already under way in another thread records nothing."""
     for hook in hooks:
         hook.record = _ended
     for handle in handles:
         handle.remove()
-    for module in modules:
-        release_script_refusal(module)
 
 
 Keep = Union[str, int]
@@ -507,7 +499,12 @@ class capture:
     hook, as in a capture written by hand (and, with ``grads=True``, each output
     tensor that requires grad a tensor hook). Every hook is removed on exit, even
     if the block raised; the model's hook dicts are then exactly as before. A
-    capture runs once: enter a new one to capture again.
+    capture runs once: enter a new one to capture again. On exit (unless the
+    block raised) it warns, ``RuntimeWarning``, when a module it was given by name
+    or object never ran, or none of the modules a pattern or type selected did
+    (a compiled model called through another object, a branch not taken, the
+    wrong model). On a ``torch.compile``'d model its hooks take effect even if the
+    model ran compiled before.
 
     Example:
         >>> import torch, hookbus.torch
@@ -577,10 +574,12 @@ class capture:
         self._grad_handles: List[RemovableHandle] = []  # tensor hooks, removed at the end
         self._state = "ready"  # then "running", then "ended"
         self._swaps: List[Any] = []  # a compiled model's forward swaps, held while running
+        self._root: Optional[nn.Module] = None  # the model, while it holds our script refusal
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
-        found = walk(unwrap(model))
+        self._model: Optional[nn.Module] = unwrap(model)  # dropped at the end, as _modules
+        found = walk(self._model)
         modules: Dict[str, ModuleName] = {}
         for entry in found:
             if entry.is_wrapper:  # no hook point of its own, as in attach()
@@ -667,6 +666,11 @@ class capture:
             self._hooks, self._handles = install_capture_hooks(
                 self._modules, self._record_call, self._inputs
             )
+            # torch.jit.script of the model refuses clearly while the hooks are on (one
+            # refusal for the model, not one per module: a capture's set-up stays cheap).
+            if self._model is not None:
+                hold_script_refusal(self._model)
+                self._root = self._model
             if self._compiled:  # taking effect even if the model ran compiled without them
                 self._swaps = renewed_swaps([module for _, module in self._modules])
         except BaseException:  # nothing stays installed
@@ -686,11 +690,14 @@ class capture:
 
     def _end(self) -> None:
         self._state = "ended"
-        modules = [module for _, module in self._modules][: len(self._hooks)]
         self._modules = []  # an ended capture holds no module
+        self._model = None
         hooks, handles = self._hooks, self._handles
         self._hooks, self._handles = [], []
-        remove_capture_hooks(hooks, handles, modules)
+        remove_capture_hooks(hooks, handles)
+        root, self._root = self._root, None
+        if root is not None:
+            release_script_refusal(root)
         swaps, self._swaps = self._swaps, []
         release_swaps(swaps)
         self._grads = False  # first: a backward under way in another thread stores no more
