@@ -419,7 +419,10 @@ class ModulePoint:
         stack = self._stack()
         if stack:
             stack = self._live_stack()
-        key = id(_torch_frame(sys._getframe(1)))  # torch's, which calls the post one too
+        caller: Any = sys._getframe(1)  # torch's frame, which calls the post one too
+        if caller.f_code is _WITHOUT_KWARGS_CODE:  # see _torch_frame: inlined, per call
+            caller = caller.f_back.f_back
+        key = id(caller)
         started: List[Tuple[Handle, Any]] = _NO_STARTED
         if self._around:
             stack.append((key, None, _NO_STARTED))  # a set-up raising: nothing else runs
