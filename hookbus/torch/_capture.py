@@ -412,11 +412,12 @@ def inert_capture_hook(name: str) -> CaptureHook:
         >>> import copy, torch, hookbus.torch
         >>> from torch import nn
         >>> model = nn.Sequential(nn.Linear(2, 2))
-        >>> with hookbus.torch.capture(model) as cache:
+        >>> with hookbus.torch.capture(model, "0") as cache:
         ...     twin = copy.deepcopy(model)
-        ...     _ = twin(torch.ones(1, 2))
-        >>> len(cache), len(twin[0]._forward_hooks)
-        (0, 0)
+        ...     _ = twin(torch.ones(1, 2))  # records nothing
+        ...     _ = model(torch.ones(1, 2))
+        >>> len(cache["0"]), len(twin[0]._forward_hooks)
+        (1, 0)
     """
     return CaptureHook(name, None)
 
@@ -728,8 +729,9 @@ class capture:
             f"{inside}, so the cache has no record of them. Likely causes: a "
             f"torch.compile'd model that first ran without hooks and was then called "
             f"through another object than the one captured (capture the compiled model "
-            f"itself); a branch of forward that these inputs did not take; or the wrong "
-            f"model (a copy, or another instance)",
+            f"itself); a branch of forward that these inputs did not take; "
+            f"module.forward(x) called directly (it skips hooks: call module(x)); or the "
+            f"wrong model (a copy, or another instance)",
             RuntimeWarning,
             stacklevel=stacklevel_outside_hookbus(),
         )

@@ -17,6 +17,7 @@ import hookbus.torch
 from hookbus import CallContext
 
 
+@pytest.mark.filterwarnings("ignore:hookbus.torch. capture:RuntimeWarning")  # ran nothing
 def test_calling_module_forward_directly_bypasses_hooks() -> None:
     net = TutorialNet()
     with hookbus.torch.capture(net, "fc1") as cache:
