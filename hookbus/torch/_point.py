@@ -957,9 +957,13 @@ def _hookbus_hooks(module: nn.Module) -> List[Tuple[Any, Any]]:
 
 
 def _is_live(owner: Any) -> bool:
-    # A copy's point is not attached, a copy's (or an ended) capture hook records
-    # nothing: they remove themselves at their module's first call.
-    return bool(getattr(owner, "attached", True)) and callable(getattr(owner, "record", len))
+    # A copy's point is not attached, a copy's capture hook records nothing, a copy's
+    # operation site is inert: they remove themselves at their module's first call.
+    return (
+        bool(getattr(owner, "attached", True))
+        and not getattr(owner, "inert", False)
+        and callable(getattr(owner, "record", len))
+    )
 
 
 def _scripted_root(module: nn.Module) -> nn.Module:
@@ -1008,10 +1012,8 @@ class ScriptRefusal:
             for owner, name in _hookbus_hooks(sub):
                 if _is_live(owner):
                     names.append(str(name))
-                elif getattr(owner, "attached", True) is False:  # a copy's inert point
-                    remove_dispatchers(sub, owner, owner._full_backward_flag)
-                else:  # a copy's inert capture hook
-                    remove_dispatchers(sub, owner, None)
+                else:  # a copy's inert hook
+                    remove_dispatchers(sub, owner, getattr(owner, "_full_backward_flag", None))
         if names:
             shown = ", ".join(repr(name) for name in dict.fromkeys(names))
             raise RuntimeError(

@@ -124,3 +124,20 @@ def test_gpt2_with_hookbus_hooks_gets_the_same_refusal() -> None:
     ):
         torch.jit.script(model)
     assert all("__prepare_scriptable__" not in vars(m) for m in model.modules())
+
+
+def test_operation_points_get_the_same_refusal() -> None:
+    model = nn.Sequential(nn.Softmax(dim=-1))
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("0", torch.softmax)
+    with (
+        bus.pre("0:softmax.0", lambda ctx: None),
+        pytest.raises(RuntimeError, match=r"hookbus hooks.*'0'"),
+    ):
+        torch.jit.script(model)
+    model(torch.ones(1, 2))  # the operations found: no hook, so nothing armed
+    net.detach()
+    x = torch.randn(2, 3)
+    assert torch.allclose(torch.jit.script(model)(x), model(x), atol=1e-6)
+    assert "__prepare_scriptable__" not in vars(model[0])
