@@ -129,6 +129,7 @@ def test_steering_after_a_hookless_compiled_call_takes_effect_and_goes_on_remova
     assert hook_state(model) == hook_state(_net())
 
 
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")  # torch's
 def test_every_change_of_a_modules_hooks_reaches_the_compiled_model() -> None:
     # Each state is compiled once; going back to one must not reuse code compiled
     # for another (torch guards a non-empty hook dict by its length only).
