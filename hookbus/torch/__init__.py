@@ -35,21 +35,21 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus with its torch extra (not on PyPI: pip install -e ".[torch]" in a checkout)'
     ) from _error
 
-from ._attach import ROOT, Attachment, Selector, attach
+from ._attach import ROOT, Attachment, EveryModule, Selector, attach, every_module
 from ._capture import Cache, Call, Record, capture
 from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat
 from ._operations import OperationSelection
 from ._patching import patch
-from ._point import inert_point
+from ._point import ScriptRefusal, inert_point
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 
-# What a pickle names (a hooked module saved with torch.save holds inert_point; a Stat
-# is saved as itself): the public package, so that moving a private module never
-# breaks loading a file saved before.
-for _saved in (inert_point, Stat):
+# What a pickle names (a hooked module saved with torch.save holds inert_point and a
+# ScriptRefusal; a Stat is saved as itself): the public package, so that moving a
+# private module never breaks loading a file saved before.
+for _saved in (inert_point, ScriptRefusal, Stat):
     _saved.__module__ = __name__
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "Cache",
     "Call",
     "CompiledModelWarning",
+    "EveryModule",
     "GradHandle",
     "OperationSelection",
     "Record",
@@ -67,6 +68,7 @@ __all__ = [
     "attach",
     "bare_names",
     "capture",
+    "every_module",
     "on_accumulated_grad",
     "on_grad",
     "patch",

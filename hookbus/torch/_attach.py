@@ -60,18 +60,20 @@ from ._operations import (
     operation_key,
     operation_name,
 )
-from ._point import KINDS, ModulePoint
+from ._point import KINDS, EveryModulePoint, ModulePoint
 from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
 
 __all__ = [
     "ROOT",
     "Attachment",
+    "EveryModule",
     "GroupSelector",
     "HasModule",
     "Hook",
     "Selector",
     "attach",
     "close_names",
+    "every_module",
     "find_attachment",
     "select",
 ]
@@ -436,8 +438,9 @@ class Attachment(Removable):
                 if module is None:
                     continue
                 point = ModulePoint(self.bus, name, module)
-                if self._compiled:
-                    point.on_install = self._warn_compiled
+                if self._compiled:  # hooks added after a hook-less compiled call take effect
+                    point.recompile_on_change = True
+                    point.on_compiled_miss = self._warn_compiled
                 if self.strict_ddp:
                     point.on_graph_cut = self._warn_graph_cut
                 made.append(point)
@@ -449,12 +452,12 @@ class Attachment(Removable):
         for point in made:  # no lock held: installing may warn (a compiled model)
             point.invalidate()
 
-    def _warn_compiled(self, point: ModulePoint, phase: str) -> None:
+    def _warn_compiled(self, point: ModulePoint, kind: str) -> None:
         if self._warned:
             return
         self._warned = True  # first: a warnings hook registering here must not recurse
         try:
-            warn_hook_on_compiled(point.name, phase)
+            warn_hook_on_compiled(point.name, kind)
         except BaseException:
             self._warned = False  # raised (-W error): the registration is undone; warn again
             raise
@@ -985,3 +988,182 @@ def find_attachment(model: nn.Module, bus: EventBus) -> Optional[Attachment]:
         if existing.bus is bus and existing.active:
             return existing
     return None
+
+
+# --- every module of every model: torch's global module hooks ---------------------------
+
+_every: Dict[Tuple[int, str], EveryModule] = {}  # (id(bus), name) -> the active one
+
+
+def every_module(bus: Optional[EventBus] = None, *, name: str = "<modules>") -> EveryModule:
+    """One hook point, ``name``, for every module call of every model in the process.
+
+    What torch's global hooks (``torch.nn.modules.module.register_module_forward_hook``
+    and its pre-hook twin) give, through the bus: ``pre`` / ``post`` /
+    ``exception`` / ``around`` hooks on ``name``, with priorities, ``once``,
+    handles and errors as anywhere else, and ``ctx.target`` the module being called
+    (``type(ctx.target).__name__`` its class; :meth:`Attachment.name_of` its name in
+    an attached model). Use it to trace every module call, count operations, or find
+    the first module whose output holds a NaN.
+
+    torch's global hooks go in only while a bus hook matches ``name``, and out with
+    the last (so it costs nothing otherwise); :meth:`EveryModule.remove` removes them
+    and the hooks registered through it. torch runs global hooks before a module's
+    own, and calls a global pre hook without the call's kwargs: pre hooks see
+    ``ctx.args`` only. They cannot ``ctx.skip()`` a module. Under ``torch.compile``
+    they see only the modules that run eagerly: register them before the compiled
+    model's first call.
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
+        ...     _ = every.post(lambda ctx: print(type(ctx.target).__name__))
+        ...     _ = model(torch.ones(1, 2))
+        Linear
+        ReLU
+        Sequential
+    """
+    if bus is None:
+        from .. import default_bus
+
+        bus = default_bus
+    check_name(name, "hook point name", allow_pattern=False)
+    existing = _every.get((id(bus), name))
+    if existing is not None and existing.active:
+        raise ValueError(
+            f"every module is already a hook point {name!r} of {bus!r}: use that "
+            f"{existing!r}, or remove() it first (two would run each hook twice)"
+        )
+    return EveryModule(bus, name)
+
+
+class EveryModule(Removable):
+    """The hook point of every module call (see :func:`every_module`).
+
+    Its registration methods take a hook and the usual options, and return a
+    :class:`~hookbus.Handle`; ``bus.pre(every.name, hook)`` works too. ``remove()``
+    (or the end of its ``with`` block) removes torch's global hooks and the hooks
+    registered here; hooks registered on the bus by name stay there.
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> bus = hookbus.EventBus()
+        >>> every = hookbus.torch.every_module(bus)
+        >>> calls = []
+        >>> handle = bus.pre("<modules>", lambda ctx: calls.append(ctx.target))
+        >>> _ = nn.Linear(1, 1)(torch.ones(1))
+        >>> len(calls), every.active
+        (1, True)
+        >>> every.remove()
+    """
+
+    __slots__ = ("__weakref__", "_handles", "_point", "bus", "name")
+
+    def __init__(self, bus: EventBus, name: str) -> None:
+        self.bus = bus
+        self.name = name
+        self._point: Optional[EveryModulePoint] = EveryModulePoint(bus, name)
+        self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+        registry = bus.registry
+        registry.add_points([self._point])
+        if registry.has_hooks(EveryModulePoint.kinds):  # hooks registered before apply
+            self._point.invalidate()
+        _every[(id(bus), name)] = self
+
+    @property
+    def active(self) -> bool:
+        """Whether the point is still there (``remove()`` was not called)."""
+        return self._point is not None
+
+    def _register(self, kind: str, hook: Hook, options: HookOptions) -> Handle:
+        if self._point is None:
+            raise RuntimeError(
+                f"this every-module point {self.name!r} was removed; make a new one with "
+                f"hookbus.torch.every_module()"
+            )
+        handle = self.bus.registry.register(kind, _literal(self.name), hook, options)
+        self._handles.add(handle)
+        return handle
+
+    def pre(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
+        """Before every module call: ``ctx.args`` (assign to replace them).
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
+            ...     _ = every.pre(lambda ctx: print(tuple(ctx.args[0].shape)))
+            ...     _ = nn.Linear(3, 1)(torch.ones(2, 3))
+            (2, 3)
+        """
+        return self._register("pre", hook, options)
+
+    def post(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
+        """After every module call: ``ctx.result`` is the output (assign to replace it).
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
+            ...     _ = every.post(lambda ctx: print(ctx.result.isnan().any().item()))
+            ...     _ = nn.Linear(3, 1)(torch.ones(2, 3))
+            False
+        """
+        return self._register("post", hook, options)
+
+    def exception(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
+        """When a module call raises: ``ctx.exception`` (it propagates unchanged).
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
+            ...     _ = every.exception(lambda ctx: print("in", type(ctx.target).__name__))
+            ...     try:
+            ...         nn.Linear(3, 1)(torch.ones(2, 5))
+            ...     except RuntimeError:
+            ...         print("raised")
+            in Linear
+            raised
+        """
+        return self._register("exception", hook, options)
+
+    def around(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
+        """A generator spanning every module call (see :meth:`Attachment.around`).
+
+        Example:
+            >>> import hookbus, torch, hookbus.torch
+            >>> from torch import nn
+            >>> def nested(ctx):
+            ...     print("enter", type(ctx.target).__name__)
+            ...     yield
+            ...     print("exit", type(ctx.target).__name__)
+            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
+            ...     _ = every.around(nested)
+            ...     _ = nn.Sequential(nn.ReLU())(torch.ones(1))
+            enter Sequential
+            enter ReLU
+            exit ReLU
+            exit Sequential
+        """
+        return self._register("around", hook, options)
+
+    def remove(self) -> None:
+        """Remove torch's global hooks and the hooks registered here. Idempotent."""
+        point, self._point = self._point, None
+        if point is None:
+            return
+        if _every.get((id(self.bus), self.name)) is self:
+            del _every[(id(self.bus), self.name)]
+        self.bus.registry.remove_points([point])  # first: no change reaches it
+        point.uninstall()
+        handles = list(self._handles)
+        self._handles = weakref.WeakSet()
+        HandleGroup(handles).remove()
+
+    def __repr__(self) -> str:
+        state = "active" if self._point is not None else "removed"
+        return f"<EveryModule {self.name!r} on {self.bus.name!r} {state}>"

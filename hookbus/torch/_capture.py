@@ -31,11 +31,13 @@ A capture hook holds its name and the capture's record function, never the modul
 from __future__ import annotations
 
 import functools
+import warnings
 from types import TracebackType
 from typing import (
     Any,
     Callable,
     Dict,
+    Iterable,
     Iterator,
     List,
     Mapping,
@@ -52,9 +54,9 @@ from torch.utils.hooks import RemovableHandle
 
 from ._attach import ROOT, Selector, select
 from ._grad import hook_output_grads
-from ._point import remove_dispatchers
+from ._point import hold_script_refusal, release_script_refusal, remove_dispatchers
 from ._tree import Path, iter_tensors, map_tensors
-from ._unwrap import ModuleName, is_compiled, unwrap, walk, warn_hook_on_compiled
+from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
 
 __all__ = ["Cache", "Call", "CaptureHook", "Record", "capture", "inert_capture_hook"]
 
@@ -410,11 +412,12 @@ def inert_capture_hook(name: str) -> CaptureHook:
         >>> import copy, torch, hookbus.torch
         >>> from torch import nn
         >>> model = nn.Sequential(nn.Linear(2, 2))
-        >>> with hookbus.torch.capture(model) as cache:
+        >>> with hookbus.torch.capture(model, "0") as cache:
         ...     twin = copy.deepcopy(model)
-        ...     _ = twin(torch.ones(1, 2))
-        >>> len(cache), len(twin[0]._forward_hooks)
-        (0, 0)
+        ...     _ = twin(torch.ones(1, 2))  # records nothing
+        ...     _ = model(torch.ones(1, 2))
+        >>> len(cache["0"]), len(twin[0]._forward_hooks)
+        (1, 0)
     """
     return CaptureHook(name, None)
 
@@ -497,7 +500,12 @@ class capture:
     hook, as in a capture written by hand (and, with ``grads=True``, each output
     tensor that requires grad a tensor hook). Every hook is removed on exit, even
     if the block raised; the model's hook dicts are then exactly as before. A
-    capture runs once: enter a new one to capture again.
+    capture runs once: enter a new one to capture again. On exit (unless the
+    block raised) it warns, ``RuntimeWarning``, when a module it was given by name
+    or object never ran, or none of the modules a pattern or type selected did
+    (a compiled model called through another object, a branch not taken, the
+    wrong model). On a ``torch.compile``'d model its hooks take effect even if the
+    model ran compiled before.
 
     Example:
         >>> import torch, hookbus.torch
@@ -566,10 +574,13 @@ class capture:
         self._grads = grads
         self._grad_handles: List[RemovableHandle] = []  # tensor hooks, removed at the end
         self._state = "ready"  # then "running", then "ended"
+        self._swaps: List[Any] = []  # a compiled model's forward swaps, held while running
+        self._root: Optional[nn.Module] = None  # the model, while it holds our script refusal
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
-        found = walk(unwrap(model))
+        self._model: Optional[nn.Module] = unwrap(model)  # dropped at the end, as _modules
+        found = walk(self._model)
         modules: Dict[str, ModuleName] = {}
         for entry in found:
             if entry.is_wrapper:  # no hook point of its own, as in attach()
@@ -587,6 +598,8 @@ class capture:
             )
 
         names = select(modules, selector, name_of)
+        # What must run for the capture to have missed nothing (warned at exit).
+        self._expected = _expected_groups(modules, selector, name_of)
         self._compiled = compiled
         # Held until __enter__ installs their hooks, dropped at the end.
         self._modules: List[Tuple[str, nn.Module]] = [(n, modules[n].module) for n in names]
@@ -654,9 +667,14 @@ class capture:
             self._hooks, self._handles = install_capture_hooks(
                 self._modules, self._record_call, self._inputs
             )
-            if self._compiled and self._modules:
-                warn_hook_on_compiled(self._modules[0][0], "post")
-        except BaseException:  # a warning turned into an error: nothing stays installed
+            # torch.jit.script of the model refuses clearly while the hooks are on (one
+            # refusal for the model, not one per module: a capture's set-up stays cheap).
+            if self._model is not None:
+                hold_script_refusal(self._model)
+                self._root = self._model
+            if self._compiled:  # taking effect even if the model ran compiled without them
+                self._swaps = renewed_swaps([module for _, module in self._modules])
+        except BaseException:  # nothing stays installed
             self._end()
             raise
         return self.cache
@@ -668,17 +686,102 @@ class capture:
         tb: Optional[TracebackType],
     ) -> None:
         self._end()
+        if exc_type is None:  # else the block's error says what went wrong
+            self._warn_never_ran()
 
     def _end(self) -> None:
         self._state = "ended"
         self._modules = []  # an ended capture holds no module
+        self._model = None
         hooks, handles = self._hooks, self._handles
         self._hooks, self._handles = [], []
         remove_capture_hooks(hooks, handles)
+        root, self._root = self._root, None
+        if root is not None:
+            release_script_refusal(root)
+        swaps, self._swaps = self._swaps, []
+        release_swaps(swaps)
         self._grads = False  # first: a backward under way in another thread stores no more
         grad_handles, self._grad_handles = self._grad_handles, []
         for handle in grad_handles:
             handle.remove()
+
+    def _warn_never_ran(self) -> None:
+        """Warn when selected modules never ran: a capture that silently missed them."""
+        ran = self.cache._records.keys() | self._sink_counts.keys()
+        left = {name for group in self._expected if ran.isdisjoint(group) for name in group}
+        if not left:
+            return
+        missed = [name for name in self.cache._selected if name in left]
+        if ROOT in missed:  # the model itself never ran: its name stands for every module
+            outermost = [ROOT]
+        else:  # a module stands for its submodules that never ran either
+            left = set(missed)
+            outermost = [
+                name for name in missed
+                if not any(name[:i] in left for i, c in enumerate(name) if c == ".")
+            ]  # fmt: skip
+        shown = ", ".join(map(repr, outermost[:8]))
+        more = f" and {len(outermost) - 8} more" if len(outermost) > 8 else ""
+        inside = " (or their submodules)" if len(outermost) < len(missed) else ""
+        warnings.warn(
+            f"hookbus.torch: capture() selected modules that never ran: {shown}{more}"
+            f"{inside}, so the cache has no record of them. Likely causes: a "
+            f"torch.compile'd model that first ran without hooks and was then called "
+            f"through another object than the one captured (capture the compiled model "
+            f"itself); a branch of forward that these inputs did not take; "
+            f"module.forward(x) called directly (it skips hooks: call module(x)); or the "
+            f"wrong model (a copy, or another instance)",
+            RuntimeWarning,
+            stacklevel=stacklevel_outside_hookbus(),
+        )
+
+
+def _expected_groups(
+    modules: Mapping[str, Any], selector: Selector, name_of: Callable[[nn.Module], str]
+) -> List[List[str]]:
+    """The groups of names of which at least one must run, one per item of ``selector``.
+
+    A module given by name or object is a group of its own: it must run. A glob
+    pattern or a type is one group: some module it selects must run (a pattern
+    such as ``"layers.*"`` also selects submodules that a forward may skip, a
+    dropout that an attention implementation does not call, say).
+    """
+    if isinstance(selector, (list, tuple, set, frozenset)):
+        items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
+        return [group for item in items for group in _expected_groups(modules, item, name_of)]
+    names = select(modules, selector, name_of)
+    if isinstance(selector, nn.Module) or (isinstance(selector, str) and selector in modules):
+        return [[name] for name in names]
+    return [names]
+
+
+def renewed_swaps(modules: List[nn.Module]) -> List[Any]:
+    """A forward swap on each module, each a new one: what a compiled model needs.
+
+    torch.compile then compiles again the code that calls these modules, so that
+    their new hooks run (see ``ModulePoint._renew_compile_swap``). Give them back
+    with :func:`release_swaps`.
+    """
+    from ._patching import ForwardSwap  # imports this module
+
+    swaps: List[Any] = []
+    try:
+        for module in modules:
+            swap = ForwardSwap.acquire(module)
+            swaps.append(swap)
+            swap.renew()
+    except BaseException:
+        release_swaps(swaps)
+        raise
+    return swaps
+
+
+def release_swaps(swaps: List[Any]) -> None:
+    """Give back :func:`renewed_swaps`' swaps; one still in use elsewhere is renewed."""
+    for swap in swaps:
+        swap.renew()  # code compiled while the capture's hooks were there goes with it
+        swap.release()
 
 
 def _as_any(value: Any) -> Any:

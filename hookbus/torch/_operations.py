@@ -56,7 +56,12 @@ from ..adapter import (
     layout_of,
     matcher_for,
 )
-from ._point import forward_raised, remove_dispatchers
+from ._point import (
+    forward_raised,
+    hold_script_refusal,
+    release_script_refusal,
+    remove_dispatchers,
+)
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
@@ -263,10 +268,13 @@ class OperationSite:
                     )
                 if self._pre is None:  # last of the pre hooks there now
                     self._pre = module.register_forward_pre_hook(self._on_pre)
+                    hold_script_refusal(module)  # torch.jit.script refuses clearly
             elif not want and self._pre is not None:
                 self._pre.remove()
                 self._pre = None
                 self._release_post()
+                if module is not None:
+                    release_script_refusal(module)
 
     def _release_post(self) -> None:
         """Remove the post hook once disarmed and no call awaits it (lock held)."""

@@ -147,6 +147,23 @@ class ForwardSwap:
             self._bound = None
             self._local = threading.local()  # no held frame outlives the swap
 
+    def renew(self) -> None:
+        """Put a new swapped forward in place of the current one (same behaviour).
+
+        ``torch.compile`` guards a module whose ``forward`` is an instance attribute
+        by that attribute's identity, and drops the code it compiled for it once it
+        is collected: a new one makes the code that calls this module compile again,
+        so hooks that changed since are seen (see ``ModulePoint.recompile_on_change``).
+        """
+        with _swaps_lock:
+            module = self._module()
+            if module is None or self._users <= 0:
+                return
+            attributes = vars(module)
+            if attributes.get("forward") is self._bound:  # else the user replaced it since
+                self._bound = _SwappedForward(self, module)
+                attributes["forward"] = self._bound
+
     def add_replacement(self, replacement: Replacement) -> None:
         """Make every call return ``replacement(module, args, kwargs)`` until it is removed."""
         with self._lock:
@@ -232,7 +249,9 @@ class _SwappedForward:
     garbage collector runs.
     """
 
-    __slots__ = ("_busy", "_module", "_run", "_swap")
+    # __weakref__: torch.compile's guard on a patched forward holds it weakly, and
+    # drops the code compiled for it when it goes (ForwardSwap.renew).
+    __slots__ = ("__weakref__", "_busy", "_module", "_run", "_swap")
 
     def __init__(self, swap: ForwardSwap, module: nn.Module) -> None:
         self._swap = swap

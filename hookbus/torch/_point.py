@@ -72,10 +72,14 @@ _for_call = CallContext.for_call
 __all__ = [
     "INTERNAL_STOPS",
     "KINDS",
+    "EveryModulePoint",
     "ModulePoint",
+    "ScriptRefusal",
     "call_keys",
     "forward_raised",
+    "hold_script_refusal",
     "inert_point",
+    "release_script_refusal",
     "remove_dispatchers",
     "running_calls",
 ]
@@ -117,6 +121,7 @@ class ModulePoint:
         "_backward_calls",
         "_backward_pre",
         "_calls",
+        "_compile_swap",
         "_exception",
         "_forward_swap",
         "_full_backward_flag",
@@ -136,18 +141,19 @@ class ModulePoint:
         "attached",
         "bus",
         "name",
+        "on_compiled_miss",
         "on_graph_cut",
-        "on_install",
+        "recompile_on_change",
         "registry",
         "where",
     )
 
-    kinds = KINDS
+    kinds: Tuple[str, ...] = KINDS
     is_async = False  # torch calls hooks synchronously
     kind = "module"
     """What the point wraps, for ``bus.points()``."""
 
-    skip_refusal = None
+    skip_refusal: Optional[str] = None
     """``ctx.skip`` works: a module with pre hooks has a ``ForwardSwap`` (see ``_patching``)."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
@@ -183,8 +189,13 @@ class ModulePoint:
         # Installed while pre hooks are: lets ctx.skip(value) return value without forward.
         self._forward_swap: Optional[ForwardSwap] = None
         self.attached = True
-        # Called with the phase when a native hook is installed (the compile warning).
-        self.on_install: Optional[Callable[[ModulePoint, str], None]] = None
+        # Called with the kind when hooks that torch.compile never runs arrive
+        # (exception hooks, around hooks' error path): the compile warning.
+        self.on_compiled_miss: Optional[Callable[[ModulePoint, str], None]] = None
+        #: The module may run compiled (``torch.compile``): while it has natives it
+        #: holds a forward swap, renewed at each change (see ``_renew_compile_swap``).
+        self.recompile_on_change = False
+        self._compile_swap: Optional[ForwardSwap] = None
         # Called when a post hook replaced an output in the graph by one out of it
         # (the attachment warns, under DDP without find_unused_parameters).
         self.on_graph_cut: Optional[Callable[[ModulePoint], None]] = None
@@ -226,12 +237,15 @@ class ModulePoint:
             hooks = plan.hooks if plan is not None else _NO_PLAN
             fast = plan.fast if plan is not None else {}
             pre, post, exception = hooks["pre"], hooks["post"], hooks["exception"]
-            grad, around = hooks["grad"], hooks["around"]
+            grad, around = hooks.get("grad", ()), hooks["around"]  # not every point's kind
+            had_error_hooks = bool(self._exception or self._around)
             self._around = around
             self._pre, self._pre_fast = pre, fast.get("pre")
             self._post, self._post_fast = post, fast.get("post")
             self._exception, self._grad = exception, grad
-            self._backward_pre, self._backward = hooks["backward_pre"], hooks["backward"]
+            self._backward_pre = hooks.get("backward_pre", ())
+            self._backward = hooks.get("backward", ())
+            before = tuple(self._natives)
             # While a context stored by a pre hook of this thread waits for its post
             # dispatcher (a once pre hook went in mid-call), post dispatchers look for it.
             pending = self._shared and bool(self._live_stack())
@@ -244,14 +258,51 @@ class ModulePoint:
             self._sync(module, "post", bool(post or exception or grad or around))
             self._sync(module, "backward_pre", bool(self._backward_pre))
             self._sync(module, "backward", bool(self._backward))
+            if bool(self._natives) != bool(before):
+                if self._natives:
+                    hold_script_refusal(module)
+                else:
+                    release_script_refusal(module)
+            if self.recompile_on_change:
+                if tuple(self._natives) != before:
+                    self._renew_compile_swap(module)
+                missed = self.on_compiled_miss
+                if (exception or around) and not had_error_hooks and missed is not None:
+                    missed(self, "exception" if exception else "around")
+
+    def _renew_compile_swap(self, module: Optional[torch.nn.Module]) -> None:
+        """Make code compiled for the module's previous hooks stop applying.
+
+        torch.compile skips its guards on a module's *empty* hook dicts and guards
+        a non-empty one by its length only, so code compiled before a hook was added
+        (or for another set of hooks) would keep running without it. What it does
+        guard is a forward set on the instance, by identity, dropping what it
+        compiled for one once that is collected. So while the module has natives
+        it holds a forward swap (see ``_patching``), a new one at each change; with
+        none it has none, and the code compiled for the hook-less module applies.
+        """
+        from ._patching import ForwardSwap
+
+        old, self._compile_swap = self._compile_swap, None
+        if self._natives and module is not None:
+            swap = ForwardSwap.acquire(module)
+            swap.renew()  # a new identity, even if pre hooks hold this swap already
+            self._compile_swap = swap
+        if old is not None:
+            old.release()
 
     def uninstall(self) -> None:
         """Remove every native hook this point installed, and forget per-call state."""
         with self._updating:
             self.attached = False
             module = self._module()
+            had_natives = bool(self._natives)
             for phase in list(self._natives):
                 self._sync(module, phase, False)
+            if had_natives and module is not None:
+                release_script_refusal(module)
+            if self._compile_swap is not None:
+                self._renew_compile_swap(module)
             for handle in self._grad_handles:
                 handle.remove()
             self._grad_handles = []
@@ -297,8 +348,6 @@ class ModulePoint:
         else:
             handle = module.register_full_backward_hook(self._on_backward)
         self._natives[phase] = handle
-        if self.on_install is not None:
-            self.on_install(self, phase)
 
     def _restore_backward_flag(self, module: torch.nn.Module) -> None:
         # torch marks a module "full backward" for good at the first such hook; put
@@ -365,12 +414,15 @@ class ModulePoint:
         if not self._shared:
             self._run(self._pre, self._pre_fast, ctx)
             if ctx.skipped or module is not self._module():
-                self._skip_forward(ctx, module, swap, sys._getframe(1))
+                self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
         stack = self._stack()
         if stack:
             stack = self._live_stack()
-        key = id(sys._getframe(1))  # torch's frame that calls the post dispatcher too
+        caller: Any = sys._getframe(1)  # torch's frame, which calls the post one too
+        if caller.f_code is _WITHOUT_KWARGS_CODE:  # see _torch_frame: inlined, per call
+            caller = caller.f_back.f_back
+        key = id(caller)
         started: List[Tuple[Handle, Any]] = _NO_STARTED
         if self._around:
             stack.append((key, None, _NO_STARTED))  # a set-up raising: nothing else runs
@@ -388,7 +440,7 @@ class ModulePoint:
         # torch calls the post dispatcher (always_call), which finds this entry.
         self._run(self._pre, self._pre_fast, ctx)
         if ctx.skipped or module is not self._module():
-            self._skip_forward(ctx, module, swap, sys._getframe(1))
+            self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
         new_args, new_kwargs = ctx.args, ctx.kwargs
         # Stored without the call's arguments (the post dispatcher gets them from torch,
         # as forward received them): an entry left behind keeps no input alive.
@@ -630,6 +682,16 @@ class ModulePoint:
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
 
 
+def _torch_frame(caller: Any) -> Any:
+    """The frame of torch's that called the pre dispatcher, ``caller`` or its caller.
+
+    A pre hook called without kwargs (a global pre hook always is) reaches
+    ``_on_pre`` again through ``_on_pre_without_kwargs``: the frame that keys the
+    call is the one that called the first ``_on_pre``.
+    """
+    return caller.f_back.f_back if caller.f_code is _WITHOUT_KWARGS_CODE else caller
+
+
 def _backward_arguments(*grad_output: Any) -> None:
     """The signature ``ctx.arguments`` binds to in backward hooks (never called)."""
 
@@ -652,6 +714,70 @@ class _GradientArguments:
 
 
 _GRADIENTS = _GradientArguments()
+
+_WITHOUT_KWARGS_CODE = ModulePoint._on_pre_without_kwargs.__code__
+
+
+def _any_call(*args: Any, **kwargs: Any) -> None:
+    """The signature ``ctx.arguments`` binds to on the every-module point (never called)."""
+
+
+class EveryModulePoint(ModulePoint):
+    """One hook point for every module call of every model: torch's global module hooks.
+
+    A :class:`ModulePoint` whose natives are torch's process-wide hooks
+    (``torch.nn.modules.module.register_module_forward_pre_hook`` and
+    ``register_module_forward_hook``), installed only while a bus hook matches it,
+    so that it costs nothing otherwise. ``ctx.target`` is the module being called.
+    torch calls a global pre hook without kwargs: pre hooks see ``ctx.args`` only.
+    """
+
+    __slots__ = ("_placeholder",)
+
+    kinds = ("around", "pre", "post", "exception")
+    kind = "every module"
+    skip_refusal = (
+        "ctx.skip() needs the module's own hook point: attach its model and register "
+        "there; hooks on every module cannot skip one"
+    )
+    _layout_of_any = layout_of(_any_call, "any module")
+
+    def __init__(self, bus: EventBus, name: str) -> None:
+        placeholder = nn.Identity()  # the point holds its module weakly: kept here
+        super().__init__(bus, name, placeholder)
+        self._placeholder = placeholder
+        self.where = "every module"
+
+    def layout(self) -> Layout:
+        """``ctx.arguments`` binds to ``(*args, **kwargs)``: modules differ."""
+        return self._layout_of_any
+
+    def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
+        from torch.nn.modules import module as torch_module
+
+        current = self._natives.get(phase)
+        if (current is not None) == want:
+            return
+        if current is not None:
+            current.remove()
+            del self._natives[phase]
+            # torch's handle forgets to remove its with_kwargs mark: a stale one makes
+            # every torch.compile'd module warn of global hooks for good.
+            torch_module._global_forward_hooks_with_kwargs.pop(current.id, None)
+            return
+        if phase == "pre":
+            handle = torch_module.register_module_forward_pre_hook(self._on_pre)
+        elif phase == "post":
+            handle = torch_module.register_module_forward_hook(
+                self._on_post, with_kwargs=True, always_call=True
+            )
+        else:  # no backward kinds here: never asked for
+            return
+        self._natives[phase] = handle
+
+    def __repr__(self) -> str:
+        state = "hooked" if self._natives else "no hooks"
+        return f"<EveryModulePoint {self.name!r} {state}>"
 
 
 # --- which module call a dispatcher runs in, told from the frames ----------------------
@@ -771,3 +897,143 @@ def remove_dispatchers(module: nn.Module, owner: Any, full_backward_flag: Option
             removed_backward = removed_backward or position >= 2
     if removed_backward and not (hooked._backward_hooks or hooked._backward_pre_hooks):
         module._is_full_backward_hook = full_backward_flag
+
+
+# --- TorchScript: a clear refusal instead of an error inside hookbus --------------------
+
+# torch.jit.script compiles a module's forward hooks as TorchScript; hookbus's native
+# hooks are Python it cannot compile ("try blocks aren't supported", pointing into
+# hookbus). It calls ``module.__prepare_scriptable__()`` on every module first, so a
+# module with hookbus hooks holds one, as an instance attribute, that refuses clearly.
+_refusals: weakref.WeakKeyDictionary[nn.Module, List[Any]] = weakref.WeakKeyDictionary()
+_refusals_lock = threading.Lock()  # counts only; no user code runs under it
+_PREPARE = "__prepare_scriptable__"
+
+
+def hold_script_refusal(module: nn.Module) -> None:
+    """Make ``torch.jit.script`` refuse ``module`` clearly while hookbus hooks are on it.
+
+    Every call needs a :func:`release_script_refusal`; the last removes the attribute.
+    """
+    with _refusals_lock:
+        held = _refusals.get(module)
+        if held is None:
+            refusal = ScriptRefusal(module)
+            if vars(module).setdefault(_PREPARE, refusal) is not refusal:
+                return  # the module has one of its own: left alone
+            held = _refusals[module] = [0, refusal]
+        held[0] += 1
+
+
+def release_script_refusal(module: nn.Module) -> None:
+    """Undo one :func:`hold_script_refusal`."""
+    with _refusals_lock:
+        held = _refusals.get(module)
+        if held is None:
+            return
+        held[0] -= 1
+        if held[0] <= 0:
+            del _refusals[module]
+            attributes = vars(module)
+            if attributes.get(_PREPARE) is held[1]:
+                del attributes[_PREPARE]
+
+
+def _hookbus_hooks(module: nn.Module) -> List[Tuple[Any, Any]]:
+    """``(owner, name)`` of every hookbus native hook in ``module``'s hook dicts."""
+    hooked: Any = module
+    found: List[Tuple[Any, Any]] = []
+    for hooks in (
+        hooked._forward_pre_hooks,
+        hooked._forward_hooks,
+        hooked._backward_pre_hooks,
+        hooked._backward_hooks,
+    ):
+        for hook in list(hooks.values()):
+            owner = getattr(hook, "__self__", None)
+            if type(owner).__module__.startswith("hookbus."):
+                found.append((owner, getattr(owner, "name", None)))
+    return found
+
+
+def _is_live(owner: Any) -> bool:
+    # A copy's point is not attached, a copy's capture hook records nothing, a copy's
+    # operation site is inert: they remove themselves at their module's first call.
+    return (
+        bool(getattr(owner, "attached", True))
+        and not getattr(owner, "inert", False)
+        and callable(getattr(owner, "record", len))
+    )
+
+
+def _scripted_root(module: nn.Module) -> nn.Module:
+    """What ``torch.jit.script`` was given (it prepares submodules from there), so
+    that the refusal names every hooked module of it; ``module`` if not found."""
+    root = module
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "call_prepare_scriptable_func":
+            found = frame.f_locals.get("obj")
+            if isinstance(found, nn.Module):
+                root = found
+        frame = frame.f_back
+    return root
+
+
+class ScriptRefusal:
+    """``module.__prepare_scriptable__`` while hookbus hooks are on ``module``.
+
+    Called by ``torch.jit.script`` before it compiles anything. A copied module
+    (``copy.deepcopy``, pickle) gets one too: there it removes the copy's inert
+    hookbus hooks and itself, and scripting goes on.
+
+    Example:
+        >>> import torch, hookbus, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> with hookbus.torch.capture(model):
+        ...     torch.jit.script(model)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        RuntimeError: torch.jit.script cannot compile a model while hookbus hooks are ...
+    """
+
+    __slots__ = ("_module",)
+
+    def __init__(self, module: Optional[nn.Module]) -> None:
+        self._module = weakref.ref(module) if module is not None else None
+
+    def __call__(self) -> nn.Module:
+        module = self._module() if self._module is not None else None
+        if module is None:
+            raise RuntimeError("hookbus: the module of this TorchScript refusal was collected")
+        names: List[str] = []
+        subs: List[nn.Module] = list(_scripted_root(module).modules())
+        for sub in subs:
+            for owner, name in _hookbus_hooks(sub):
+                if _is_live(owner):
+                    names.append(str(name))
+                else:  # a copy's inert hook
+                    remove_dispatchers(sub, owner, getattr(owner, "_full_backward_flag", None))
+        if names:
+            shown = ", ".join(repr(name) for name in dict.fromkeys(names))
+            raise RuntimeError(
+                f"torch.jit.script cannot compile a model while hookbus hooks are on it: "
+                f"TorchScript compiles a module's forward hooks, and hookbus's are Python "
+                f"it cannot compile. Modules with hookbus hooks: {shown}. Remove them "
+                f"first (handle.remove(), net.detach(), or leave the capture's with "
+                f"block), then script the model; hooks put back afterwards do not reach "
+                f"the scripted copy"
+            )
+        attributes = vars(module)
+        if attributes.get(_PREPARE) is self:
+            del attributes[_PREPARE]  # a copy's: it never had hooks of its own
+        own: Any = getattr(type(module), _PREPARE, None)
+        return own(module) if own is not None else module
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> ScriptRefusal:
+        # copy.deepcopy of the module memoizes the copy before copying its __dict__.
+        copied = memo.get(id(self._module())) if self._module is not None else None
+        return ScriptRefusal(copied if isinstance(copied, nn.Module) else None)
+
+    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
+        return (ScriptRefusal, (self._module() if self._module is not None else None,))

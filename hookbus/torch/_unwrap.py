@@ -10,10 +10,10 @@ the wrappers, and a selector written for the bare model works on the wrapped one
 FSDP2 (``fully_shard``) and ``gradient_checkpointing_enable()`` insert no module
 and change no name.
 
-A ``torch.compile``'d model is unwrapped to the module that runs; since torch
-may ignore hooks added to it later, the adapter warns, and its warnings, like
-all of ``hookbus.torch``'s, point at the user's line, outside the wrappers and
-outside hookbus (:func:`stacklevel_outside_hookbus`).
+A ``torch.compile``'d model is unwrapped to the module that runs; torch runs
+no hook on its forward's error path, so the adapter warns of exception hooks
+there, and its warnings, like all of ``hookbus.torch``'s, point at the user's
+line, outside the wrappers and outside hookbus (:func:`stacklevel_outside_hookbus`).
 """
 
 from __future__ import annotations
@@ -182,7 +182,10 @@ def bare_names(model: nn.Module) -> Dict[str, str]:
 
 
 class CompiledModelWarning(UserWarning):
-    """Hooks were installed on a ``torch.compile``'d model: torch may ignore them.
+    """Hooks that a ``torch.compile``'d model never runs: exception hooks (and the
+    error path of around hooks), since torch skips hooks on a forward's error path
+    while compiling. Other hooks take effect, even when added after the compiled
+    model first ran (hookbus makes torch recompile the code that calls the module).
 
     Example:
         >>> import warnings, hookbus.torch
@@ -203,15 +206,20 @@ def unwrap(model: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else model
 
 
-def warn_hook_on_compiled(module_name: str, phase: str) -> None:
-    """Warn that a native ``phase`` hook went on module ``module_name`` of a compiled model."""
+def warn_hook_on_compiled(module_name: str, kind: str) -> None:
+    """Warn that ``kind`` hooks on module ``module_name`` of a compiled model won't run.
+
+    Other hooks take effect on a compiled model, even one that ran before they
+    were added (``ModulePoint.recompile_on_change``): only a forward's error path
+    is skipped while compiling.
+    """
+    what = "exception hooks" if kind == "exception" else "around hooks' teardown after an error"
     warnings.warn(
-        f"hookbus.torch: a native {phase} hook was installed on module {module_name!r} "
-        f"of a torch.compile'd model. If the compiled model already ran while it had no "
-        f"hooks, torch ignores hooks added since "
-        f"(torch._dynamo.config.skip_nnmodule_hook_guards): "
-        f"register hooks before its first call, or call torch._dynamo.reset(). A model "
-        f"that had hooks then recompiles at each change instead.",
+        f"hookbus.torch: {kind} hooks went on module {module_name!r} of a "
+        f"torch.compile'd model, and torch runs no hook on a forward's error path while "
+        f"compiling (always_call hooks): its {what} will not run when the compiled "
+        f"model raises. Run the eager model (compiled._orig_mod) where errors matter, "
+        f"or catch the error around the compiled call",
         CompiledModelWarning,
         stacklevel=stacklevel_outside_hookbus(),
     )

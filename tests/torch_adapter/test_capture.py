@@ -168,6 +168,7 @@ def test_a_capture_installs_one_plain_native_forward_hook_per_selected_module(
     assert hook_state(net) == before
 
 
+@pytest.mark.filterwarnings("ignore:hookbus.torch. capture:RuntimeWarning")  # ran nothing
 def test_a_call_under_way_when_the_capture_ends_records_nothing() -> None:
     net = TutorialNet()
     with hookbus.torch.capture(net, "fc1") as cache:
@@ -192,13 +193,15 @@ def test_record_calls_are_indexed_by_position_even_after_racing_threads() -> Non
     assert [call.index for call in record.calls] == [0, 1]
 
 
-def test_a_capture_on_a_compiled_model_under_warnings_as_errors_leaves_no_hook() -> None:
+def test_a_capture_on_a_compiled_model_warns_nothing_and_leaves_no_hook() -> None:
+    # Its hooks take effect (a forward swap makes torch recompile): nothing to warn.
     net = TutorialNet()
     before = hook_state(net)
-    compiled = torch.compile(net)
+    compiled = torch.compile(net, backend="eager")
     with warnings.catch_warnings():
-        warnings.simplefilter("error", hookbus.torch.CompiledModelWarning)
-        capture = hookbus.torch.capture(compiled, nn.Linear)  # hooks go in at the with
-        with pytest.raises(hookbus.torch.CompiledModelWarning), capture:
-            pass
+        warnings.simplefilter("error")
+        with hookbus.torch.capture(compiled, nn.Linear) as cache:
+            compiled(torch.ones(1, 2))
+    assert list(cache) == ["fc1", "fc2"]
     assert hook_state(net) == before
+    assert "forward" not in vars(net.fc1)

@@ -35,9 +35,9 @@ def test_a_compile_warning_turned_error_undoes_the_registration() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", hookbus.torch.CompiledModelWarning)
         with pytest.raises(hookbus.torch.CompiledModelWarning):
-            attached.post("0", _noop)
+            attached.exception("0", _noop)  # torch skips them under compile: warned
         with pytest.raises(hookbus.torch.CompiledModelWarning):
-            bus.pre("2", _noop)  # through the bus by name: the same
+            bus.exception("2", _noop)  # through the bus by name: the same
     assert bus.hooks() == []
     assert attached.hooks() == []
     assert hook_state(model) == before
@@ -59,7 +59,7 @@ def test_the_compile_warning_runs_with_no_bus_lock_held() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = show
-            attached.post("0", _noop)
+            attached.exception("0", _noop)
 
     thread = threading.Thread(target=register, daemon=True)
     thread.start()
@@ -73,7 +73,7 @@ def test_the_compile_warning_points_at_the_callers_line() -> None:
     model = _model()
     attached = hookbus.torch.attach(torch.compile(model, backend="eager"), hookbus.EventBus())
     with pytest.warns(hookbus.torch.CompiledModelWarning) as caught:
-        attached.post("0", _noop)
+        attached.exception("0", _noop)
     assert caught[0].filename == __file__
     attached.detach()
 

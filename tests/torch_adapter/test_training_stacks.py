@@ -319,6 +319,7 @@ def _scenario(ranks: List[Dict[str, Any]], name: str) -> List[Dict[str, Any]]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.filterwarnings("ignore:hookbus.torch. capture:RuntimeWarning")  # ran nothing
 def test_a_hooked_model_passed_to_mp_spawn_arrives_without_hooks(
     ranks: List[Dict[str, Any]],
 ) -> None:
