@@ -81,7 +81,7 @@ def cases() -> List[Case]:
     bare, x = _model("sdpa")
     selected = copy.deepcopy(bare)
     net = hookbus.torch.attach(selected, hookbus.EventBus())
-    net.operations("transformer.h.*.attn", "scaled_dot_product_attention", "softmax")
+    net.operations("transformer.h.*.attn", "scaled_dot_product_attention")
     _Forward(selected, x)()  # the forward that finds the calls
     found += [
         Case("ops idle/bare", "forward()", {"forward": _Forward(bare, x)}),
