@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import torch
 from torch import nn
+from torch_helpers import tiny_gpt2
 
 import hookbus.torch
 
@@ -26,12 +27,7 @@ class SeqNet(nn.Module):
 
 
 def _gpt2() -> Any:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 def _native_outputs(model: nn.Module, names: List[str], run: Any) -> Dict[str, List[Any]]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
-from torch_helpers import TutorialNet, hook_state
+from torch_helpers import TutorialNet, hook_state, tiny_gpt2
 
 import hookbus
 import hookbus.torch
@@ -26,12 +26,7 @@ from hookbus.torch._tree import iter_tensors
 
 
 def _gpt2() -> Any:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 # --- 10: a capture never entered ------------------------------------------------------

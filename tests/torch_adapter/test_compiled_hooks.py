@@ -15,27 +15,16 @@ from typing import Any, Dict, List
 import pytest
 import torch
 from torch import nn
-from torch_helpers import hook_state
+from torch_helpers import SmallNet, hook_state, tiny_gpt2
 
 import hookbus
 import hookbus.torch
 from hookbus import CallContext
 
 
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = nn.Linear(4, 8)
-        self.act = nn.ReLU()
-        self.out = nn.Linear(8, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.act(self.inp(x)))
-
-
 def _net() -> nn.Module:
     torch.manual_seed(0)
-    return Net().eval()
+    return SmallNet().eval()
 
 
 def _sequential() -> nn.Module:
@@ -44,13 +33,7 @@ def _sequential() -> nn.Module:
 
 
 def _gpt2() -> Any:
-    transformers = pytest.importorskip("transformers")
-    transformers.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 def _eager_outputs(model: nn.Module, names: List[str], run: Any) -> Dict[str, Any]:

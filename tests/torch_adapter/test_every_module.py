@@ -12,21 +12,11 @@ import pytest
 import torch
 from torch import nn
 from torch.nn.modules import module as torch_module
+from torch_helpers import SmallNet, tiny_gpt2
 
 import hookbus
 import hookbus.torch
 from hookbus import CallContext
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = nn.Linear(4, 8)
-        self.act = nn.ReLU()
-        self.out = nn.Linear(8, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.act(self.inp(x)))
 
 
 class Log(nn.Module):
@@ -36,17 +26,11 @@ class Log(nn.Module):
 
 def _net() -> nn.Module:
     torch.manual_seed(0)
-    return Net().eval()
+    return SmallNet().eval()
 
 
 def _gpt2() -> Any:
-    transformers = pytest.importorskip("transformers")
-    transformers.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 def _no_global_hooks() -> bool:
@@ -141,8 +125,8 @@ def test_pre_hooks_see_and_replace_args_and_around_hooks_nest() -> None:
         out = model(x)
     assert torch.allclose(out, model.out.bias.expand(3, 2), atol=1e-6)
     assert events == [
-        "enter Net", "enter Linear", "exit Linear", "enter ReLU", "exit ReLU",
-        "enter Linear", "exit Linear", "exit Net",
+        "enter SmallNet", "enter Linear", "exit Linear", "enter ReLU", "exit ReLU",
+        "enter Linear", "exit Linear", "exit SmallNet",
     ]  # fmt: skip
 
 
@@ -154,7 +138,7 @@ def test_exception_hooks_see_each_failing_module_and_the_error_propagates() -> N
         every.post(lambda ctx: None)  # torch calls it with the wrong arity on errors
         with pytest.raises(RuntimeError, match=r"shapes|size"):
             model(torch.randn(3, 5))
-    assert failing == ["Linear", "Net"]  # innermost first, as the error leaves them
+    assert failing == ["Linear", "SmallNet"]  # innermost first, as the error leaves them
 
 
 def test_priorities_handles_and_hooks_registered_by_name_before() -> None:

@@ -16,7 +16,7 @@ from typing import Any, List
 import pytest
 import torch
 from torch import nn
-from torch_helpers import hook_state
+from torch_helpers import hook_state, tiny_gpt2
 
 import hookbus
 import hookbus.torch
@@ -49,11 +49,7 @@ class Net(nn.Module):
 
 @pytest.fixture(scope="module")
 def gpt2() -> Any:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Any, List
 import pytest
 import torch
 from torch import nn
-from torch_helpers import TutorialNet, hook_state, native_hooks
+from torch_helpers import TutorialNet, hook_state, native_hooks, tiny_gpt2
 
 import hookbus
 import hookbus.torch
@@ -27,11 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def gpt2() -> nn.Module:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 def _halve(ctx: CallContext) -> None:

@@ -14,26 +14,15 @@ from typing import Any, Tuple
 import pytest
 import torch
 from torch import nn
-from torch_helpers import hook_state
+from torch_helpers import SmallNet, hook_state
 
 import hookbus
 import hookbus.torch
 
 
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = nn.Linear(4, 8)
-        self.act = nn.ReLU()
-        self.out = nn.Linear(8, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.act(self.inp(x)))
-
-
-def _net() -> Net:
+def _net() -> SmallNet:
     torch.manual_seed(0)
-    return Net().eval()
+    return SmallNet().eval()
 
 
 def _typed_pre_hook(module: nn.Module, inputs: Tuple[torch.Tensor]) -> None:

@@ -13,6 +13,7 @@ from typing import Any, List
 import pytest
 import torch
 from torch import nn
+from torch_helpers import tiny_gpt2
 
 import hookbus
 import hookbus.torch
@@ -53,11 +54,7 @@ def net() -> Net:
 
 @pytest.fixture(scope="module")
 def gpt2() -> Any:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Dict
 
+import pytest
 import torch
 from torch import nn
 
@@ -23,6 +24,34 @@ class TutorialNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu6(self.fc2(self.relu(self.fc1(x))))
+
+
+class SmallNet(nn.Module):
+    """A hand-written model: Linear(4, 8), ReLU, Linear(8, 2), named inp, act, out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.inp(x)))
+
+
+def tiny_gpt2(**config: Any) -> nn.Module:
+    """A random Hugging Face GPT2LMHeadModel, 2 layers of width 32, seed 0, eval mode.
+
+    No download: built from a tiny config (``config`` overrides its fields). The
+    test is skipped where transformers is not installed.
+    """
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    fields: Dict[str, Any] = dict(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64)
+    fields.update(config)
+    model: nn.Module = transformers.GPT2LMHeadModel(transformers.GPT2Config(**fields)).eval()
+    return model
 
 
 def native_hooks(model: nn.Module) -> Dict[str, int]:
