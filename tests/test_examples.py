@@ -76,17 +76,12 @@ def test_core_example_runs(name: str) -> None:
     assert "example: ok" in result.stdout
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=needs_torch) for n in TORCH_EXAMPLES])
-def test_torch_example_runs(name: str) -> None:
-    result = run(name)
-    assert result.returncode == 0, result.stderr
-    assert "example: ok" in result.stdout
-
-
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=needs_transformers) for n in GPT2_EXAMPLES]
+    "name",
+    [pytest.param(n, marks=needs_torch) for n in TORCH_EXAMPLES]
+    + [pytest.param(n, marks=needs_transformers) for n in GPT2_EXAMPLES],
 )
-def test_gpt2_example_runs(name: str) -> None:
+def test_torch_example_runs(name: str) -> None:
     result = run(name)
     assert result.returncode == 0, result.stderr
     assert "example: ok" in result.stdout
