@@ -68,7 +68,9 @@ from ._point import running_calls
 from ._tree import Path
 from ._unwrap import ModuleName, _current_cache, _wrapped_attribute, unwrap, walk
 
-__all__ = ["ForwardSwap", "Positions", "Replacement", "is_swapped", "patch"]
+__all__ = [
+    "ForwardSwap", "Positions", "Replacement", "is_swapped", "patch", "remove_copied_forward",
+]  # fmt: skip
 
 Replacement = Callable[[nn.Module, Tuple[Any, ...], Dict[str, Any]], Any]
 """``replacement(module, args, kwargs)``: what a swapped forward returns instead of running."""
@@ -304,10 +306,16 @@ class _CopiedForward:
         module = self._module() if self._module is not None else None
         if module is None:
             raise RuntimeError("a copied module's forward stand-in lost its module")
-        attributes = vars(module)
-        if attributes.get("forward") is self:
-            del attributes["forward"]
+        remove_copied_forward(module)
         return type(module).forward(module, *args, **kwargs)
+
+
+def remove_copied_forward(module: nn.Module) -> None:
+    """Remove a copied module's stand-in forward, if it has one (TorchScript, which
+    compiles an instance's ``forward``, can't compile the stand-in)."""
+    attributes = vars(module)
+    if isinstance(attributes.get("forward"), _CopiedForward):
+        del attributes["forward"]
 
 
 def is_swapped(module: nn.Module) -> bool:

@@ -1006,9 +1006,12 @@ class ScriptRefusal:
         module = self._module() if self._module is not None else None
         if module is None:
             raise RuntimeError("hookbus: the module of this TorchScript refusal was collected")
+        from ._patching import remove_copied_forward  # _patching imports this module
+
         names: List[str] = []
         subs: List[nn.Module] = list(_scripted_root(module).modules())
         for sub in subs:
+            remove_copied_forward(sub)  # a copy's: the original's live swap is no stand-in
             for owner, name in _hookbus_hooks(sub):
                 if _is_live(owner):
                     names.append(str(name))

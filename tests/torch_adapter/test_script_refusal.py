@@ -9,7 +9,7 @@ pointing into hookbus's source; now ``__prepare_scriptable__`` (which
 from __future__ import annotations
 
 import copy
-from typing import Any, Tuple
+from typing import Any, Iterator, Tuple
 
 import pytest
 import torch
@@ -18,6 +18,7 @@ from torch_helpers import SmallNet, hook_state
 
 import hookbus
 import hookbus.torch
+from hookbus import CallContext
 
 
 def _net() -> SmallNet:
@@ -81,6 +82,25 @@ def test_a_copy_of_a_hooked_model_scripts_it_carries_no_hook() -> None:
     with pytest.raises(RuntimeError, match="hookbus hooks"):
         torch.jit.script(model)  # the original still has its hooks
     net.detach()
+
+
+@pytest.mark.parametrize("kind", ["pre", "around", "post"])
+def test_a_copy_scripts_whatever_kind_of_hook_the_original_has(kind: str) -> None:
+    # A pre hook gives the module a swappable forward; its copy holds a stand-in,
+    # which TorchScript cannot compile: the copy must drop it too.
+    model = _net()
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    getattr(net, kind)("inp", _around if kind == "around" else (lambda ctx: None))
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 4)
+    assert torch.allclose(torch.jit.script(twin)(x), model(x), atol=1e-6)
+    assert all("forward" not in vars(m) for m in twin.modules())
+    assert hook_state(twin) == hook_state(_net())
+    net.detach()
+
+
+def _around(ctx: CallContext) -> Iterator[None]:
+    yield
 
 
 def test_a_modules_own_prepare_scriptable_still_runs() -> None:
