@@ -115,6 +115,11 @@ class steps(Removable):  # remove(), and ``with`` removes on exit
             ...     hook(None)
             ran
         """
+        if not callable(hook):
+            raise TypeError(
+                f"steps.only() takes a callable hook, got {type(hook).__name__}: pass the "
+                f"function itself, as to bus.post"
+            )
         checked: Tuple[Tuple[str, object], ...] = (("start", start), ("stop", stop))
         for option, value in checked:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -122,8 +127,23 @@ class steps(Removable):  # remove(), and ``with`` removes on exit
                     f"steps.only() option {option}= takes an int"
                     f"{' or None' if option == 'stop' else ''}, got {type(value).__name__}"
                 )
+            if value is not None and value < 0:
+                # Not Python's "from the end": how many steps a generation takes is
+                # not known while it runs.
+                raise ValueError(
+                    f"steps.only() option {option}= takes an int >= 0, got {value}: steps "
+                    f"count from 0 (the prompt), and a count from the end is not known "
+                    f"while generating"
+                )
 
         def on_steps(ctx: CallContext) -> None:
+            if not self._active:  # its index stopped counting: it would run on any step
+                raise RuntimeError(
+                    "a hook wrapped by steps.only() ran after its steps() block had "
+                    "ended; remove the hook with the block (register it inside, with "
+                    "'with net.post(...):'), or open a new steps() block and wrap the "
+                    "hook with its only()"
+                )
             index = self.index
             if index >= start and (stop is None or index < stop):
                 hook(ctx)
@@ -131,6 +151,11 @@ class steps(Removable):  # remove(), and ``with`` removes on exit
         on_steps.__name__ = f"only_steps({getattr(hook, '__name__', 'hook')})"
         on_steps.__qualname__ = on_steps.__name__
         return on_steps
+
+    def __enter__(self) -> steps:
+        if not self._active:  # its hook is gone: it would never count again
+            raise RuntimeError(f"this steps() block ({self!r}) has ended; open a new one")
+        return self
 
     def remove(self) -> None:
         """Stop counting and put ``generate`` back; idempotent."""

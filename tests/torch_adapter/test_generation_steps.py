@@ -179,3 +179,45 @@ def test_steering_a_hand_written_generate_from_step_1_equals_hand_written_counti
             torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
         torch.testing.assert_close(got_logits[0], plain_logits[0], rtol=0, atol=1e-6)
         assert not torch.allclose(got_logits[1], plain_logits[1])
+
+
+def test_a_hook_of_only_refuses_to_run_after_its_block_ended(gpt2: Any) -> None:
+    # It used to keep firing with the last index frozen: steering the prompt too.
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(gpt2, bus)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    with hookbus.torch.steps(gpt2) as step:
+        gpt2.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    seen: List[int] = []
+    late = step.only(lambda ctx: seen.append(1), start=1)
+    with (
+        net.post("transformer.h.0", late),
+        pytest.raises(RuntimeError, match=r"ran after its steps\(\) block had ended"),
+    ):
+        gpt2(prompt)
+    assert seen == []
+    net.detach()
+
+
+def test_a_finished_steps_block_cannot_be_entered_again() -> None:
+    model = nn.Linear(1, 1)
+    counter = hookbus.torch.steps(model)
+    with counter:
+        model(torch.ones(1, 1))
+    with pytest.raises(RuntimeError, match="has ended; open a new one"), counter:
+        pass  # pragma: no cover - never entered
+
+
+@pytest.mark.parametrize(
+    ("hook", "options", "error", "words"),
+    [
+        ("steer", {}, TypeError, "takes a callable hook, got str"),
+        (None, {"start": -1}, ValueError, "start= takes an int >= 0, got -1"),
+        (None, {"start": 0, "stop": -2}, ValueError, "stop= takes an int >= 0"),
+    ],
+)
+def test_only_checks_its_arguments_when_called(
+    hook: Any, options: Any, error: type, words: str
+) -> None:
+    with hookbus.torch.steps(nn.Linear(1, 1)) as step, pytest.raises(error, match=words):
+        step.only(hook if hook is not None else (lambda ctx: None), **options)
