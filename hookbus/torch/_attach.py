@@ -228,10 +228,7 @@ def attach(
     """
     if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
-    if bus is None:
-        from .. import default_bus
-
-        bus = default_bus
+    bus = _bus_or_default(bus, "attach()")
     if not isinstance(prefix, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
     if prefix:
@@ -954,6 +951,20 @@ class Attachment(Removable):
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
 
 
+def _bus_or_default(bus: Optional[EventBus], caller: str) -> EventBus:
+    """``bus``, ``hookbus.default_bus`` for ``None``; anything else is refused."""
+    if bus is None:
+        from .. import default_bus
+
+        return default_bus
+    if not isinstance(bus, EventBus):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(
+            f"{caller} takes a hookbus.EventBus as bus (or None: hookbus.default_bus), "
+            f"got {type(bus).__name__}"
+        )
+    return bus
+
+
 def _literal(name: str) -> str:
     """``name`` as a glob pattern that matches exactly ``name`` (fnmatch's escape)."""
     if not is_pattern(name):
@@ -1010,9 +1021,9 @@ def every_module(bus: Optional[EventBus] = None, *, name: str = "<modules>") -> 
     the last (so it costs nothing otherwise); :meth:`EveryModule.remove` removes them
     and the hooks registered through it. torch runs global hooks before a module's
     own, and calls a global pre hook without the call's kwargs: pre hooks see
-    ``ctx.args`` only. They cannot ``ctx.skip()`` a module. Under ``torch.compile``
-    they see only the modules that run eagerly: register them before the compiled
-    model's first call.
+    ``ctx.args`` only. They cannot ``ctx.skip()`` a module. Under ``torch.compile``,
+    register them before a ``torch.compile(model)`` wrapper's first call: torch
+    does not guard on global hooks, and after it they see only the wrapper's call.
 
     Example:
         >>> import hookbus, torch, hookbus.torch
@@ -1025,11 +1036,15 @@ def every_module(bus: Optional[EventBus] = None, *, name: str = "<modules>") -> 
         ReLU
         Sequential
     """
-    if bus is None:
-        from .. import default_bus
-
-        bus = default_bus
+    bus = _bus_or_default(bus, "every_module()")
     check_name(name, "hook point name", allow_pattern=False)
+    taken = bus.registry.points(name)  # a module of an attached model, say
+    if taken and not all(isinstance(point, EveryModulePoint) for point in taken):
+        raise ValueError(
+            f"{name!r} is already a hook point of {bus!r} ({taken[0]!r}): every_module() "
+            f"needs a name of its own (the default is '<modules>'), else hooks on that "
+            f"point would run for every module and twice for it"
+        )
     existing = _every.get((id(bus), name))
     if existing is not None and existing.active:
         raise ValueError(

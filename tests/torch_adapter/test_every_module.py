@@ -213,3 +213,29 @@ def test_counting_calls_per_class_matches_a_raw_global_pre_hook() -> None:
         model(ids)
     assert counts == raw
     assert counts["GPT2Block"] == 2
+
+
+def test_a_name_that_is_already_a_modules_point_is_refused() -> None:
+    # It used to be accepted: hooks on "0" then ran for every module, and twice for 0.
+    bus = hookbus.EventBus()
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    net = hookbus.torch.attach(model, bus)
+    with pytest.raises(ValueError, match=r"'0' is already a hook point .* a name of its own"):
+        hookbus.torch.every_module(bus, name="0")
+    assert [point.name for point in bus.registry.points("0")] == ["0"]
+    net.detach()
+    with hookbus.torch.every_module(bus, name="0") as every:  # no module named so now
+        assert every.active
+
+
+@pytest.mark.parametrize("make", ["attach", "every_module"])
+def test_a_bus_that_is_not_an_event_bus_is_refused_naming_what_is_accepted(make: str) -> None:
+    model = nn.Linear(1, 1)
+    calls = {
+        "attach": lambda: hookbus.torch.attach(model, "bus"),  # type: ignore[arg-type]
+        "every_module": lambda: hookbus.torch.every_module("bus"),  # type: ignore[arg-type]
+    }
+    with pytest.raises(TypeError, match=r"takes a hookbus.EventBus as bus .*got str"):
+        calls[make]()
+    assert not model._forward_hooks
+    assert not model._forward_pre_hooks
