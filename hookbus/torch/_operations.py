@@ -32,6 +32,7 @@ Operations are told apart by ``__name__``: ``torch.softmax``,
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import sys
 import threading
@@ -337,7 +338,8 @@ class OperationSite:
             if missing:
                 warnings.warn(
                     f"hookbus.torch: the forward of {self.name!r} called no "
-                    f"{', '.join(missing)}: it has no operation point by that name. Select "
+                    f"{', '.join(missing)}{_close_functions(missing)}: it has no operation "
+                    f"point by that name. Select "
                     f"the name the code calls (torch.matmul is 'matmul', a @ b is "
                     f"'__matmul__'; an attention implementation may call other functions)",
                     RuntimeWarning,
@@ -395,6 +397,23 @@ class OperationSite:
 
     def __repr__(self) -> str:
         return f"<OperationSite {self.name!r} {sorted(self.selected)}>"
+
+
+def _close_functions(names: List[str]) -> str:
+    """``" (did you mean 'softmax'?)"`` for names close to a torch function's, else ``""``.
+
+    Run when a discovery forward found a selected name never called (rare): the
+    names are those of torch, ``torch.nn.functional`` and ``Tensor`` methods.
+    """
+    known = {*dir(torch), *dir(torch.nn.functional), *dir(torch.Tensor)}
+    close = [
+        found[0]
+        for name in names
+        if name not in known
+        for found in [difflib.get_close_matches(name, known, n=1, cutoff=0.8)]
+        if found
+    ]
+    return f" (did you mean {' and '.join(map(repr, close))}?)" if close else ""
 
 
 class _Operation:

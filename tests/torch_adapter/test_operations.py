@@ -544,3 +544,14 @@ def test_gpt2_gradients_flow_through_a_replaced_pattern(bus: hookbus.EventBus) -
     for (name, got), want in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-6, msg=name)
     assert model.transformer.h[0].attn.c_attn.weight.grad.abs().sum() > 0
+
+
+def test_a_misspelled_operation_is_named_with_the_torch_function_it_is_close_to(
+    bus: hookbus.EventBus,
+) -> None:
+    model = Net()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("attn", "sofmax", "matmull")
+    with pytest.warns(RuntimeWarning, match=r"did you mean 'matmul' and 'softmax'\?"):
+        model(X)
+    net.detach()
