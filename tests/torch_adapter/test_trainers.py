@@ -76,6 +76,17 @@ class StopAt:
             runner.stop()
 
 
+def assert_two_epochs_of_four_iters(recorder: Recorder, metric: str) -> None:
+    """What every trainer's run of 2 epochs of 4 iterations gives a subscriber."""
+    assert [(e, i) for e, i, _ in recorder.iters] == [
+        (e, e * 4 + i) for e in (0, 1) for i in range(4)
+    ]  # (epoch, global iteration), in order
+    assert all(isinstance(loss, float) for _, _, loss in recorder.iters)
+    assert isinstance(recorder.metrics[0][metric], float)
+    assert len(recorder.runners) == 1
+    assert recorder.finished_iters == 8
+
+
 def mapped(native: List[str], table: Dict[str, List[str]]) -> List[str]:
     return [event for point in native for event in table.get(point, [])]
 
@@ -154,14 +165,8 @@ def test_hf_trainer_emits_the_mapped_events(tmp_path: Path) -> None:
     assert recorder.events[:4] == ["before_run", "before_train", "before_train_epoch",
                                    "before_train_iter"]  # fmt: skip
     assert recorder.events[-2:] == ["after_train", "after_run"]
-    assert [(e, i) for e, i, _ in recorder.iters] == [
-        (e, e * 4 + i) for e in (0, 1) for i in range(4)
-    ]
-    assert all(isinstance(loss, float) for _, _, loss in recorder.iters)
     assert len(recorder.metrics) == 2  # one evaluation per epoch
-    assert isinstance(recorder.metrics[0]["eval_loss"], float)
-    assert len(recorder.runners) == 1
-    assert recorder.finished_iters == 8
+    assert_two_epochs_of_four_iters(recorder, "eval_loss")
 
 
 def test_hf_trainer_stops_when_a_hook_asks(tmp_path: Path) -> None:
@@ -264,13 +269,7 @@ def test_lightning_emits_the_mapped_events(tmp_path: Path) -> None:
     # Lightning validates before its on_train_epoch_end (documented in the table).
     epoch_end = recorder.events.index("after_train_epoch")
     assert recorder.events[epoch_end - 1] == "after_val"
-    assert [(e, i) for e, i, _ in recorder.iters] == [
-        (e, e * 4 + i) for e in (0, 1) for i in range(4)
-    ]
-    assert all(isinstance(loss, float) for _, _, loss in recorder.iters)
-    assert isinstance(recorder.metrics[0]["val_loss"], float)
-    assert len(recorder.runners) == 1
-    assert recorder.finished_iters == 8
+    assert_two_epochs_of_four_iters(recorder, "val_loss")
 
 
 def test_lightning_stops_when_a_hook_asks(tmp_path: Path) -> None:
@@ -374,13 +373,7 @@ def test_mmengine_emits_the_same_named_events(tmp_path: Path) -> None:
         "before_save_checkpoint",
         "before_val",
     ]
-    assert [(e, i) for e, i, _ in recorder.iters] == [
-        (e, e * 4 + i) for e in (0, 1) for i in range(4)
-    ]
-    assert all(isinstance(loss, float) for _, _, loss in recorder.iters)
-    assert isinstance(recorder.metrics[0]["mse"], float)
-    assert len(recorder.runners) == 1
-    assert recorder.finished_iters == 8
+    assert_two_epochs_of_four_iters(recorder, "mse")
 
 
 def test_mmengine_stops_at_the_end_of_the_epoch_a_hook_asked_in(tmp_path: Path) -> None:
