@@ -366,7 +366,7 @@ def compare(args: argparse.Namespace, sides: List[Side], out: IO[str]) -> int:
     if args.fail_over is None:
         return 0
     failing = [row for row in rows if row.worse_by_more_than(args.fail_over / 100)]
-    print(f"--fail-over {args.fail_over:g}: {len(failing)} rows over.", file=out)
+    print(f"--fail-over {args.fail_over:g}: {len(failing)} of {len(rows)} rows over.", file=out)
     return 1 if failing else 0
 
 
