@@ -173,11 +173,10 @@ def checkouts(base: str, head: Optional[str]) -> Iterator[List[Side]]:
             sides.append(Side(name, f"{revision} ({commit[:10]})", path))
         yield sides
     finally:
+        # Each worktree by name: the repository is shared, so no `git worktree prune`.
         for path in made:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], check=False)
         shutil.rmtree(temp, ignore_errors=True)
-        if made:
-            subprocess.run(["git", "-C", ROOT, "worktree", "prune"], check=False)
 
 
 def _interval_rank(n: int) -> Tuple[int, float]:
