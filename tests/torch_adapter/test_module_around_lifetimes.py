@@ -108,3 +108,37 @@ def test_an_around_hook_whose_scope_exits_during_its_module_call_finishes_in_tha
         model(torch.ones(1, 2))
     assert log == ["set-up", "teardown"]
     net.detach()
+
+
+class Interrupted(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a KeyboardInterrupt raised in a module's forward never reaches its around hooks "
+    "(torch calls no always_call hook for it): the teardown waits for the garbage collector",
+)
+def test_a_keyboard_interrupt_in_the_forward_is_raised_at_the_around_hook_s_yield() -> None:
+    """``bus.around``'s promise: a ``BaseException`` is raised at the ``yield`` too, and goes
+    on; Ctrl-C during a forward must still close what the set-up opened."""
+    model = nn.Sequential(Interrupted())
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    log: List[str] = []
+
+    def span(ctx: CallContext) -> Around:
+        log.append("set-up")
+        try:
+            yield
+        except BaseException as error:
+            log.append(type(error).__name__)
+            raise
+        finally:
+            log.append("teardown")
+
+    net.around("0", span)
+    with pytest.raises(KeyboardInterrupt):
+        model(torch.ones(1, 2))
+    assert log == ["set-up", "KeyboardInterrupt", "teardown"]
+    net.detach()
