@@ -31,8 +31,8 @@ import hookbus
 from hookbus import training
 
 from ._framework import require
-from ._patches import MethodPatches
 from ._relay import Relay, as_outputs, scalar, with_common_names
+from ._wrappers import MethodWrappers
 
 CHECKPOINT_FILE = "hookbus_checkpoint.pt"
 """The file, in a checkpoint's folder, holding what hooks added at ``before_save_checkpoint``."""
@@ -120,21 +120,21 @@ class HFBridge:
         # The Trainer's own duplicate warning would fire for a second bus: the handler's list
         # is appended to directly.
         trainer.callback_handler.callbacks.append(self.callback)
-        self.patches = MethodPatches(trainer)
-        self.patches.wrap("train", self._wrap_train)
-        self.patches.wrap("evaluate", self._wrap_stage("val", "eval"))
-        self.patches.wrap("predict", self._wrap_stage("test", "test"))
-        self.patches.wrap("training_step", self._wrap_training_step)
-        self.patches.wrap("prediction_step", self._wrap_prediction_step)
+        self.wrapped = MethodWrappers(trainer)
+        self.wrapped.wrap("train", self._wrap_train)
+        self.wrapped.wrap("evaluate", self._wrap_stage("val", "eval"))
+        self.wrapped.wrap("predict", self._wrap_stage("test", "test"))
+        self.wrapped.wrap("training_step", self._wrap_training_step)
+        self.wrapped.wrap("prediction_step", self._wrap_prediction_step)
         if hasattr(trainer, "_save_checkpoint"):
-            self.patches.wrap("_save_checkpoint", self._wrap_save_checkpoint)
+            self.wrapped.wrap("_save_checkpoint", self._wrap_save_checkpoint)
 
     def disconnect(self) -> None:
         self.relay.active = False
         callbacks = self.trainer.callback_handler.callbacks
         if self.callback in callbacks:
             callbacks.remove(self.callback)
-        self.patches.restore()
+        self.wrapped.restore()
 
     # --- what the runner asks of the trainer -------------------------------------------
 

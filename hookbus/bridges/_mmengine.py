@@ -17,8 +17,8 @@ import hookbus
 from hookbus import training
 
 from ._framework import require
-from ._patches import MethodPatches
 from ._relay import TEST_PREFIXES, VAL_PREFIXES, Relay, as_outputs, with_common_names
+from ._wrappers import MethodWrappers
 
 _hook_class: Optional[type] = None
 
@@ -95,15 +95,15 @@ class MMEngineBridge:
         self.runs = 0  # train / val / test calls under way
         # Priority NORMAL among mmengine's own hooks; the bus orders its hooks itself.
         runner.register_hook(self.hook)
-        self.patches = MethodPatches(runner)
+        self.wrapped = MethodWrappers(runner)
         for entry in ("train", "val", "test"):
-            self.patches.wrap(entry, self._wrap_run)
+            self.wrapped.wrap(entry, self._wrap_run)
 
     def disconnect(self) -> None:
         self.relay.active = False
         if self.hook in self.runner.hooks:
             self.runner.hooks.remove(self.hook)
-        self.patches.restore()
+        self.wrapped.restore()
 
     def _stop(self) -> None:
         self.runner.train_loop.stop_training = True

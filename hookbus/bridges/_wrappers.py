@@ -3,7 +3,7 @@
 A trainer without a callback for some moment (Hugging Face before a prediction step, or when a
 run raises; mmengine when a run raises) is reached by wrapping that method on the trainer
 object itself: the instance attribute shadows the class's method, so the class and every other
-trainer are untouched. :meth:`MethodPatches.restore` takes each wrapper off again, leaving the
+trainer are untouched. :meth:`MethodWrappers.restore` takes each wrapper off again, leaving the
 attribute as it found it.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Tuple
 Wrapper = Callable[..., Any]
 
 
-class MethodPatches:
+class MethodWrappers:
     """The wrappers put on ``target``'s methods, newest last, and what each replaced."""
 
     def __init__(self, target: Any) -> None:
