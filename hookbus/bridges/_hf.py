@@ -181,6 +181,8 @@ class HFBridge:
             raise
         finally:
             self.runs -= 1
+            if self.runs == 0:  # let go of the last batch, even when a step raised
+                self.step = self.prediction = None
 
     # --- training ------------------------------------------------------------------------
 

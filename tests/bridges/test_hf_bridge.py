@@ -144,6 +144,18 @@ class KeepsState:
         self.loaded.append(checkpoint)
 
 
+def test_a_run_resumed_mid_epoch_counts_on_from_the_checkpoint(tmp_path: Path) -> None:
+    recorded_run("hf", tmp_path, save_strategy="steps", save_steps=2)
+    checkpoint = tmp_path / "hf" / "checkpoint-6"
+    recorder, _ = recorded_run("hf", tmp_path, resume_from=str(checkpoint))
+    # The run goes on from iteration 6, batch 2 of the second epoch.
+    assert [(s.epoch, s.iter, s.batch_idx) for s in recorder.at("after_train_iter")] == [
+        (1, 6, 2),
+        (1, 7, 3),
+    ]
+    assert [(s.epoch, s.iter) for s in recorder.at("after_run")] == [(1, 2 * ITERS)]
+
+
 def test_hooks_save_state_with_each_checkpoint_and_a_resumed_run_reads_it_back(
     tmp_path: Path,
 ) -> None:
@@ -163,8 +175,3 @@ def test_hooks_save_state_with_each_checkpoint_and_a_resumed_run_reads_it_back(
     (state,) = keeps.loaded
     assert state["keeps_state"]["iter"] == 6  # saved once the sixth iteration finished
     assert torch.equal(state["keeps_state"]["ema"], torch.full((2,), 6))
-    # The run goes on from iteration 6, batch 2 of the second epoch.
-    first = recorder.at("after_train_iter")[0]
-    assert (first.epoch, first.iter, first.batch_idx) == (1, 6, 2)
-    assert [s.batch_idx for s in recorder.at("after_train_iter")] == [2, 3]
-    assert [(s.epoch, s.iter) for s in recorder.at("after_run")] == [(1, 8)]
