@@ -25,7 +25,8 @@ class TrainerConnection:
         >>> import transformers
         >>> import hookbus
         >>> from hookbus import bridges
-        >>> args = transformers.TrainingArguments(tempfile.mkdtemp(), use_cpu=True, report_to=[])
+        >>> folder = tempfile.mkdtemp()
+        >>> args = transformers.TrainingArguments(folder, use_cpu=True, report_to=[])
         >>> model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         ...     n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
         >>> trainer = transformers.Trainer(model=model, args=args)

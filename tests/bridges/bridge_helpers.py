@@ -13,6 +13,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 import pytest
+
+# Every test module here imports this one first, and torch from it: skipped, saying why,
+# where PyTorch is missing. (No conftest.py here: pytest would import it as "conftest"
+# before it collects tests/conftest.py, and refuse the second.)
+pytest.importorskip(
+    "torch", reason='the trainer bridges\' tests need PyTorch: pip install -e ".[torch]"'
+)
+
 import torch
 from torch import nn
 

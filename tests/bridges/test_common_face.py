@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-import torch
 from bridge_helpers import (
     BATCH,
     ITERS,
@@ -23,10 +22,13 @@ from bridge_helpers import (
     grammar,
     recorded_run,
     seen_in_order,
+    torch,
 )
 
 import hookbus
 from hookbus import training
+
+pytestmark = pytest.mark.torch
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from bridge_helpers import ITERS, KINDS, MAKERS, Recorder
-from torch import nn
+from bridge_helpers import ITERS, KINDS, MAKERS, Recorder, nn
 
 import hookbus
 from hookbus import bridges
+
+pytestmark = pytest.mark.torch
 
 
 def _callbacks(run: Any) -> List[Any]:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-import torch
 from bridge_helpers import (
     BATCH,
     ITERS,
@@ -14,6 +13,7 @@ from bridge_helpers import (
     Recorder,
     hf_trainer,
     recorded_run,
+    torch,
 )
 
 import hookbus
@@ -21,6 +21,8 @@ from hookbus import training
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
+
+pytestmark = pytest.mark.torch
 
 
 def _follows(timeline: List[str], event: str, point: str) -> bool:

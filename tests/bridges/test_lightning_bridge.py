@@ -12,6 +12,7 @@ import hookbus
 from hookbus import bridges, training
 
 pl = pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.torch
 
 TABLE = {
     "setup": ["before_run"],

@@ -12,6 +12,8 @@ import hookbus
 
 pytest.importorskip("mmengine")
 
+pytestmark = pytest.mark.torch
+
 
 def test_each_stage_is_relayed_to_the_same_named_event(tmp_path: Path) -> None:
     recorder, run = recorded_run("mmengine", tmp_path)
