@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import os
 import sys
+import warnings
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
 import hookbus
@@ -128,6 +129,13 @@ class HFBridge:
         self.wrapped.wrap("prediction_step", self._wrap_prediction_step)
         if hasattr(trainer, "_save_checkpoint"):
             self.wrapped.wrap("_save_checkpoint", self._wrap_save_checkpoint)
+        else:  # a transformers that renamed it: say so rather than drop the events silently
+            warnings.warn(
+                f"{type(trainer).__name__} has no _save_checkpoint method: under this "
+                "transformers the bridge sends no before_save_checkpoint, and "
+                "after_load_checkpoint gets an empty checkpoint",
+                stacklevel=4,
+            )
 
     def disconnect(self) -> None:
         self.relay.active = False

@@ -17,7 +17,7 @@ from bridge_helpers import (
 )
 
 import hookbus
-from hookbus import training
+from hookbus import bridges, training
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -177,3 +177,14 @@ def test_hooks_save_state_with_each_checkpoint_and_a_resumed_run_reads_it_back(
     (state,) = keeps.loaded
     assert state["keeps_state"]["iter"] == 6  # saved once the sixth iteration finished
     assert torch.equal(state["keeps_state"]["ema"], torch.full((2,), 6))
+
+
+def test_a_trainer_without_save_checkpoint_is_connected_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = hf_trainer(tmp_path, None, epochs=1)
+    # What a transformers that renamed the method looks like.
+    monkeypatch.delattr(transformers.Trainer, "_save_checkpoint")
+    with pytest.warns(UserWarning, match="has no _save_checkpoint method"):
+        connection = bridges.connect(run.trainer, hookbus.EventBus())
+    connection.disconnect()
