@@ -32,29 +32,24 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec, Unpack
 
 from ._context import CallContext
-from ._declared import (
-    Declared,
-    Event,
-    EventDecorator,
-    UnknownNameError,
-    checked_handles,
-    declare,
-    unmatched,
-)
+from ._declarations import Declared, UnknownNameError
 from ._dispatch import (
     call_with_hooks,
     call_with_hooks_async,
     check_event_result,
     dispatch_event,
     dispatch_event_async,
+    note_fast_error,
 )
-from ._errors import ErrorPolicy, check_policy, note_fast_error
-from ._handle import Handle, HandleGroup, Scope
+from ._errors import ErrorPolicy, check_policy
+from ._event import Event, EventDecorator
+from ._handle import Handle, HandleGroup
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
-from ._options import EventHookOptions, HookOptions, PriorityLike, decorator
+from ._options import EventHookOptions, HookOptions, PriorityLike
 from ._plan import NO_HOOKS
 from ._registry import Registry
+from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
 from ._trace import Trace
@@ -277,7 +272,7 @@ class EventBus:
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
         handles = (
-            checked_handles(registry, event, args, kwargs)
+            registry.checked_handles(event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
             else registry.event_handles(event)
         )
@@ -309,7 +304,7 @@ class EventBus:
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
         handles = (
-            checked_handles(registry, event, args, kwargs)
+            registry.checked_handles(event, args, kwargs)
             if registry.checking
             else registry.event_handles(event)
         )
@@ -429,7 +424,7 @@ class EventBus:
         """
         if hook is not None:  # the call form, straight to the hot path
             return self.registry.register("event", event, hook, options)
-        return decorator(self.registry, "event", event, options)
+        return self.registry.decorator("event", event, options)
 
     @overload
     def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -459,7 +454,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("pre", name, hook, options)
-        return decorator(self.registry, "pre", name, options)
+        return self.registry.decorator("pre", name, options)
 
     @overload
     def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -489,7 +484,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("post", name, hook, options)
-        return decorator(self.registry, "post", name, options)
+        return self.registry.decorator("post", name, options)
 
     @overload
     def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -522,7 +517,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("exception", name, hook, options)
-        return decorator(self.registry, "exception", name, options)
+        return self.registry.decorator("exception", name, options)
 
     @overload
     def around(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -576,7 +571,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("around", name, hook, options)
-        return decorator(self.registry, "around", name, options)
+        return self.registry.decorator("around", name, options)
 
     def subscribe(
         self,
@@ -620,7 +615,9 @@ class EventBus:
             >>> bus.hooks()
             []
         """
-        return subscribe(self, obj, weak=weak, priority=priority, events=events, target=target)
+        return subscribe(
+            self.registry, obj, weak=weak, priority=priority, events=events, target=target
+        )
 
     # --- hook points ----------------------------------------------------------------
 
@@ -692,10 +689,10 @@ class EventBus:
                 name = check_name(fn_or_name, "hook point name", allow_pattern=False)
 
             def decorate(fn: Any) -> Any:
-                return make_hookable(bus, fn, name)
+                return make_hookable(bus.registry, fn, name)
 
             return decorate
-        return make_hookable(bus, fn_or_name, None)
+        return make_hookable(bus.registry, fn_or_name, None)
 
     @overload
     def wrap(
@@ -735,7 +732,7 @@ class EventBus:
             len -> 4
             4
         """
-        return make_hookable(self, fn, name)
+        return make_hookable(self.registry, fn, name)
 
     # --- declared events, and the names that exist --------------------------------
 
@@ -817,7 +814,7 @@ class EventBus:
                     "as in bus.event('user.created')(lambda user: None)"
                 )
             name = check_name(stub.__name__, "event name", allow_pattern=False)
-        declare(self.registry, Declared(name, signature, historic))
+        self.registry.declare(Declared(name, signature, historic))
         return Event(self, name, stub, signature, historic=historic)
 
     def forget(self, name: str) -> None:
@@ -856,13 +853,13 @@ class EventBus:
             >>> handle = bus.on("Motr.spin", print)
             >>> bus.check_pending()  # doctest: +ELLIPSIS
             Traceback (most recent call last):
-            hookbus._declared.UnknownNameError: 1 hook matches no declared event, hook point ...
+            hookbus.UnknownNameError: 1 hook matches no declared event, hook point ...
               - <Handle event 'Motr.spin' print active> (?): no ... did you mean 'Motor.spin'?
             ...
             >>> handle.remove()
             >>> bus.check_pending()
         """
-        found, lines = unmatched(self.registry)
+        found, lines = self.registry.unmatched()
         if found:
             count = len(found)
             raise UnknownNameError(
@@ -976,7 +973,7 @@ class EventBus:
             >>> len(bus.hooks())
             0
         """
-        return Scope(self)
+        return Scope(self.registry)
 
     def paused(self, name: Optional[str] = None) -> Pause:
         """A context manager during which ``name`` (a name or pattern) dispatches nothing.
@@ -1013,7 +1010,7 @@ class EventBus:
             >>> [(record.name, record.kind) for record in trace.records]
             [('tick', 'event')]
         """
-        return Trace(self)
+        return Trace(self.registry)
 
     def clear(self, name: Optional[str] = None) -> None:
         """Remove every hook, or every hook registered under exactly ``name``.

@@ -49,14 +49,16 @@ import inspect
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, cast
 
+from typing_extensions import Protocol
+
 from ._context import CallContext, reject_returned
 from ._errors import add_note, describe, handle_error, raise_collected
 from ._handle import NO_SENDER
 
 if TYPE_CHECKING:
+    from ._declarations import Declarations
     from ._handle import Handle
-    from ._plan import PointPlan
-    from ._registry import Registry
+    from ._plan import DispatchSettings, PointPlan
 
 __all__ = [
     "call_with_hooks",
@@ -64,6 +66,7 @@ __all__ = [
     "check_event_result",
     "dispatch_event",
     "dispatch_event_async",
+    "note_fast_error",
     "recover_or_raise",
     "resume_arounds",
     "run_phase",
@@ -92,7 +95,7 @@ def check_event_result(result: Any, event: str) -> None:
 
 
 def dispatch_event(
-    registry: Registry,
+    registry: DispatchSettings,
     event: str,
     handles: Tuple[Handle, ...],
     args: Tuple[Any, ...],
@@ -140,7 +143,7 @@ def dispatch_event(
 
 
 async def dispatch_event_async(
-    registry: Registry,
+    registry: DispatchSettings,
     event: str,
     handles: Tuple[Handle, ...],
     args: Tuple[Any, ...],
@@ -185,7 +188,7 @@ async def dispatch_event_async(
 
 
 async def _dispatch_concurrently(
-    registry: Registry,
+    registry: DispatchSettings,
     event: str,
     handles: Tuple[Handle, ...],
     args: Tuple[Any, ...],
@@ -225,10 +228,43 @@ async def _dispatch_concurrently(
     raise_collected(errors, event)
 
 
+class EventHooks(Protocol):
+    """What :func:`note_fast_error` reads of the registry: ``bus.registry`` is one."""
+
+    @property
+    def checking(self) -> bool: ...
+
+    @property
+    def declarations(self) -> Declarations: ...
+
+    def event_handles(self, event: str) -> Tuple[Handle, ...]: ...
+
+
+def note_fast_error(
+    registry: EventHooks,
+    error: BaseException,
+    event: str,
+    hook: Any,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+) -> None:
+    """Name the hook in ``error``'s notes, for an error raised in emit's fast loop; or
+    raise the error naming a declared event's spec, if no hook ran.
+
+    The fast loop holds bare callables; the event's handles tell which one it was.
+    """
+    if registry.checking:
+        registry.declarations.refuse_arguments(error, event, args, kwargs)
+    for handle in registry.event_handles(event):
+        if handle.hook is hook:
+            add_note(error, describe(handle, event))
+            return
+
+
 # --- hooks around a call ---------------------------------------------------------
 
 
-def run_phase(registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext) -> None:
+def run_phase(registry: DispatchSettings, handles: Tuple[Handle, ...], ctx: CallContext) -> None:
     """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
 
     In the exception phase every hook runs, until one recovers: a hook that
@@ -267,7 +303,7 @@ def run_phase(registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext)
 
 
 async def run_phase_async(
-    registry: Registry, handles: Tuple[Handle, ...], ctx: CallContext
+    registry: DispatchSettings, handles: Tuple[Handle, ...], ctx: CallContext
 ) -> None:
     """Like :func:`run_phase`, awaiting async hooks."""
     phase = ctx.phase
@@ -311,7 +347,7 @@ def _replace_error(ctx: CallContext, error: Exception) -> None:
 
 
 def recover_or_raise(
-    registry: Registry,
+    registry: DispatchSettings,
     plan: PointPlan,
     ctx: CallContext,
     error: Exception,
@@ -344,7 +380,7 @@ def recover_or_raise(
 
 
 async def recover_or_raise_async(
-    registry: Registry,
+    registry: DispatchSettings,
     plan: PointPlan,
     ctx: CallContext,
     error: Exception,
@@ -369,7 +405,7 @@ async def recover_or_raise_async(
 
 
 def call_with_hooks(
-    registry: Registry,
+    registry: DispatchSettings,
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Any],
@@ -513,7 +549,7 @@ def resume_arounds(
 
 
 async def call_with_hooks_async(
-    registry: Registry,
+    registry: DispatchSettings,
     plan: PointPlan,
     ctx: CallContext,
     fn: Callable[..., Awaitable[Any]],

@@ -49,8 +49,8 @@ def _fields(obj: object) -> dict:
 @pytest.mark.parametrize("match", [None, matcher_for("a.*")])
 def test_handle_plain_builds_what_handle_init_builds(is_async: bool, match: Any) -> None:
     bus = EventBus()
-    fast = Handle.plain(bus, "event", "a.b", print, is_async, match)
-    slow = Handle(bus, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
+    fast = Handle.plain(bus.registry, "event", "a.b", print, is_async, match)
+    slow = Handle(bus.registry, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
     assert _fields(fast) == _fields(slow)
     assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
 

@@ -866,7 +866,7 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
     # The dispatch loops run "hooks" from these: a handle for the slow loops (the
     # backward phases), the bare callable for the fast ones (forward).
     point._pre = point._post = point._backward_pre = point._backward = (
-        Handle.plain(_NO_HOOKS, "post", name, remove),
+        Handle.plain(_NO_HOOKS.registry, "post", name, remove),
     )
     point._pre_fast = point._post_fast = point._post_alone = (remove,)
     return point
