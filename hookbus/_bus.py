@@ -219,7 +219,7 @@ class EventBus:
             plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
-                self._dispatch(event, args, kwargs, None)
+                self._emit_full(event, args, kwargs, None)
             return
         hook = None
         try:
@@ -251,9 +251,9 @@ class EventBus:
             >>> bus.collect("plugins")
             ['json', 'csv']
         """
-        return self._dispatch(event, args, kwargs, [])  # type: ignore[no-any-return]
+        return self._emit_full(event, args, kwargs, [])  # type: ignore[no-any-return]
 
-    def _dispatch(
+    def _emit_full(
         self,
         event: str,
         args: Tuple[Any, ...],
@@ -291,7 +291,7 @@ class EventBus:
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return call_with_hooks(registry, around, ctx, emission)
 
-    async def _dispatch_async(
+    async def _emit_full_async(
         self,
         event: str,
         args: Tuple[Any, ...],
@@ -299,7 +299,7 @@ class EventBus:
         results: Optional[List[Any]],
         concurrent: bool = False,
     ) -> Any:
-        """:meth:`_dispatch` for ``emit_async``, ``collect_async`` and ``gather``."""
+        """:meth:`_emit_full` for ``emit_async``, ``collect_async`` and ``gather``."""
         registry = self.registry
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
@@ -339,7 +339,7 @@ class EventBus:
             >>> asyncio.run(bus.emit_async("signup", "ada"))
             notified ada
         """
-        await self._dispatch_async(event, args, kwargs, None)
+        await self._emit_full_async(event, args, kwargs, None)
 
     async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit_async`, but return the hooks' (awaited) results in call order.
@@ -353,7 +353,7 @@ class EventBus:
             >>> asyncio.run(bus.collect_async("calc", 21))
             [42]
         """
-        return await self._dispatch_async(event, args, kwargs, [])  # type: ignore[no-any-return]
+        return await self._emit_full_async(event, args, kwargs, [])  # type: ignore[no-any-return]
 
     async def gather(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`collect_async`, with the hooks' coroutines run concurrently.
@@ -381,7 +381,7 @@ class EventBus:
             done slow
             ['slow', 'fast']
         """
-        return await self._dispatch_async(  # type: ignore[no-any-return]
+        return await self._emit_full_async(  # type: ignore[no-any-return]
             event, args, kwargs, [], concurrent=True
         )
 
@@ -751,7 +751,7 @@ class EventBus:
             >>> bus.first("loader", "a.csv")
             'csv reader for a.csv'
         """
-        return self._dispatch(event, args, kwargs, [], first=True)
+        return self._emit_full(event, args, kwargs, [], first=True)
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...

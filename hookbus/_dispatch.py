@@ -14,7 +14,7 @@ Events
       ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
     * :func:`dispatch_event`: emit's full loop (once, target, weak, with_name,
       error policies, tracing), and ``collect``'s and ``first``'s; an event's around
-      hooks wrap it through :func:`call_with_hooks` (``EventBus._dispatch``).
+      hooks wrap it through :func:`call_with_hooks` (``EventBus._emit_full``).
     * :func:`dispatch_event_async`: its twin for ``emit_async`` and ``collect_async``;
       ``gather`` awaits the hooks together in ``_dispatch_concurrently``.
 
