@@ -94,6 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cases += _suite.scale_cases()
     cases += _suite.trace_cases()
     cases += _suite.declared_cases()
+    cases += _suite.copy_cases()
     lines: List[Line] = []
     lines += _suite.emit_lines(peers, [case.key for case in cases])
     lines += _suite.register_lines(peers)
@@ -102,6 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines += memory_lines(values)
     lines += _suite.trace_lines()
     lines += _suite.declared_lines()
+    lines += _suite.copy_lines()
 
     torch_rows = None
     gpt2_rows = None

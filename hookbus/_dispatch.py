@@ -5,12 +5,18 @@ whole hooked call, top to bottom, like pluggy's ``_multicall``: around hooks'
 set-up, pre hooks, the call, exception or post hooks, around hooks' teardown.
 What varies per hook (target, weak, once, with_name) is decided by
 :meth:`Handle.runner <hookbus.Handle.runner>`, and a hook's return value is
-refused by ``_context.reject_returned``. Every loop over hooks in hookbus:
+refused by ``_context.reject_returned``. The loops read only the error policy
+and the tracer of the registry (``_plan.DispatchSettings``).
+
+Every loop over hooks in hookbus, and every copy made for speed. A copy is kept
+only while its line of the benchmark's "fast copies" row (``benchmarks/run.py
+--only fast``) shows it at most 0.95x its slow twin, and its parity test (all in
+``tests/test_fast_copies.py``) shows it does what the twin does.
 
 Events
     * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
-      callables (two copies: with and without kwargs). Its slow twin is
-      :func:`dispatch_event`; parity: ``tests/test_fast_copies.py``.
+      callables (two copies: with and without kwargs); its errors are named by
+      :func:`note_fast_error`. Slow twin: :func:`dispatch_event`.
       ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
     * :func:`dispatch_event`: emit's full loop (once, target, weak, with_name,
       error policies, tracing), and ``collect``'s and ``first``'s; an event's around
@@ -21,8 +27,7 @@ Events
 Hooks around a call
     * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
       is ``direct`` (plain sync pre and post hooks, no around hook: see
-      ``_plan.PointPlan``); its slow twin is :func:`call_with_hooks`; parity:
-      ``tests/test_fast_copies.py``.
+      ``_plan.PointPlan``). Slow twin: :func:`call_with_hooks`.
     * :func:`call_with_hooks` / :func:`call_with_hooks_async`: the whole sequence;
       around hooks' set-up loops in :func:`start_arounds` (the async twin inline) and
       their teardown in :func:`resume_arounds` / :func:`resume_arounds_async`; the torch
@@ -33,13 +38,18 @@ Hooks around a call
 
 The torch adapter (``torch/_point.py``, one native hook per phase and module)
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
-      common case); its slow twin is ``_on_post_full``; parity:
-      ``tests/test_fast_copies.py``.
+      common case). Slow twin: ``_on_post_full``, through :func:`run_phase`.
     * Every other phase of a module builds its context, then runs :func:`run_phase`.
 
-The fast constructors ``Handle.plain`` and ``CallContext.for_call`` (classmethods)
-build what ``Handle.__init__`` and ``CallContext.__init__`` build. Every parity
-test is in one file, ``tests/test_fast_copies.py``.
+Registration (``_registry.py``; row 2, register + remove, pays for these)
+    * ``Registry.register``'s flat path, for a plain hook on an event's exact
+      name with nothing to check. Slow twin: ``Registry._register_checked``.
+    * ``Registry.unregister``'s inline drop, for an event's exact name. Slow
+      twin: ``Registry._drop_locked``, as ``Registry.remove`` runs it.
+
+Constructors
+    * ``Handle.plain`` builds what ``Handle.__init__`` builds for the default
+      options; ``CallContext.for_call`` what ``CallContext.__init__`` builds.
 """
 
 from __future__ import annotations
