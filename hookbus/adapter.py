@@ -46,11 +46,10 @@ from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
 from ._dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 from ._errors import add_note, describe
-from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined
+from ._handle import Handle, HandleGroup, Removable, where_defined
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import HookOptions
 from ._plan import Point, PointPlan, PointSource
-from ._registry import Registry
 
 __all__ = [
     "CallContext",
@@ -63,13 +62,11 @@ __all__ = [
     "Point",
     "PointPlan",
     "PointSource",
-    "Registry",
     "Removable",
     "add_note",
     "call_with_hooks",
     "check_name",
     "describe",
-    "hook_name",
     "is_pattern",
     "layout_of",
     "matcher_for",
