@@ -490,8 +490,8 @@ class _NoScope:
 
 def copy_cases() -> List[Case]:
     """Each copy made for speed, and the same work done by its slow twin."""
-    from hookbus._dispatch import dispatch_event
     from hookbus._handle import Handle
+    from hookbus._sync_dispatch import dispatch_event
 
     (listener,) = _peers.listeners(1)
     emitting = hookbus.EventBus()

@@ -31,16 +31,10 @@ from typing import (
 
 from typing_extensions import Concatenate, ParamSpec, Unpack
 
+from ._async_dispatch import call_with_hooks_async, dispatch_concurrently, dispatch_event_async
 from ._context import CallContext
 from ._declarations import Declared, UnknownNameError
-from ._dispatch import (
-    call_with_hooks,
-    call_with_hooks_async,
-    check_event_result,
-    dispatch_event,
-    dispatch_event_async,
-    note_fast_error,
-)
+from ._dispatch import check_event_result, note_fast_error
 from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
 from ._handle import Handle, HandleGroup
@@ -52,6 +46,7 @@ from ._registry import Registry
 from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
+from ._sync_dispatch import call_with_hooks, dispatch_event
 from ._trace import Trace
 
 if TYPE_CHECKING:
@@ -312,9 +307,8 @@ class EventBus:
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
-            await dispatch_event_async(
-                registry, event, handles, args, kwargs, collected, concurrent
-            )
+            dispatch = dispatch_concurrently if concurrent else dispatch_event_async
+            await dispatch(registry, event, handles, args, kwargs, collected)
             return collected
 
         if around is None:

@@ -22,9 +22,9 @@ from typing import (
 
 from typing_extensions import Concatenate, Literal, ParamSpec, Protocol, Unpack
 
-from ._dispatch import dispatch_event
 from ._names import literal
 from ._spec import format_spec
+from ._sync_dispatch import dispatch_event
 
 if TYPE_CHECKING:
     from ._handle import Handle

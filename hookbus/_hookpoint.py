@@ -36,11 +36,12 @@ from typing import (
 
 from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
+from ._async_dispatch import call_with_hooks_async
 from ._context import CallContext, Layout, layout_of
-from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import where_defined
 from ._names import check_name
 from ._plan import PointPlan
+from ._sync_dispatch import call_with_hooks, recover_or_raise
 
 if TYPE_CHECKING:
     from ._options import HookOptions

@@ -71,13 +71,13 @@ from ._declarations import (
     other_namespace,
     unknown_emitted,
 )
-from ._dispatch import dispatch_event
 from ._errors import ErrorPolicy, HookError, raise_collected
 from ._handle import MARKED_COROUTINES, Handle, Owner, hook_name, is_async_callable, where_defined
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._open_scopes import OpenScope, innermost_scope, open_scopes
 from ._options import method_name, parse_options
 from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
+from ._sync_dispatch import dispatch_event
 from ._trace import Trace, Tracer, tracer_for
 
 # Bound once: a classmethod is bound again at each access.

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
-from ._dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, where_defined
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import HookOptions
 from ._plan import Point, PointPlan, PointSource
+from ._sync_dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 
 __all__ = [
     "CallContext",
