@@ -20,30 +20,30 @@ only while its line of the benchmark's "fast copies" row (``benchmarks/run.py
 Events
     * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
       callables (two copies: with and without kwargs); its errors are named by
-      :func:`note_fast_error`. Slow twin: :func:`dispatch_event`.
+      :func:`note_fast_error`. Slow twin: ``dispatch_event``.
       ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
-    * :func:`dispatch_event`: emit's full loop (once, target, weak, with_name,
-      error policies, tracing), and ``collect``'s and ``first``'s; an event's around
-      hooks wrap it through :func:`call_with_hooks` (``EventBus._emit_full``).
-    * :func:`dispatch_event_async`: its twin for ``emit_async`` and ``collect_async``;
-      ``gather`` awaits the hooks together in ``_dispatch_concurrently``.
+    * ``dispatch_event``: emit's full loop (once, target, weak, with_name, error
+      policies, tracing), and ``collect``'s and ``first``'s; an event's around hooks
+      wrap it through ``call_with_hooks`` (``EventBus._emit_full``).
+    * ``dispatch_event_async``: its async variant, for ``emit_async`` and
+      ``collect_async``; ``gather`` awaits the hooks together in
+      ``dispatch_concurrently`` (async only).
 
 Hooks around a call
     * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
       is ``direct`` (plain sync pre and post hooks, no around hook: see
-      ``_plan.PointPlan``). Slow twin: :func:`call_with_hooks`.
-    * :func:`call_with_hooks` / :func:`call_with_hooks_async`: the whole sequence;
-      around hooks' set-up loops in :func:`start_arounds` (the async twin inline) and
-      their teardown in :func:`resume_arounds` / :func:`resume_arounds_async`; the torch
-      adapter's module points use the first two as well.
-    * :func:`run_phase` / :func:`run_phase_async`: the hooks of one phase on one
+      ``_plan.PointPlan``). Slow twin: ``call_with_hooks``.
+    * ``call_with_hooks`` (and ``_async``): the whole sequence; around hooks'
+      set-up in ``start_arounds`` and their teardown in ``resume_arounds``; the
+      torch adapter's module points use these two as well.
+    * ``run_phase`` (and ``_async``): the hooks of one phase on one
       ``CallContext``; every other path ends here, the exception phase included
-      (:func:`recover_or_raise`).
+      (``recover_or_raise``).
 
 The torch adapter (``torch/_point.py``, one native hook per phase and module)
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
-      common case). Slow twin: ``_on_post_full``, through :func:`run_phase`.
-    * Every other phase of a module builds its context, then runs :func:`run_phase`.
+      common case). Slow twin: ``_on_post_full``, through ``run_phase``.
+    * Every other phase of a module builds its context, then runs ``run_phase``.
 
 Registration (``_registry.py``; row 2, register + remove, pays for these)
     * ``Registry.register``'s flat path, for a plain hook on an event's exact
