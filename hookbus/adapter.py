@@ -29,7 +29,7 @@ Example:
     ...     def layout(self):
     ...         return adapter.layout_of(lambda size: None, self.name)
     ...     def run(self, size):
-    ...         ctx = adapter.CallContext.for_call(self.name, None, (size,), {}, 0, "pre", self)
+    ...         ctx = adapter.CallContext.for_call(self.name, None, (size,), {}, 0, point=self)
     ...         adapter.run_phase(bus.registry, self.plan.pre, ctx)
     ...         return ctx.args
     >>> point = Point()

@@ -491,7 +491,7 @@ class ModulePoint:
         if fast is not None:
             # The common case (plain post hooks only), kept short: it runs per call.
             ctx = _for_call(
-                self.name, module, args, kwargs, next(self._calls), "post", self, result=output
+                self.name, module, args, kwargs, next(self._calls), "post", self, output
             )
             for hook in fast:
                 try:
