@@ -223,7 +223,8 @@ class Handle(Removable):
 
         Example:
             >>> import hookbus
-            >>> handle = hookbus.Handle.plain(hookbus.EventBus().registry, "event", "saved", print)
+            >>> registry = hookbus.EventBus().registry
+            >>> handle = hookbus.Handle.plain(registry, "event", "saved", print)
             >>> handle.priority, handle.once, handle.active
             (0, False, False)
         """
