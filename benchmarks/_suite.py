@@ -1,4 +1,5 @@
-"""The benchmark cases of rows 1-4 and tracing, and the table lines that read them.
+"""The benchmark cases of rows 1-4, tracing, declared events and the fast copies, and the
+table lines that read them.
 
 Each table line names its case and its floor (both timed in the same rounds), the
 target from the issue, and how to judge it. Keys are ``"group/case"`` strings.
@@ -473,3 +474,115 @@ def declared_lines() -> List[Line]:
             _at_most("declared/subset", "declared/undeclared", 1.30),
         ),
     ]
+
+
+# --- every fast copy against its slow twin (``hookbus/_dispatch.py``'s map) --------------
+
+
+class _NoScope:
+    """A scope that takes nothing: passing it sends ``register`` to its checked path."""
+
+    registry = None
+
+    def add(self, handle: Any) -> None:
+        pass
+
+
+def copy_cases() -> List[Case]:
+    """Each copy made for speed, and the same work done by its slow twin."""
+    from hookbus._handle import Handle
+    from hookbus._sync_dispatch import dispatch_event
+
+    (listener,) = _peers.listeners(1)
+    emitting = hookbus.EventBus()
+    emitting.on("e", listener)
+    emitting.emit("e", 1)
+    handles = tuple(emitting.registry.event_handles("e"))
+
+    bus = hookbus.EventBus()
+    direct = bus.wrap(_target, "copy.direct")
+    general = bus.wrap(_target, "copy.general")
+    for name in ("copy.direct", "copy.general"):
+        bus.pre(name, _noop_hook)
+        bus.post(name, _noop_hook)
+    direct(1), general(1)  # plans worked out: the one of copy.general then runs the twin
+    general.__hookbus_point__.plan.direct = False  # type: ignore[attr-defined]
+
+    registry = hookbus.EventBus().registry
+    registry.unregister(registry.register("event", "e", listener, {}))
+    args, kwargs = (1,), {"k": 2}
+    return [
+        Case("copies/emit", "bus.emit('e', 1)", {"bus": emitting}),
+        Case(
+            "copies/emit twin",
+            "dispatch(registry, 'e', handles, (1,), {}, None)",
+            {"dispatch": dispatch_event, "registry": emitting.registry, "handles": handles},
+        ),
+        Case("copies/direct", "fn(1)", {"fn": direct}),
+        Case("copies/direct twin", "fn(1)", {"fn": general}),
+        Case(
+            "copies/register",
+            "r.unregister(r.register('event', 'e', f, o))",
+            {"r": registry, "f": listener, "o": {}},
+        ),
+        Case(
+            "copies/register twin",
+            "r.unregister(r.register('event', 'e', f, o, scope=s))",
+            {"r": registry, "f": listener, "o": {}, "s": _NoScope()},
+        ),
+        Case(
+            "copies/unregister twin",
+            "r.remove([r.register('event', 'e', f, o)])",
+            {"r": registry, "f": listener, "o": {}},
+        ),
+        Case(
+            "copies/handle",
+            "plain(r, 'event', 'e', f)",
+            {"plain": Handle.plain, "r": registry, "f": listener},
+        ),
+        Case(
+            "copies/handle twin",
+            "new(r, 'event', 'e', f, 0, 0, False, None, False, False, None)",
+            {"new": Handle, "r": registry, "f": listener},
+        ),
+        Case(
+            "copies/context",
+            "new('p', None, a, k, 0, 'pre', None)",
+            {"new": hookbus.CallContext.for_call, "a": args, "k": kwargs},
+        ),
+        Case(
+            "copies/context twin",
+            "new('p', None, a, k, 0, 'pre', None)",
+            {"new": hookbus.CallContext, "a": args, "k": kwargs},
+        ),
+    ]
+
+
+def copy_lines() -> List[Line]:
+    row = "fast copies (each against its slow twin)"
+    pays = "<= 0.95x twin"  # a gain inside the noise (5%) does not pay for a copy
+    pairs = [
+        ("`EventBus.emit`'s inline loop, 1 hook", "copies/emit", "dispatch_event"),
+        ("hook point's direct loop, 1 pre + 1 post hook", "copies/direct", "call_with_hooks"),
+        ("`Registry.register`'s flat path (+ unregister)", "copies/register", "_register_checked"),
+        ("`Registry.unregister`'s inline drop (+ register)", "copies/register", "_drop_locked"),
+        ("`Handle.plain`", "copies/handle", "`Handle(...)`"),
+        ("`CallContext.for_call`", "copies/context", "`CallContext(...)`"),
+    ]
+    twins = {
+        "copies/emit": "copies/emit twin",
+        "copies/direct": "copies/direct twin",
+        "copies/handle": "copies/handle twin",
+        "copies/context": "copies/context twin",
+    }
+    lines: List[Line] = []
+    for label, key, twin_name in pairs:
+        if twin_name == "_register_checked":
+            twin = "copies/register twin"
+        elif twin_name == "_drop_locked":
+            twin = "copies/unregister twin"
+        else:
+            twin = twins[key]
+        lines.append(Line(row, f"twin: {twin_name}", twin, twin))
+        lines.append(Line(row, label, key, twin, pays, _at_most(key, twin, 0.95)))
+    return lines

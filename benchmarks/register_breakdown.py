@@ -51,7 +51,7 @@ class Minimal:
         self.plans: dict = {}
 
     def on(self, event: str, hook: object, /) -> Handle:
-        handle = Handle.plain(self.bus, "event", event, hook)  # type: ignore[arg-type]
+        handle = Handle.plain(self.bus.registry, "event", event, hook)  # type: ignore[arg-type]
         lock = self.lock
         lock.acquire()
         try:
@@ -105,7 +105,7 @@ def main() -> None:
         ("2 calls: on(event, hook) + remove()", "entry.on('e', f); entry.remove()",
          {"entry": Entry()}),
         ("the handle object (Handle.plain)", "new(bus, 'event', 'e', f, False, None)",
-         {"new": Handle.plain, "bus": bus}),
+         {"new": Handle.plain, "bus": bus.registry}),
         ("lock acquire + release, twice", "acquire(); release(); acquire(); release()",
          {"acquire": lock.acquire, "release": lock.release}),
         ("bucket: insert list, then remove + delete", "b[k] = [f]; b[k].remove(f); del b[k]",

@@ -219,6 +219,7 @@ def build_suite(
         suite.add(["4. memory"], lambda: ([], memory_lines(suite.values)))
     suite.add(["tracing off"], lambda: (_suite.trace_cases(), _suite.trace_lines()))
     suite.add(["declared events"], lambda: (_suite.declared_cases(), _suite.declared_lines()))
+    suite.add(["fast copies"], lambda: (_suite.copy_cases(), _suite.copy_lines()))
     if torch:
         _add_torch(suite, quick=quick)
     return suite

@@ -67,7 +67,13 @@ class MethodPoint:
             return self.method(*args, **kwargs)
         target = getattr(self.method, "__self__", None)
         ctx = adapter.CallContext.for_call(
-            self.name, target, args, kwargs, next(self.calls), "pre", self
+            self.name,
+            target,
+            args,
+            kwargs,
+            call_index=next(self.calls),
+            phase="pre",
+            point=self,
         )
         registry = self.bus.registry
         adapter.run_phase(registry, plan.pre, ctx)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from ._bus import EventBus, PointInfo
 from ._context import Arguments, CallContext
-from ._declared import Event, UnknownNameError
+from ._declarations import UnknownNameError
 from ._errors import ErrorPolicy, HookError
-from ._handle import Handle, HandleGroup, Scope
+from ._event import Event
+from ._handle import Handle, HandleGroup
 from ._hookpoint import AsyncTypedPoint, HookPoint, SharedNameWarning, TypedClassPoint, TypedPoint
 from ._names import literal
 from ._options import EventHookOptions, HookOptions, Priority, PriorityLike
+from ._scope import Scope
 from ._subscribe import listens
 from ._trace import Trace, TraceRecord
 

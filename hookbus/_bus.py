@@ -31,32 +31,22 @@ from typing import (
 
 from typing_extensions import Concatenate, ParamSpec, Unpack
 
+from ._async_dispatch import call_with_hooks_async, dispatch_concurrently, dispatch_event_async
 from ._context import CallContext
-from ._declared import (
-    Declared,
-    Event,
-    EventDecorator,
-    UnknownNameError,
-    checked_handles,
-    declare,
-    unmatched,
-)
-from ._dispatch import (
-    call_with_hooks,
-    call_with_hooks_async,
-    check_event_result,
-    dispatch_event,
-    dispatch_event_async,
-)
-from ._errors import ErrorPolicy, check_policy, note_fast_error
-from ._handle import Handle, HandleGroup, Scope
+from ._declarations import Declared, UnknownNameError
+from ._dispatch import check_event_result, note_fast_error
+from ._errors import ErrorPolicy, check_policy
+from ._event import Event, EventDecorator
+from ._handle import Handle, HandleGroup
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
-from ._options import EventHookOptions, HookOptions, PriorityLike, decorator
+from ._options import EventHookOptions, HookOptions, PriorityLike
 from ._plan import NO_HOOKS
 from ._registry import Registry
+from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
+from ._sync_dispatch import call_with_hooks, dispatch_event
 from ._trace import Trace
 
 if TYPE_CHECKING:
@@ -224,7 +214,7 @@ class EventBus:
             plan = self.registry.plan_event(event)
         if plan.__class__ is not tuple:
             if plan is not NO_HOOKS:
-                self._dispatch(event, args, kwargs, None)
+                self._emit_full(event, args, kwargs, None)
             return
         hook = None
         try:
@@ -256,9 +246,9 @@ class EventBus:
             >>> bus.collect("plugins")
             ['json', 'csv']
         """
-        return self._dispatch(event, args, kwargs, [])  # type: ignore[no-any-return]
+        return self._emit_full(event, args, kwargs, [])  # type: ignore[no-any-return]
 
-    def _dispatch(
+    def _emit_full(
         self,
         event: str,
         args: Tuple[Any, ...],
@@ -277,7 +267,7 @@ class EventBus:
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
         handles = (
-            checked_handles(registry, event, args, kwargs)
+            registry.checked_handles(event, args, kwargs)
             if registry.checking  # a declared name's arguments are checked first
             else registry.event_handles(event)
         )
@@ -296,7 +286,7 @@ class EventBus:
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return call_with_hooks(registry, around, ctx, emission)
 
-    async def _dispatch_async(
+    async def _emit_full_async(
         self,
         event: str,
         args: Tuple[Any, ...],
@@ -304,12 +294,12 @@ class EventBus:
         results: Optional[List[Any]],
         concurrent: bool = False,
     ) -> Any:
-        """:meth:`_dispatch` for ``emit_async``, ``collect_async`` and ``gather``."""
+        """:meth:`_emit_full` for ``emit_async``, ``collect_async`` and ``gather``."""
         registry = self.registry
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
         handles = (
-            checked_handles(registry, event, args, kwargs)
+            registry.checked_handles(event, args, kwargs)
             if registry.checking
             else registry.event_handles(event)
         )
@@ -317,9 +307,8 @@ class EventBus:
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
-            await dispatch_event_async(
-                registry, event, handles, args, kwargs, collected, concurrent
-            )
+            dispatch = dispatch_concurrently if concurrent else dispatch_event_async
+            await dispatch(registry, event, handles, args, kwargs, collected)
             return collected
 
         if around is None:
@@ -344,7 +333,7 @@ class EventBus:
             >>> asyncio.run(bus.emit_async("signup", "ada"))
             notified ada
         """
-        await self._dispatch_async(event, args, kwargs, None)
+        await self._emit_full_async(event, args, kwargs, None)
 
     async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit_async`, but return the hooks' (awaited) results in call order.
@@ -358,7 +347,7 @@ class EventBus:
             >>> asyncio.run(bus.collect_async("calc", 21))
             [42]
         """
-        return await self._dispatch_async(event, args, kwargs, [])  # type: ignore[no-any-return]
+        return await self._emit_full_async(event, args, kwargs, [])  # type: ignore[no-any-return]
 
     async def gather(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`collect_async`, with the hooks' coroutines run concurrently.
@@ -386,7 +375,7 @@ class EventBus:
             done slow
             ['slow', 'fast']
         """
-        return await self._dispatch_async(  # type: ignore[no-any-return]
+        return await self._emit_full_async(  # type: ignore[no-any-return]
             event, args, kwargs, [], concurrent=True
         )
 
@@ -429,7 +418,7 @@ class EventBus:
         """
         if hook is not None:  # the call form, straight to the hot path
             return self.registry.register("event", event, hook, options)
-        return decorator(self.registry, "event", event, options)
+        return self.registry.decorator("event", event, options)
 
     @overload
     def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -459,7 +448,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("pre", name, hook, options)
-        return decorator(self.registry, "pre", name, options)
+        return self.registry.decorator("pre", name, options)
 
     @overload
     def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -489,7 +478,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("post", name, hook, options)
-        return decorator(self.registry, "post", name, options)
+        return self.registry.decorator("post", name, options)
 
     @overload
     def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -522,7 +511,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("exception", name, hook, options)
-        return decorator(self.registry, "exception", name, options)
+        return self.registry.decorator("exception", name, options)
 
     @overload
     def around(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
@@ -576,7 +565,7 @@ class EventBus:
         """
         if hook is not None:
             return self.registry.register("around", name, hook, options)
-        return decorator(self.registry, "around", name, options)
+        return self.registry.decorator("around", name, options)
 
     def subscribe(
         self,
@@ -620,7 +609,9 @@ class EventBus:
             >>> bus.hooks()
             []
         """
-        return subscribe(self, obj, weak=weak, priority=priority, events=events, target=target)
+        return subscribe(
+            self.registry, obj, weak=weak, priority=priority, events=events, target=target
+        )
 
     # --- hook points ----------------------------------------------------------------
 
@@ -692,10 +683,10 @@ class EventBus:
                 name = check_name(fn_or_name, "hook point name", allow_pattern=False)
 
             def decorate(fn: Any) -> Any:
-                return make_hookable(bus, fn, name)
+                return make_hookable(bus.registry, fn, name)
 
             return decorate
-        return make_hookable(bus, fn_or_name, None)
+        return make_hookable(bus.registry, fn_or_name, None)
 
     @overload
     def wrap(
@@ -735,7 +726,7 @@ class EventBus:
             len -> 4
             4
         """
-        return make_hookable(self, fn, name)
+        return make_hookable(self.registry, fn, name)
 
     # --- declared events, and the names that exist --------------------------------
 
@@ -754,7 +745,7 @@ class EventBus:
             >>> bus.first("loader", "a.csv")
             'csv reader for a.csv'
         """
-        return self._dispatch(event, args, kwargs, [], first=True)
+        return self._emit_full(event, args, kwargs, [], first=True)
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...
@@ -817,7 +808,7 @@ class EventBus:
                     "as in bus.event('user.created')(lambda user: None)"
                 )
             name = check_name(stub.__name__, "event name", allow_pattern=False)
-        declare(self.registry, Declared(name, signature, historic))
+        self.registry.declare(Declared(name, signature, historic))
         return Event(self, name, stub, signature, historic=historic)
 
     def forget(self, name: str) -> None:
@@ -856,13 +847,13 @@ class EventBus:
             >>> handle = bus.on("Motr.spin", print)
             >>> bus.check_pending()  # doctest: +ELLIPSIS
             Traceback (most recent call last):
-            hookbus._declared.UnknownNameError: 1 hook matches no declared event, hook point ...
+            hookbus.UnknownNameError: 1 hook matches no declared event, hook point ...
               - <Handle event 'Motr.spin' print active> (?): no ... did you mean 'Motor.spin'?
             ...
             >>> handle.remove()
             >>> bus.check_pending()
         """
-        found, lines = unmatched(self.registry)
+        found, lines = self.registry.unmatched()
         if found:
             count = len(found)
             raise UnknownNameError(
@@ -976,7 +967,7 @@ class EventBus:
             >>> len(bus.hooks())
             0
         """
-        return Scope(self)
+        return Scope(self.registry)
 
     def paused(self, name: Optional[str] = None) -> Pause:
         """A context manager during which ``name`` (a name or pattern) dispatches nothing.
@@ -1013,7 +1004,7 @@ class EventBus:
             >>> [(record.name, record.kind) for record in trace.records]
             [('tick', 'event')]
         """
-        return Trace(self)
+        return Trace(self.registry)
 
     def clear(self, name: Optional[str] = None) -> None:
         """Remove every hook, or every hook registered under exactly ``name``.

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Tuple
+from typing import TYPE_CHECKING, Any, List, Literal
 
 if TYPE_CHECKING:
     from ._handle import Handle
-    from ._registry import Registry
 
 if sys.version_info >= (3, 11):
     from builtins import ExceptionGroup
@@ -21,7 +20,6 @@ __all__ = [
     "ExceptionGroup",
     "HookError",
     "check_policy",
-    "note_fast_error",
 ]
 
 ErrorPolicy = Literal["raise", "collect", "log"]
@@ -125,24 +123,3 @@ def raise_collected(errors: List[Exception], where: str) -> Any:
             raise HookError(f"{len(errors)} hook(s) raised on {where!r}", errors)
         finally:
             errors.clear()
-
-
-def note_fast_error(
-    registry: Registry,
-    error: BaseException,
-    event: str,
-    hook: Any,
-    args: Tuple[Any, ...],
-    kwargs: Dict[str, Any],
-) -> None:
-    """Name the hook in ``error``'s notes, for an error raised in emit's fast loop; or
-    raise the error naming a declared event's spec, if no hook ran.
-
-    The fast loop holds bare callables; the event's handles tell which one it was.
-    """
-    if registry.checking:
-        registry.declarations.refuse_arguments(error, event, args, kwargs)
-    for handle in registry.event_handles(event):
-        if handle.hook is hook:
-            add_note(error, describe(handle, event))
-            return

@@ -1,23 +1,37 @@
-"""Handles: one per registration, plus groups and scopes that remove many at once."""
+"""Handles: one per registration, and groups that remove many at once.
+
+A handle knows its store, the registry that keeps it (:class:`HandleStore`), as
+torch's ``RemovableHandle`` knows its hooks dict: ``remove()`` asks the store, and
+nothing here knows the bus.
+"""
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import sys
 import weakref
 from types import BuiltinMethodType, MethodType, MethodWrapperType, ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
+
+from typing_extensions import Protocol
 
 from ._names import Matcher
 from ._spec import CallerFactory
 
 if TYPE_CHECKING:
-    from typing_extensions import Self, Unpack
-
-    from ._bus import EventBus
-    from ._options import EventHookOptions, HookOptions
+    from typing_extensions import Self
 
 __all__ = [
     "MARKED_COROUTINES",
@@ -25,8 +39,9 @@ __all__ = [
     "VALUE_TYPES",
     "Handle",
     "HandleGroup",
+    "HandleStore",
+    "Owner",
     "Removable",
-    "Scope",
     "is_async_callable",
 ]
 
@@ -55,6 +70,38 @@ def is_async_callable(hook: Any) -> bool:
 _new_object = object.__new__
 
 
+class Owner(Protocol):
+    """The bus a store serves, as the modules below the bus see it: messages name it."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class HandleStore(Protocol):
+    """What a handle needs of the registry that keeps it: ``bus.registry`` is one."""
+
+    @property
+    def bus(self) -> Owner:
+        """The bus the store serves."""
+        ...
+
+    def unregister(self, handle: Handle) -> None:
+        """``handle.remove()``: unregister it (idempotent)."""
+        ...
+
+    def remove(self, handles: Sequence[Handle]) -> None:
+        """Unregister many of its handles at once (``HandleGroup.remove()``)."""
+        ...
+
+    def claim(self, handle: Handle) -> bool:
+        """Unregister a ``once`` hook; True for the one dispatch that won it."""
+        ...
+
+    def forget_collected(self, handle: Handle) -> None:
+        """Unregister a hook whose weakly held object (or target) was collected."""
+        ...
+
+
 class Removable:
     """Anything that ``remove()`` undoes; as a context manager, it removes on exit."""
 
@@ -79,7 +126,7 @@ class Handle(Removable):
     (:meth:`EventBus.hooks`) returns handles too.
 
     Attributes:
-        bus: the :class:`EventBus` the hook is registered on.
+        registry: the store that keeps the hook (``bus.registry``); ``bus`` is its bus.
         kind: ``"event"``, ``"around"``, ``"pre"``, ``"post"`` or ``"exception"`` (torch
             adds more).
         name: the event or hook-point name, or the glob pattern, it was registered for.
@@ -111,7 +158,6 @@ class Handle(Removable):
         "_hook",
         "_registered",
         "_target",
-        "bus",
         "by_name",
         "is_async",
         "kind",
@@ -120,6 +166,7 @@ class Handle(Removable):
         "once",
         "optional",
         "priority",
+        "registry",
         "seq",
         "weak",
         "with_name",
@@ -127,7 +174,7 @@ class Handle(Removable):
 
     def __init__(
         self,
-        bus: EventBus,
+        registry: HandleStore,
         kind: str,
         name: str,
         hook: Callable[..., Any],
@@ -141,7 +188,7 @@ class Handle(Removable):
         with_name: bool = False,
         optional: bool = False,
     ) -> None:
-        self.bus = bus
+        self.registry = registry
         self.kind = kind
         self.name = name
         self.priority = priority
@@ -161,7 +208,7 @@ class Handle(Removable):
     @classmethod
     def plain(
         cls,
-        bus: EventBus,
+        registry: HandleStore,
         kind: str,
         name: str,
         hook: Callable[..., Any],
@@ -176,12 +223,13 @@ class Handle(Removable):
 
         Example:
             >>> import hookbus
-            >>> handle = hookbus.Handle.plain(hookbus.EventBus(), "event", "saved", print)
+            >>> registry = hookbus.EventBus().registry
+            >>> handle = hookbus.Handle.plain(registry, "event", "saved", print)
             >>> handle.priority, handle.once, handle.active
             (0, False, False)
         """
         handle: Handle = _new_object(cls)
-        handle.bus = bus
+        handle.registry = registry
         handle.kind = kind
         handle.name = name
         handle.priority = 0
@@ -197,6 +245,11 @@ class Handle(Removable):
         handle._hook = hook
         handle._target = None
         return handle
+
+    @property
+    def bus(self) -> Any:
+        """The :class:`EventBus` the hook is registered on (``handle.registry.bus``)."""
+        return self.registry.bus
 
     @property
     def hook(self) -> Optional[Callable[..., Any]]:
@@ -308,7 +361,7 @@ class Handle(Removable):
         hook = self._hook() if self.weak else self._hook
         if hook is None:  # a weak hook whose object was collected
             return None
-        if self.once and not self.bus.registry.claim(self):
+        if self.once and not self.registry.claim(self):
             return None  # another thread's dispatch ran it first
         if self.by_name is not None:  # a declared event's hook that takes arguments by name
             hook = self.call_for(name, hook)
@@ -317,7 +370,7 @@ class Handle(Removable):
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
         if self._registered:
-            self.bus.registry.unregister(self)
+            self.registry.unregister(self)
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise TypeError(
@@ -373,11 +426,11 @@ class HandleGroup(Removable):
     def remove(self) -> None:
         """Remove every hook of the group (each bus's lock is taken once)."""
         handles, self._handles = self._handles, []
-        by_bus: dict[int, Tuple[EventBus, List[Handle]]] = {}
+        by_store: Dict[int, Tuple[HandleStore, List[Handle]]] = {}
         for handle in handles:
-            by_bus.setdefault(id(handle.bus), (handle.bus, []))[1].append(handle)
-        for bus, bus_handles in by_bus.values():
-            bus.registry.remove(bus_handles)
+            by_store.setdefault(id(handle.registry), (handle.registry, []))[1].append(handle)
+        for store, stored in by_store.values():
+            store.remove(stored)
 
     def __iter__(self) -> Iterator[Handle]:
         return iter(list(self._handles))
@@ -388,113 +441,6 @@ class HandleGroup(Removable):
     def __repr__(self) -> str:
         active = sum(handle.active for handle in self._handles)
         return f"<{type(self).__name__} {len(self._handles)} handles, {active} active>"
-
-
-# One ``with scope:`` in the context that entered it: a cell holding the scope,
-# emptied (None) on exit, wherever that is. A scope may be exited in another thread
-# or task, whose context can't reset the one it was entered in: the cell stays
-# there, empty, and registration skips it. (A list: cheaper to make than an object.)
-_Opening = List[Optional["Scope"]]
-
-
-# The scopes open in this thread or task, innermost last. Registration adds its
-# handle to the innermost open scope of the same bus.
-_open_scopes: contextvars.ContextVar[Tuple[_Opening, ...]] = contextvars.ContextVar(
-    "hookbus_open_scopes", default=()
-)
-
-
-class Scope(HandleGroup):
-    """A group that also collects every hook registered on its bus while it is open.
-
-    Made by :meth:`EventBus.scope`. Inside ``with bus.scope():``, every registration
-    on ``bus`` made in the same thread or asyncio task (and tasks it starts) joins
-    the innermost open scope, and leaving the block removes them all, even when it
-    raises. Scopes nest: an inner scope removes only what was registered inside it.
-    A scope can also register directly (``scope.on(...)``), from any thread, and
-    may be exited from any thread or task: from then on, nothing joins it.
-
-    Example:
-        >>> import hookbus
-        >>> bus = hookbus.EventBus()
-        >>> with bus.scope():
-        ...     _ = bus.on("tick", print)
-        ...     bus.emit("tick", "heard")
-        heard
-        >>> bus.emit("tick", "not heard")
-        >>> bus.hooks()
-        []
-    """
-
-    __slots__ = ("_opening", "_token", "bus")
-
-    def __init__(self, bus: EventBus) -> None:
-        super().__init__()
-        self.bus = bus
-        self._opening: Optional[_Opening] = None
-        self._token: Optional[contextvars.Token[Tuple[_Opening, ...]]] = None
-
-    def on(
-        self, event: str, hook: Callable[..., Any], **options: Unpack[EventHookOptions]
-    ) -> Handle:
-        """Register an event hook in this scope (see :meth:`EventBus.on`)."""
-        return self.bus.registry.register("event", event, hook, options, scope=self)
-
-    def pre(self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]) -> Handle:
-        """Register a pre hook in this scope (see :meth:`EventBus.pre`)."""
-        return self.bus.registry.register("pre", name, hook, options, scope=self)
-
-    def post(self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]) -> Handle:
-        """Register a post hook in this scope (see :meth:`EventBus.post`)."""
-        return self.bus.registry.register("post", name, hook, options, scope=self)
-
-    def exception(
-        self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]
-    ) -> Handle:
-        """Register an exception hook in this scope (see :meth:`EventBus.exception`)."""
-        return self.bus.registry.register("exception", name, hook, options, scope=self)
-
-    def around(
-        self, name: str, hook: Callable[..., Any], **options: Unpack[HookOptions]
-    ) -> Handle:
-        """Register an around hook in this scope (see :meth:`EventBus.around`)."""
-        return self.bus.registry.register("around", name, hook, options, scope=self)
-
-    def __enter__(self) -> Self:
-        if self._opening is not None:
-            raise RuntimeError("this scope is already open; make a new one with bus.scope()")
-        opening: _Opening = [self]
-        current = _open_scopes.get()
-        if current and not all(each[0] for each in current):  # drop those closed elsewhere
-            current = tuple(each for each in current if each[0] is not None)
-        self._token = _open_scopes.set((*current, opening))
-        self._opening = opening
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        opening, self._opening = self._opening, None
-        token, self._token = self._token, None
-        try:
-            if opening is not None and token is not None:
-                opening[0] = None  # first: from now on nothing joins it, in any context
-                current = _open_scopes.get()
-                if current and current[-1] is opening:
-                    try:  # noqa: SIM105 - suppress() would cost a context manager per exit
-                        _open_scopes.reset(token)
-                    except ValueError:  # entered in another thread or task: stays there, skipped
-                        pass
-                elif any(each is opening for each in current):  # left before an inner one
-                    _open_scopes.set(tuple(each for each in current if each[0] is not None))
-        finally:
-            self.remove()
-
-
-def innermost_scope(bus: EventBus) -> Optional[Scope]:
-    """The innermost scope of ``bus`` open in this context, if any."""
-    for (scope,) in reversed(_open_scopes.get()):
-        if scope is not None and scope.bus is bus:
-            return scope
-    return None
 
 
 VALUE_TYPES = (str, int, float, bytes, complex)
@@ -508,7 +454,7 @@ def _unregister_when_collected(handle: Handle) -> Callable[[object], None]:
     def collected(_: object) -> None:
         alive = handle_ref()
         if alive is not None:
-            alive.bus.registry.forget_collected(alive)
+            alive.registry.forget_collected(alive)
 
     return collected
 

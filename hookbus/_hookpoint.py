@@ -36,16 +36,16 @@ from typing import (
 
 from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
+from ._async_dispatch import call_with_hooks_async
 from ._context import CallContext, Layout, layout_of
-from ._dispatch import call_with_hooks, call_with_hooks_async, recover_or_raise
 from ._handle import where_defined
 from ._names import check_name
-from ._options import decorator
 from ._plan import PointPlan
+from ._sync_dispatch import call_with_hooks, recover_or_raise
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
     from ._options import HookOptions
+    from ._registry import Registry
 
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
@@ -117,12 +117,12 @@ class HookPoint:
         "_fn",
         "_layout",
         "_stamp",
-        "bus",
         "is_async",
         "kind",
         "module_name",
         "name",
         "plan",
+        "registry",
         "where",
     )
 
@@ -134,7 +134,7 @@ class HookPoint:
 
     def __init__(
         self,
-        bus: EventBus,
+        registry: Registry,
         name: str,
         *,
         is_async: bool = False,
@@ -144,7 +144,7 @@ class HookPoint:
         fn: Any = None,
         bound: bool = False,
     ) -> None:
-        self.bus = bus
+        self.registry = registry
         self.name = name
         self.is_async = is_async
         self.kind = kind
@@ -173,7 +173,7 @@ class HookPoint:
         plan = self.plan
         if plan is UNRESOLVED:
             stamp = self._stamp
-            plan = self.plan = self.bus.registry.plan(self)
+            plan = self.plan = self.registry.plan(self)
             if self._stamp != stamp:
                 # Hooks changed while it was worked out: this call runs it, the
                 # next works it out again (invalidate may have run before the store).
@@ -279,9 +279,9 @@ class HookPoint:
         return self._register("around", hook, options)
 
     def _register(self, kind: str, hook: Any, options: Dict[str, Any]) -> Any:
-        registry = self.bus.registry
+        registry = self.registry
         if hook is None:
-            return decorator(registry, kind, self.name, options)
+            return registry.decorator(kind, self.name, options)
         registry.register(kind, self.name, hook, options)
         return hook
 
@@ -327,11 +327,11 @@ class SharedNameWarning(UserWarning):
     """
 
 
-def _warn_if_shared(bus: EventBus, point: HookPoint, stacklevel: int) -> None:
+def _warn_if_shared(registry: Registry, point: HookPoint, stacklevel: int) -> None:
     """Warn when ``point`` takes a default name that a point of another module has."""
     others = [
         other
-        for other in bus.registry.points(point.name)
+        for other in registry.points(point.name)
         if getattr(other, "module_name", point.module_name) != point.module_name
     ]
     if not others:
@@ -392,21 +392,21 @@ def _fixed_target(fn: Any) -> Any:
 
 
 def make_hookable(
-    bus: EventBus,
+    registry: Registry,
     fn: Any,
     name: Optional[str],
     *,
     self_from_args: Optional[bool] = None,
     stacklevel: int = 3,
 ) -> Any:
-    """Wrap ``fn`` as the hook point ``name`` of ``bus``; see :meth:`EventBus.hookable`."""
+    """Wrap ``fn`` as the hook point ``name`` in ``registry``; see :meth:`EventBus.hookable`."""
     if isinstance(fn, (classmethod, staticmethod)):
         # Wrap the function inside, and put it back in the same kind of descriptor,
         # so that Python's own binding passes cls (or nothing) as usual.
         is_class = isinstance(fn, classmethod)
         descriptor: Any = cast(Any, fn)  # typeshed leaves the function inside partly unknown
         wrapped = make_hookable(
-            bus, descriptor.__func__, name, self_from_args=is_class, stacklevel=stacklevel + 1
+            registry, descriptor.__func__, name, self_from_args=is_class, stacklevel=stacklevel + 1
         )
         return classmethod(wrapped) if is_class else staticmethod(wrapped)
     if isinstance(fn, type):
@@ -421,7 +421,11 @@ def make_hookable(
         _default_name(fn) if name is None else name, "hook point name", allow_pattern=False
     )
     existing = getattr(fn, "__hookbus_point__", None)
-    if isinstance(existing, HookPoint) and existing.bus is bus and existing.name == point_name:
+    if (
+        isinstance(existing, HookPoint)
+        and existing.registry is registry
+        and existing.name == point_name
+    ):
         return fn  # already this very hook point: wrapping again would run its hooks twice
     call: Any = fn  # what the wrapper calls; typed Any so both wrappers may await it
     is_async = _is_async(fn)
@@ -434,7 +438,7 @@ def make_hookable(
     fixed_target = _fixed_target(fn)
     kind, where, module_name = _origin(fn, bound)
     point = HookPoint(
-        bus,
+        registry,
         point_name,
         is_async=is_async,
         kind=kind,
@@ -446,9 +450,8 @@ def make_hookable(
     if name is None:
         # Before the point is added, and with no lock held: a warning turned into
         # an error leaves nothing behind.
-        _warn_if_shared(bus, point, stacklevel + 1)
+        _warn_if_shared(registry, point, stacklevel + 1)
     counter = point._calls
-    registry = bus.registry
 
     if is_async:
 

@@ -13,14 +13,9 @@ from __future__ import annotations
 
 import difflib
 import enum
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Tuple, TypeVar, Union
+from typing import Any, Mapping, Tuple, Union
 
 from typing_extensions import TypedDict
-
-from ._names import check_name
-
-if TYPE_CHECKING:
-    from ._registry import Registry
 
 __all__ = [
     "EventHookOptions",
@@ -28,7 +23,6 @@ __all__ = [
     "ParsedOptions",
     "Priority",
     "PriorityLike",
-    "decorator",
     "parse_options",
     "to_priority",
 ]
@@ -89,9 +83,6 @@ def to_priority(value: object) -> int:
         f"priority must be an int or a priority name, got {type(value).__name__} {value!r}; "
         f"accepted: an int (higher runs first) or one of {_NAMES}"
     )
-
-
-H = TypeVar("H", bound=Callable[..., Any])
 
 
 class HookOptions(TypedDict, total=False):
@@ -171,30 +162,3 @@ def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
             f"the name as ctx.name already"
         )
     return priority, once, options.get("target"), weak, with_name, optional
-
-
-def decorator(
-    registry: Registry, kind: str, name: str, options: Mapping[str, Any]
-) -> Callable[[H], H]:
-    """The decorator form of a registration: name and options are checked now, not later.
-
-    Example:
-        >>> import hookbus
-        >>> bus = hookbus.EventBus()
-        >>> register = decorator(bus.registry, "event", "saved", {"priority": "HIGH"})
-        >>> @register
-        ... def log(doc):
-        ...     print("saved", doc)
-        >>> bus.emit("saved", "a.txt")
-        saved a.txt
-    """
-    name = check_name(
-        name, "event name" if kind == "event" else "hook point name", allow_pattern=True
-    )
-    parse_options(kind, options)
-
-    def decorate(fn: H) -> H:
-        registry.register(kind, name, fn, options)
-        return fn
-
-    return decorate

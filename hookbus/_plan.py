@@ -31,12 +31,15 @@ from ._errors import add_note, describe
 
 if TYPE_CHECKING:
     from ._context import CallContext, Layout
-    from ._declared import Declared
+    from ._declarations import Declared
+    from ._errors import ErrorPolicy
     from ._handle import Handle
     from ._names import Matcher
+    from ._trace import Tracer
 
 __all__ = [
-    "NO_HOOKS", "EventPlan", "Point", "PointPlan", "PointSource", "event_plan", "fast_hooks",
+    "NO_HOOKS", "DispatchSettings", "EventPlan", "Point", "PointPlan", "PointSource",
+    "event_plan", "fast_hooks",
 ]  # fmt: skip
 
 Hooks = Tuple["Handle", ...]
@@ -82,6 +85,23 @@ class Point(Protocol):
 
     def layout(self) -> Layout:
         """The parameters of what the point wraps, for ``ctx.arguments`` (read lazily)."""
+        ...
+
+
+class DispatchSettings(Protocol):
+    """What every dispatch loop reads of the registry, per call (the adapter seam).
+
+    ``bus.registry`` is one: the loops of ``_dispatch`` take it, and read only these.
+    """
+
+    @property
+    def errors(self) -> ErrorPolicy:
+        """The error policy: ``"raise"``, ``"collect"`` or ``"log"``."""
+        ...
+
+    @property
+    def tracer(self) -> Optional[Tracer]:
+        """What hook calls are recorded into while a trace is open, else ``None``."""
         ...
 
 

@@ -1,8 +1,9 @@
 """The recorder behind the pytest plugin's ``bus_recorder``: it needs no pytest.
 
 :class:`BusRecorder` listens to every emission and hook-point call on some buses and
-asserts on them with readable messages; :class:`BusRecord` is one of those. Both are
-public as ``hookbus.pytest_plugin.BusRecorder`` and ``BusRecord``; they live here so that
+asserts on them with readable messages; an :class:`Occurrence` is one of those (an
+emission or a call: not a ``TraceRecord``, which times one hook). Both are public as
+``hookbus.pytest_plugin.BusRecorder`` and ``Occurrence``; they live here so that
 code without pytest (the demo, a script) can record too.
 """
 
@@ -33,7 +34,7 @@ from ._handle import HandleGroup
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["BusRecord", "BusRecorder"]
+__all__ = ["BusRecorder", "Occurrence"]
 
 # The recorder must see a call before any other hook changes it, and its result
 # after every post hook ran: priorities beyond any a user would pick.
@@ -46,8 +47,11 @@ _repr.maxstring = _repr.maxother = 60
 _repr.maxlist = _repr.maxtuple = _repr.maxdict = 6
 
 
-class BusRecord:
+class Occurrence:
     """One emitted event (``kind == "event"``) or one hook-point call (``"call"``).
+
+    What a :class:`BusRecorder` records. ``hookbus.pytest_plugin.BusRecord`` is the
+    same class, under the name it had first.
 
     ``args`` and ``kwargs`` are as the emitter or caller passed them. For a call,
     ``result`` is what it finally returned (after post hooks), ``exception`` what
@@ -155,7 +159,7 @@ class BusRecorder:
     """
 
     def __init__(self, *buses: EventBus) -> None:
-        self.records: List[BusRecord] = []
+        self.records: List[Occurrence] = []
         self._hooks = HandleGroup()
         self._watched: List[EventBus] = []
         for bus in buses or (default_bus,):
@@ -169,22 +173,22 @@ class BusRecorder:
         records = self.records
 
         def on_event(event: str, *args: Any, **kwargs: Any) -> Any:
-            records.append(BusRecord("event", event, args, kwargs, bus))
+            records.append(Occurrence("event", event, args, kwargs, bus))
             return NOT_COLLECTED
 
         def on_pre(ctx: CallContext) -> None:
-            record = BusRecord("call", ctx.name, ctx.args, ctx.kwargs, bus, ctx.target)
+            record = Occurrence("call", ctx.name, ctx.args, ctx.kwargs, bus, ctx.target)
             ctx.data[_RECORD_KEY] = record
             records.append(record)
 
         def on_exception(ctx: CallContext) -> None:
-            record: Optional[BusRecord] = ctx.data.get(_RECORD_KEY)
+            record: Optional[Occurrence] = ctx.data.get(_RECORD_KEY)
             if record is not None:
                 record.exception = ctx.exception
                 record.done = True
 
         def on_post(ctx: CallContext) -> None:
-            record: Optional[BusRecord] = ctx.data.get(_RECORD_KEY)
+            record: Optional[Occurrence] = ctx.data.get(_RECORD_KEY)
             if record is not None:
                 record.result = ctx.result
                 record.recovered = ctx.exception is not None
@@ -206,11 +210,11 @@ class BusRecorder:
 
     # --- queries --------------------------------------------------------------------
 
-    def events(self, name: Optional[str] = None) -> List[BusRecord]:
+    def events(self, name: Optional[str] = None) -> List[Occurrence]:
         """The recorded emissions, all or those of ``name`` (a name or glob pattern)."""
         return self._select("event", name)
 
-    def calls(self, name: Optional[str] = None) -> List[BusRecord]:
+    def calls(self, name: Optional[str] = None) -> List[Occurrence]:
         """The recorded hook-point calls, all or those of ``name`` (a name or pattern)."""
         return self._select("call", name)
 
@@ -307,7 +311,7 @@ class BusRecorder:
 
     # --- helpers --------------------------------------------------------------------
 
-    def _select(self, kind: str, name: Optional[str]) -> List[BusRecord]:
+    def _select(self, kind: str, name: Optional[str]) -> List[Occurrence]:
         return [
             record
             for record in self.records
@@ -341,7 +345,7 @@ class BusRecorder:
             f"{'emission' if kind == 'event' else 'call'} matched:\n" + _listing(found)
         )
 
-    def _require(self, kind: str, name: str) -> List[BusRecord]:
+    def _require(self, kind: str, name: str) -> List[Occurrence]:
         __tracebackhide__ = True
         found = self._select(kind, name)
         if not found:
@@ -371,7 +375,7 @@ class BusRecorder:
         return f"<BusRecorder {len(self.records)} records, {state}>"
 
 
-def _matches(record: BusRecord, name: str) -> bool:
+def _matches(record: Occurrence, name: str) -> bool:
     return record.name == name or fnmatch.fnmatchcase(record.name, name)
 
 
@@ -394,7 +398,7 @@ def _format_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
     )
 
 
-def _listing(records: Sequence[BusRecord], limit: int = 20) -> str:
+def _listing(records: Sequence[Occurrence], limit: int = 20) -> str:
     lines = [f"  {record.describe()}" for record in records[:limit]]
     if len(records) > limit:
         lines.append(f"  ... and {len(records) - limit} more")

@@ -10,18 +10,32 @@ matching patterns only once per name. Points hear of a change only after the
 lock is released (see ``_plan.py``).
 
 One idiom holds the lock: ``with self._changing:`` (or, on the hot paths,
-``self._lock.acquire()`` ... ``finally: self._unlock()``, whose nothing-to-do case
-register and remove inline). A locked section only
+``self._lock.acquire()`` ... ``finally: self._unlock()``). A locked section only
 *notes* what must happen outside the lock: the points whose hooks changed
 (``_stale``) and the user objects it let go of (``_dropped``: removed handles,
 a historic event's past arguments, closed traces). ``_unlock`` releases the lock,
 then lets go of those objects (a finalizer may use the bus) and tells the points
 (they may run any code). No caller notifies, or frees, by hand.
 
+Register + remove is a benchmark row (``benchmarks/run.py``, row 2), so its
+common case (a plain hook for an event's exact name, nothing to check, no scope)
+takes two fast copies, listed in ``_dispatch.py``'s map with their parity tests
+(``tests/test_fast_copies.py``) and their own benchmark rows: the flat path of
+:meth:`Registry.register` (the twin: ``_register_checked``) and the inline drop
+of :meth:`Registry.unregister` (the twin: ``_drop_locked``). Each takes the lock
+by ``acquire()`` rather than ``with`` (half the cost) and, when nothing was noted,
+releases it inline rather than through ``_unlock()``. Measured on row 2, register
++ remove takes about 1.35x as long without the flat path, 1.45x without the inline
+drop, and 1.07x releasing through ``_unlock()``; ``Handle.plain`` (bound once, as
+``_plain_handle``) builds the handle in half the time ``Handle(...)`` takes.
+
 Everything the registry keeps lives here, guarded by that lock: the hooks by
 kind (exact names by name, patterns in one list), the live hook points by name
 (held weakly), the paused names, the plan caches, and the declarations
-(``_declared.Declarations``).
+(``_declarations.Declarations``), with what the registry does with them:
+checking a hook against the specs and a strict bus's names before it is
+registered, declaring, replaying a historic event's past emissions to a new
+hook, and listing the hooks that match nothing (``check_pending()``).
 """
 
 from __future__ import annotations
@@ -34,7 +48,6 @@ import weakref
 from inspect import CO_COROUTINE
 from types import FunctionType
 from typing import (
-    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -45,32 +58,34 @@ from typing import (
     Sequence,
     Set,
     Tuple,
+    TypeVar,
 )
 
-from ._declared import Declarations, Declared, check_registration, replay, unknown_emitted
-from ._errors import ErrorPolicy
-from ._handle import (
-    MARKED_COROUTINES,
-    Handle,
-    Scope,
-    _open_scopes,
-    hook_name,
-    innermost_scope,
-    is_async_callable,
+from ._declarations import (
+    Declarations,
+    Declared,
+    ResultCallback,
+    UnknownNameError,
+    did_you_mean,
+    mismatch_message,
+    other_namespace,
+    unknown_emitted,
 )
+from ._errors import ErrorPolicy, HookError, raise_collected
+from ._handle import MARKED_COROUTINES, Handle, Owner, hook_name, is_async_callable, where_defined
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
+from ._open_scopes import OpenScope, innermost_scope, open_scopes
 from ._options import method_name, parse_options
 from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
+from ._sync_dispatch import dispatch_event
 from ._trace import Trace, Tracer, tracer_for
 
-if TYPE_CHECKING:
-    from ._bus import EventBus
-
-
-# Bound once: a classmethod is bound again at each access (register's hot path).
+# Bound once: a classmethod is bound again at each access.
 _plain_handle = Handle.plain
 
 __all__ = ["Registry"]
+
+H = TypeVar("H", bound=Callable[..., Any])
 
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
@@ -168,7 +183,7 @@ def _duplicate_error(handle: Handle, existing: Handle) -> ValueError:
     """The error for a second registration of one callable on one name (and target)."""
     return ValueError(
         f"{hook_name(handle.hook)} is already registered for {handle.kind} {handle.name!r} "
-        f"on bus {handle.bus.name!r}: {existing!r}. A callable is registered once per "
+        f"on bus {handle.registry.bus.name!r}: {existing!r}. A callable is registered once per "
         f"name (and target). blinker and pyee would ignore a second registration and "
         f"torch would run the hook twice; hookbus refuses it, so that neither happens "
         f"silently. To change its options, remove the first (handle.remove()) and "
@@ -218,8 +233,9 @@ class Registry:
         []
     """
 
-    def __init__(self, bus: EventBus, errors: ErrorPolicy) -> None:
+    def __init__(self, bus: Owner, errors: ErrorPolicy) -> None:
         self.bus = bus
+        """The bus this registry serves (its name is in messages)."""
         self.errors: ErrorPolicy = errors
         """The error policy; change it with :meth:`set_errors`."""
         self.tracer: Optional[Tracer] = None
@@ -267,7 +283,7 @@ class Registry:
         hook: Callable[..., Any],
         options: Mapping[str, Any],
         *,
-        scope: Optional[Scope] = None,
+        scope: Optional[OpenScope] = None,
     ) -> Handle:
         """Check everything, then register; nothing is half-registered on failure.
 
@@ -295,21 +311,21 @@ class Registry:
         if options:
             priority, once, target, weak, with_name, optional = parse_options(kind, options)
             handle = Handle(
-                self.bus, kind, name, hook, priority, 0, once, target, weak, is_async, match,
+                self, kind, name, hook, priority, 0, once, target, weak, is_async, match,
                 with_name, optional,
             )  # fmt: skip
         else:
-            handle = _plain_handle(self.bus, kind, name, hook, is_async, match)
+            handle = _plain_handle(self, kind, name, hook, is_async, match)
         if (
             kind != "event"
             or match is not None
             or self.checking
             or scope is not None
-            or _open_scopes.get()
+            or open_scopes.get()
         ):
             return self._register_checked(handle, scope)
         try:
-            self._lock.acquire()  # not ``with``: it costs twice as much
+            self._lock.acquire()
             try:
                 if not self.checking:  # else a declaration came meanwhile: check the hook
                     if self._collected:
@@ -333,13 +349,35 @@ class Registry:
             finally:
                 if self._stale or self._dropped:  # a swept weak hook: the full way out
                     self._unlock()
-                else:  # _unlock() with nothing to do, inline: register's hot path
+                else:
                     self._lock.release()
         except _Duplicate as found:  # raised here: the message reads the user's hook
             raise _duplicate_error(handle, found.handle) from None
         return self._register_checked(handle, scope)
 
-    def _register_checked(self, handle: Handle, scope: Optional[Scope]) -> Handle:
+    def decorator(self, kind: str, name: str, options: Mapping[str, Any]) -> Callable[[H], H]:
+        """The decorator form of a registration: name and options are checked now, not later.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> register = bus.registry.decorator("event", "saved", {"priority": "HIGH"})
+            >>> @register
+            ... def log(doc):
+            ...     print("saved", doc)
+            >>> bus.emit("saved", "a.txt")
+            saved a.txt
+        """
+        name = check_name(name, f"{_what(kind)} name", allow_pattern=True)
+        parse_options(kind, options)
+
+        def decorate(fn: H) -> H:
+            self.register(kind, name, fn, options)
+            return fn
+
+        return decorate
+
+    def _register_checked(self, handle: Handle, scope: Optional[OpenScope]) -> Handle:
         """:meth:`register` of every case but the common one: specs, strict names,
         scopes, patterns, async hooks, and hook points to tell of the change."""
         kind, name, match = handle.kind, handle.name, handle.match
@@ -351,9 +389,9 @@ class Registry:
         declared_count = self._declared_count
         checking = self.checking
         if checking:  # specs and strict names: checked before the lock is taken
-            check_registration(self, handle)
-        if scope is None and _open_scopes.get():
-            scope = innermost_scope(self.bus)
+            self._check_registration(handle)
+        if scope is None and open_scopes.get():
+            scope = innermost_scope(self)
         history: Any = ()
         conflict: Optional[str] = None
         duplicate: Optional[Handle] = None
@@ -361,7 +399,7 @@ class Registry:
         while self._declared_count != declared_count:  # declared meanwhile: check again
             self._unlock()
             declared_count, checking = self._declared_count, True
-            check_registration(self, handle)
+            self._check_registration(handle)
             self._lock.acquire()
         try:
             if self._collected:
@@ -399,16 +437,16 @@ class Registry:
         if scope is not None:
             scope.add(handle)
         if history:
-            replay(self, handle, history)
+            self._replay(handle, history)
         return handle
 
     def unregister(self, handle: Handle) -> None:
         """``handle.remove()``: unregister one handle known to be this bus's (idempotent)."""
-        self._lock.acquire()  # not ``with``: it costs twice as much, on the hot path of remove()
+        self._lock.acquire()
         try:
             if handle.kind == "event" and handle.match is None and handle._registered:
-                # _drop_locked() inlined for the common case: a call costs a third of the
-                # rest. The caller holds the handle, so nothing of the user's goes here.
+                # _drop_locked() for an event's exact name, inline. The caller holds
+                # the handle, so nothing of the user's goes here: nothing is dropped.
                 handle._registered = False
                 name = handle.name
                 names = self._exact["event"]
@@ -423,15 +461,15 @@ class Registry:
         finally:
             if self._stale or self._dropped:
                 self._unlock()
-            else:  # _unlock() with nothing to do, inline: remove()'s hot path
+            else:
                 self._lock.release()
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""
         for handle in handles:  # before the lock: the message reads the user's hook
-            if handle.bus is not self.bus:
+            if handle.registry is not self:
                 raise ValueError(
-                    f"{handle!r} belongs to the bus {handle.bus.name!r}, not to "
+                    f"{handle!r} belongs to the bus {handle.registry.bus.name!r}, not to "
                     f"{self.bus.name!r}; remove it with handle.remove() or through its own bus"
                 )
         with self._changing:
@@ -628,7 +666,25 @@ class Registry:
 
     # --- declared events ----------------------------------------------------------------
 
-    def commit_declaration(self, declared: Declared, checked: Tuple[Handle, ...]) -> bool:
+    def declare(self, declared: Declared) -> None:
+        """Declare an event, after checking the hooks registered for it so far.
+
+        All or nothing: if a hook doesn't accept the spec, the error lists every one,
+        and the name stays undeclared. The hooks are checked without the lock
+        (``inspect.signature`` may run user code); the declaration is committed only
+        if they are still the ones checked, else they are checked again.
+        """
+        declarations = self.declarations
+        while True:
+            if declarations.already(declared):
+                return
+            hooks = self.hooks(declared.name, literal=True)
+            checked = tuple(h for h in hooks if h.kind == "event")
+            declarations.refuse_mismatches(declared, checked)
+            if self._commit_declaration(declared, checked):
+                return
+
+    def _commit_declaration(self, declared: Declared, checked: Tuple[Handle, ...]) -> bool:
         """Declare ``declared`` if its event hooks are still ``checked``, the ones checked
         against its spec without the lock; False if they changed (check them again)."""
         with self._changing:
@@ -642,6 +698,128 @@ class Registry:
             self.checking = True
             self._invalidate_locked("event", declared.name, None)
             return True
+
+    def _check_registration(self, handle: Handle) -> None:
+        """Refuse a hook that a declared event's spec, or a strict bus, rules out.
+
+        Called before the lock is taken: ``inspect.signature`` may run user code (a
+        ``__signature__`` property), and so may a hook's ``repr``.
+        """
+        declarations = self.declarations
+        kind, name, match, hook = handle.kind, handle.name, handle.match, handle.hook
+        what = (
+            f"{'async ' if handle.is_async else ''}hook {hook_name(hook)} ({where_defined(hook)})"
+        )
+        if declarations.strict and match is None and not handle.optional:
+            self._refuse_unknown_name(kind, name, what)
+        if kind != "event" or hook is None:
+            return
+        for declared in declarations.specs_for(name, match):
+            reason = declarations.fit(handle, hook, declared)
+            if reason is not None:
+                raise TypeError(mismatch_message(what, declared, reason, handle.with_name))
+            if handle.is_async and declared.historic:
+                raise TypeError(
+                    f"{what} would be replayed at once by the historic event "
+                    f"{declared.name!r}, and the replay is synchronous; use a plain 'def' "
+                    f"hook there"
+                )
+
+    def _refuse_unknown_name(self, kind: str, name: str, what: str) -> None:
+        """``strict=True``: a hook's name must be a declared event, or a point of its kind."""
+        events = set(self.declarations.specs)
+        points = {point.name: point.kinds for point in self.points()}
+        known = events if kind == "event" else {n for n, kinds in points.items() if kind in kinds}
+        if name in known:
+            return
+        noun = "declared event" if kind == "event" else "hook point"
+        raise UnknownNameError(
+            f"strict bus {self.bus.name!r} refuses a hook for an unknown name:\n"
+            f"  - {kind} {what}: no {noun} is named {name!r}{did_you_mean(name, known)}"
+            f"{other_namespace(kind, name, events, set(points))}\n"
+            f"Declare events with @bus.event and define hook points with @bus.hookable "
+            f"before hooking them (or make the bus with strict=False)"
+        )
+
+    def checked_handles(
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        result_callback: ResultCallback = None,
+    ) -> Tuple[Handle, ...]:
+        """The hooks of an emission, once a declared event's arguments are checked.
+
+        Called by the slow paths (``collect``, ``first``, the async twins, emit's full
+        loop) on a bus that declares events; a historic emission is recorded (with the
+        ``result_callback`` that its replays give their results to).
+        """
+        declared = self.declarations.specs.get(event)
+        if declared is None:
+            return self.event_handles(event)
+        try:
+            declared.binder(*args, **kwargs)
+        except TypeError as error:
+            self.declarations.refuse_arguments(error, event, args, kwargs)
+            raise
+        if declared.historic:
+            return self.record_emission(event, args, kwargs, result_callback)
+        return self.event_handles(event)
+
+    def _replay(self, handle: Handle, history: List[Tuple[str, Any, Any, ResultCallback]]) -> None:
+        """Call a new hook of a historic event with each past emission, in order (no lock).
+
+        Under the ``"collect"`` policy every emission is replayed, then one group holds
+        the errors of all; ``"raise"`` stops at the first error, ``"log"`` never does.
+        An emission made with ``Event.emit_with_results`` gets the hook's result.
+        """
+        errors: List[Exception] = []
+        for event, args, kwargs, result_callback in history:
+            results: Optional[List[Any]] = None if result_callback is None else []
+            try:
+                dispatch_event(self, event, (handle,), args, kwargs, results)
+            except HookError as group:
+                errors.extend(group.exceptions)
+            for result in results or ():
+                if result is not None:
+                    result_callback(result)  # type: ignore[misc]
+        raise_collected(errors, handle.name)
+
+    def unmatched(self) -> Tuple[List[Handle], List[str]]:
+        """The hooks whose names match nothing known, each with a line saying why
+        (``check_pending()``)."""
+        handles = sorted(self.hooks(), key=lambda handle: handle.seq)
+        point_kinds: Dict[str, Set[str]] = {}
+        for point in self.points():
+            point_kinds.setdefault(point.name, set()).update(point.kinds)
+        events = self.declarations.known_events()  # a copy, made without a thread switch
+        found: List[Handle] = []
+        lines: List[str] = []
+        for handle in handles:
+            if handle.name == "*" or handle.optional:
+                continue  # watches everything, names nothing; or may never find its name
+            if handle.kind == "event":
+                known, noun = events, "declared or emitted event"
+            else:
+                known = {name for name, kinds in point_kinds.items() if handle.kind in kinds}
+                noun = "hook point"
+            match = handle.match
+            if (handle.name in known) if match is None else any(match(n) for n in known):
+                continue
+            if match is None:
+                reason = f"no {noun} is named {handle.name!r}"
+            else:
+                reason = f"the pattern {handle.name!r} matches no {noun}"
+            hint = did_you_mean(handle.name, known)
+            hint += other_namespace(handle.kind, handle.name, events, set(point_kinds))
+            found.append(handle)
+            lines.append(f"  - {handle!r} ({handle.where}): {reason}{hint}")
+        if lines and self.declarations.emitted_overflow:
+            lines.append(
+                "  (this bus saw too many distinct event names to remember them all: an "
+                "event emitted only lately may be missing here)"
+            )
+        return found, lines
 
     def forget(self, name: str) -> None:
         """Drop the past emissions of the historic event ``name``."""

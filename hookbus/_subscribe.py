@@ -30,13 +30,13 @@ from typing import (
 
 from typing_extensions import Concatenate, ParamSpec, Protocol
 
-from ._declared import Event
+from ._event import Event
 from ._handle import HandleGroup
 from ._names import check_name
 from ._options import PriorityLike, to_priority
 
 if TYPE_CHECKING:
-    from ._bus import EventBus
+    from ._registry import Registry
 
 __all__ = ["KINDS", "Listening", "listens", "subscribe"]
 
@@ -203,7 +203,7 @@ def listens(
 
 
 def subscribe(
-    bus: EventBus,
+    registry: Registry,
     obj: object,
     *,
     weak: bool = False,
@@ -211,7 +211,7 @@ def subscribe(
     events: Optional[Iterable[str]] = None,
     target: Any = None,
 ) -> HandleGroup:
-    """Register every hook method of ``obj`` on ``bus``; see :meth:`EventBus.subscribe`."""
+    """Register every hook method of ``obj`` in ``registry``; see :meth:`EventBus.subscribe`."""
     if isinstance(obj, type):
         raise TypeError(
             f"subscribe() takes an instance, got the class {obj.__qualname__}; "
@@ -243,7 +243,7 @@ def subscribe(
                     "target": target,
                     "optional": mark.optional,
                 }
-                group.add(bus.registry.register(mark.kind, mark.event, method, options))
+                group.add(registry.register(mark.kind, mark.event, method, options))
     except BaseException:
         group.remove()
         raise

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from typing_extensions import Protocol
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from ._bus import EventBus
-    from ._handle import Handle
+    from ._handle import Handle, Owner
 
-__all__ = ["Trace", "TraceGroup", "TraceRecord", "tracer_for"]
+__all__ = ["Trace", "TraceGroup", "TraceRecord", "TraceSwitch", "tracer_for"]
 
 
 class TraceRecord(NamedTuple):
@@ -39,6 +40,19 @@ class TraceRecord(NamedTuple):
     """How long the hook ran, in nanoseconds."""
 
 
+class TraceSwitch(Protocol):
+    """What a :class:`Trace` needs of the registry: ``bus.registry`` is one."""
+
+    @property
+    def bus(self) -> Owner:
+        """The bus the registry serves."""
+        ...
+
+    def set_trace(self, trace: Trace, is_open: bool) -> bool:
+        """Open or close ``trace``; False if it already was."""
+        ...
+
+
 class Trace:
     """Records every hook call on a bus while open. Made by :meth:`EventBus.trace`.
 
@@ -58,8 +72,8 @@ class Trace:
         event 'save' <lambda> ...: 1 call(s), ... us in all
     """
 
-    def __init__(self, bus: EventBus) -> None:
-        self.bus = bus
+    def __init__(self, registry: TraceSwitch) -> None:
+        self.registry = registry
         self.records: List[TraceRecord] = []
 
     def _record(self, name: str, kind: str, handle: Handle, duration_ns: int) -> None:
@@ -87,15 +101,15 @@ class Trace:
         return "\n".join(lines)
 
     def __enter__(self) -> Self:
-        if not self.bus.registry.set_trace(self, True):
+        if not self.registry.set_trace(self, True):
             raise RuntimeError("this trace is already open; make a new one with bus.trace()")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.bus.registry.set_trace(self, False)  # closing a closed trace does nothing
+        self.registry.set_trace(self, False)  # closing a closed trace does nothing
 
     def __repr__(self) -> str:
-        return f"<Trace {len(self.records)} records on {self.bus!r}>"
+        return f"<Trace {len(self.records)} records on {self.registry.bus!r}>"
 
 
 class TraceGroup:

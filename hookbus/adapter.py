@@ -29,7 +29,7 @@ Example:
     ...     def layout(self):
     ...         return adapter.layout_of(lambda size: None, self.name)
     ...     def run(self, size):
-    ...         ctx = adapter.CallContext.for_call(self.name, None, (size,), {}, 0, "pre", self)
+    ...         ctx = adapter.CallContext.for_call(self.name, None, (size,), {}, 0, point=self)
     ...         adapter.run_phase(bus.registry, self.plan.pre, ctx)
     ...         return ctx.args
     >>> point = Point()
@@ -44,13 +44,12 @@ from __future__ import annotations
 
 from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
-from ._dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 from ._errors import add_note, describe
-from ._handle import Handle, HandleGroup, Removable, hook_name, where_defined
+from ._handle import Handle, HandleGroup, Removable, where_defined
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import HookOptions
 from ._plan import Point, PointPlan, PointSource
-from ._registry import Registry
+from ._sync_dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 
 __all__ = [
     "CallContext",
@@ -63,13 +62,11 @@ __all__ = [
     "Point",
     "PointPlan",
     "PointSource",
-    "Registry",
     "Removable",
     "add_note",
     "call_with_hooks",
     "check_name",
     "describe",
-    "hook_name",
     "is_pattern",
     "layout_of",
     "matcher_for",

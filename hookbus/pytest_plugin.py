@@ -28,17 +28,20 @@ import pytest
 
 import hookbus
 from hookbus._bus import EventBus
-from hookbus._recorder import BusRecord, BusRecorder
+from hookbus._recorder import BusRecorder, Occurrence
 
 __all__ = [
-    "BusRecord",
     "BusRecorder",
+    "Occurrence",
     "bus_recorder",
     "default_bus",
     "event_bus",
     "hookbus_buses",
     "isolate",
 ]
+
+BusRecord = Occurrence
+"""The name :class:`Occurrence` had first (kept so that imports of it still work)."""
 
 # --- isolating a bus ----------------------------------------------------------------
 

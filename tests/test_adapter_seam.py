@@ -7,6 +7,7 @@ and the core's private modules can be renamed or merged without touching it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import List
 
@@ -107,3 +108,25 @@ def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
 )
 def test_the_check_allows_the_seam_and_the_adapters_own_modules(source: str) -> None:
     assert not private_imports(source)
+
+
+# --- the seam is what adapters use, documented whole --------------------------------
+
+
+def test_the_adapter_page_documents_every_name_of_the_seam() -> None:
+    import hookbus.adapter
+
+    page = (ROOT / "docs" / "adapters.md").read_text(encoding="utf-8")
+    table = page[page.index("## The seam") : page.index("## How a point lives")]
+    missing = [name for name in hookbus.adapter.__all__ if f"`{name}" not in table]
+    assert not missing, f"docs/adapters.md's table lacks {missing}"
+
+
+def test_every_name_of_the_seam_is_used_by_an_adapter() -> None:
+    import hookbus.adapter
+
+    sources = [path.read_text(encoding="utf-8") for path in sorted(TORCH.rglob("*.py"))]
+    sources.append((ROOT / "examples" / "method_hooks.py").read_text(encoding="utf-8"))
+    used = " ".join(sources)
+    unused = [name for name in hookbus.adapter.__all__ if not re.search(rf"\b{name}\b", used)]
+    assert not unused, f"names of hookbus.adapter that no adapter uses: {unused}"

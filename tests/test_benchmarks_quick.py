@@ -40,6 +40,7 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
         "4. scale",
         "4. memory",
         "tracing off",
+        "fast copies (each against its slow twin)",
     ):
         assert f"| {row}" in out, f"row {row!r} missing from:\n{out}"
     assert "**hookbus** `bus.emit`" in out

@@ -7,6 +7,9 @@ speed, and the fast constructors, are checked here against their slow twin:
 * ``EventBus.emit``'s inline loop against ``dispatch_event`` (and ``Event.emit``,
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * the hook point's direct loop (``_hookpoint.py``) against ``call_with_hooks``;
+* ``Registry.register``'s flat path against ``_register_checked``, and
+  ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
+  ``Registry.remove``);
 * the torch module point's inline post loop (``ModulePoint._on_post``) against
   ``run_phase``, and the context it builds against ``CallContext.__init__``
   (these need PyTorch, and are skipped without it).
@@ -49,8 +52,8 @@ def _fields(obj: object) -> dict:
 @pytest.mark.parametrize("match", [None, matcher_for("a.*")])
 def test_handle_plain_builds_what_handle_init_builds(is_async: bool, match: Any) -> None:
     bus = EventBus()
-    fast = Handle.plain(bus, "event", "a.b", print, is_async, match)
-    slow = Handle(bus, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
+    fast = Handle.plain(bus.registry, "event", "a.b", print, is_async, match)
+    slow = Handle(bus.registry, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
     assert _fields(fast) == _fields(slow)
     assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
 
@@ -250,6 +253,96 @@ def test_direct_hook_point_loop_matches_call_with_hooks(
     assert direct == general
 
 
+# --- the registry's fast paths of register and remove against their slow twins --------
+
+
+class _NoScope:
+    """A scope that takes nothing: passing it sends ``register`` to its checked path."""
+
+    registry = None
+
+    def add(self, handle: object) -> None:
+        pass
+
+
+# One step: ("add", hook, name), ("remove", hook, name) or ("emit", 0, name).
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "emit"]),
+        st.integers(0, 2),
+        st.sampled_from(["e", "f"]),
+    ),
+    max_size=12,
+)
+
+
+def _registrations(plan: List[Tuple[str, int, str]], slow: bool) -> List[Any]:
+    bus = EventBus("parity")
+    registry = bus.registry
+    calls: List[Any] = []
+
+    def make(index: int) -> Callable[..., Any]:
+        def hook(*args: Any) -> None:
+            calls.append((index, args))
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    hooks = [make(index) for index in range(3)]
+    handles: dict = {}
+    seen: List[Any] = []
+    for action, index, name in plan:
+        outcome: Any = None
+        try:
+            if action == "add":
+                if slow:
+                    handle = registry.register("event", name, hooks[index], {}, scope=_NoScope())
+                else:
+                    handle = registry.register("event", name, hooks[index], {})
+                handles[(index, name)] = handle
+            elif action == "remove" and (index, name) in handles:
+                handle = handles[(index, name)]
+                if slow:
+                    registry.remove([handle])
+                else:
+                    registry.unregister(handle)
+                outcome = handle.active
+            elif action == "emit":
+                bus.emit(name, index)
+        except ValueError as error:  # a second registration of one hook on one name
+            outcome = str(error)
+        hooks_now = [(h.name, h.hook.__qualname__, h.seq, h.active) for h in bus.hooks()]  # type: ignore[union-attr]
+        seen.append((outcome, hooks_now, list(calls)))
+    return seen
+
+
+@given(steps)
+def test_register_and_unregister_fast_paths_match_their_slow_twins(
+    plan: List[Tuple[str, int, str]],
+) -> None:
+    assert _registrations(plan, slow=False) == _registrations(plan, slow=True)
+
+
+def test_the_fast_registration_paths_are_the_ones_taken() -> None:
+    # Guards the test above: the plain case must not already take the checked path.
+    bus = EventBus()
+    taken: List[str] = []
+    registry = bus.registry
+    original = registry._register_checked
+
+    def checked(*args: Any) -> Any:
+        taken.append("checked")
+        return original(*args)
+
+    registry._register_checked = checked  # type: ignore[method-assign]
+    handle = registry.register("event", "e", print, {})
+    assert taken == []
+    registry.register("event", "f", print, {}, scope=_NoScope())
+    assert taken == ["checked"]
+    registry.unregister(handle)
+    assert not handle.active
+
+
 # --- the module point's inline fast loops against run_phase, their slow twin ----------
 
 module_behaviours = st.lists(st.sampled_from(["none", "double", "raise", "return"]), max_size=4)
@@ -297,9 +390,9 @@ def _forward(plan: List[str], phase: str, slow: bool) -> Tuple[List[int], Any, A
 @pytest.mark.torch
 @pytest.mark.skipif(torch is None, reason=NO_TORCH)
 @settings(max_examples=30, deadline=None)
-@given(module_behaviours, st.sampled_from(["pre", "post"]))
-def test_module_fast_loops_match_run_phase(plan: List[str], phase: str) -> None:
-    assert _forward(plan, phase, slow=False) == _forward(plan, phase, slow=True)
+@given(module_behaviours)
+def test_module_post_fast_loop_matches_run_phase(plan: List[str]) -> None:
+    assert _forward(plan, "post", slow=False) == _forward(plan, "post", slow=True)
 
 
 @pytest.mark.torch

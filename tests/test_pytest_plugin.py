@@ -510,3 +510,13 @@ def test_bus_recorder_records_event_bus_when_the_test_uses_it(pytester: pytest.P
         """,
     )
     result.assert_outcomes(passed=2)
+
+
+def test_the_recorders_occurrence_is_still_importable_as_bus_record() -> None:
+    from hookbus.pytest_plugin import BusRecord, Occurrence
+
+    bus = hookbus.EventBus()
+    with BusRecorder(bus) as recorder:
+        bus.emit("saved", 1)
+    assert BusRecord is Occurrence
+    assert type(recorder.records[0]) is Occurrence

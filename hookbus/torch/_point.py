@@ -135,7 +135,6 @@ class ModulePoint:
         "_post_alone",
         "_post_fast",
         "_pre",
-        "_pre_fast",
         "_shared",
         "_updating",
         "attached",
@@ -173,7 +172,6 @@ class ModulePoint:
         self._local = threading.local()
         self._around: _Hooks = ()
         self._pre: _Hooks = ()
-        self._pre_fast: _Fast = None
         self._post: _Hooks = ()
         self._post_fast: _Fast = None
         self._post_alone: _Fast = None  # _post_fast when post hooks are all there is
@@ -240,7 +238,7 @@ class ModulePoint:
             grad, around = hooks.get("grad", ()), hooks["around"]  # not every point's kind
             had_error_hooks = bool(self._exception or self._around)
             self._around = around
-            self._pre, self._pre_fast = pre, fast.get("pre")
+            self._pre = pre
             self._post, self._post_fast = post, fast.get("post")
             self._exception, self._grad = exception, grad
             self._backward_pre = hooks.get("backward_pre", ())
@@ -309,7 +307,7 @@ class ModulePoint:
             self._local = threading.local()
             self._around = self._pre = self._post = self._exception = ()
             self._backward_pre = self._backward = self._grad = ()
-            self._pre_fast = self._post_fast = self._post_alone = None
+            self._post_fast = self._post_alone = None
 
     def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
         current = self._natives.get(phase)
@@ -399,7 +397,7 @@ class ModulePoint:
                 return entry
         return None
 
-    def _run(self, handles: _Hooks, fast: _Fast, ctx: CallContext) -> None:
+    def _run(self, handles: _Hooks, ctx: CallContext) -> None:
         # One module call's pre or post hooks: the core's phase loop (an inline copy
         # here saved nothing measurable on a real forward).
         run_phase(self.registry, handles, ctx)
@@ -412,7 +410,7 @@ class ModulePoint:
         ctx = _for_call(self.name, module, args, kwargs, next(self._calls), "pre", self)
         swap = self._forward_swap  # kept: a once hook's removal may release it mid-call
         if not self._shared:
-            self._run(self._pre, self._pre_fast, ctx)
+            self._run(self._pre, ctx)
             if ctx.skipped or module is not self._module():
                 self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
             return None if ctx.args is args and ctx.kwargs is kwargs else (ctx.args, ctx.kwargs)
@@ -438,7 +436,7 @@ class ModulePoint:
             stack.append((key, ctx, started))
         # A pre hook's error reaches the exception hooks and the around hooks' teardown:
         # torch calls the post dispatcher (always_call), which finds this entry.
-        self._run(self._pre, self._pre_fast, ctx)
+        self._run(self._pre, ctx)
         if ctx.skipped or module is not self._module():
             self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
         new_args, new_kwargs = ctx.args, ctx.kwargs
@@ -525,7 +523,7 @@ class ModulePoint:
         ctx.result = output
         if self._post:
             try:
-                self._run(self._post, self._post_fast, ctx)
+                self._run(self._post, ctx)
             except Exception as error:
                 # Raised in this dispatcher, so ours to finish: the exception hooks see
                 # it and may recover, the around hooks' teardown too; what is left
@@ -866,9 +864,9 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
     # The dispatch loops run "hooks" from these: a handle for the slow loops (the
     # backward phases), the bare callable for the fast ones (forward).
     point._pre = point._post = point._backward_pre = point._backward = (
-        Handle.plain(_NO_HOOKS, "post", name, remove),
+        Handle.plain(_NO_HOOKS.registry, "post", name, remove),
     )
-    point._pre_fast = point._post_fast = point._post_alone = (remove,)
+    point._post_fast = point._post_alone = (remove,)
     return point
 
 

@@ -1,0 +1,308 @@
+"""The sync dispatch loops, generated from ``_async_dispatch.py``: do not edit.
+
+Change the async source, then run ``python tools/unasync.py`` (a test checks this file).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
+
+from ._context import CallContext, reject_returned
+from ._dispatch import (
+    FINISHED,
+    NOT_COLLECTED,
+    check_event_result,
+    did_not_yield,
+    replace_error,
+    sync_emit_refusal,
+    sync_point_refusal,
+    yielded_twice,
+)
+from ._errors import add_note, describe, handle_error, raise_collected
+from ._handle import NO_SENDER
+
+if TYPE_CHECKING:
+    from ._handle import Handle
+    from ._plan import DispatchSettings, PointPlan
+
+__all__ = [
+    "call_with_hooks",
+    "dispatch_event",
+    "recover_or_raise",
+    "resume_arounds",
+    "run_phase",
+    "start_arounds",
+]
+
+
+# --- events ------------------------------------------------------------------------
+
+
+def dispatch_event(
+    registry: DispatchSettings,
+    event: str,
+    handles: Tuple[Handle, ...],
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    results: Optional[List[Any]],
+    first: bool = False,
+) -> None:
+    """Run the event hooks ``handles`` with the rare features on; append results.
+
+    ``first`` (``bus.first``): stop after the first result that is not ``None``.
+    The async variant awaits whatever a hook returns that is awaitable; the sync
+    one refuses async hooks, and a coroutine a hook returns.
+    """
+    policy = registry.errors
+    tracer = registry.tracer
+    errors: List[Exception] = []
+    async_hooks = [handle for handle in handles if handle.is_async]
+    if async_hooks:
+        raise sync_emit_refusal(event, async_hooks)
+    sender = args[0] if args else NO_SENDER
+    for handle in handles:
+        hook = handle.runner(sender, event)
+        if hook is None:
+            continue
+        start = perf_counter_ns() if tracer is not None else 0
+        try:
+            result = hook(*args, **kwargs)
+            if result is not None:
+                check_event_result(result, event)
+        except Exception as error:
+            if policy == "raise":
+                add_note(error, describe(handle, event))
+                raise
+            handle_error(policy, error, handle, event, errors)
+            continue
+        finally:
+            if tracer is not None:
+                tracer._record(event, "event", handle, perf_counter_ns() - start)
+        if results is not None and result is not NOT_COLLECTED:
+            results.append(result)
+            if first and result is not None:
+                break
+    raise_collected(errors, event)
+
+
+# --- hooks around a call ---------------------------------------------------------
+
+
+def run_phase(
+    registry: DispatchSettings,
+    handles: Tuple[Handle, ...],
+    ctx: CallContext,
+) -> None:
+    """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
+
+    In the exception phase every hook runs, until one recovers: a hook that
+    raises replaces the error (``ctx.exception``) for the hooks after it, and the
+    caller raises whatever error is left. The async variant awaits async hooks.
+    """
+    phase = ctx.phase
+    policy = registry.errors
+    tracer = registry.tracer
+    errors: List[Exception] = []
+    for handle in handles:
+        hook = handle.runner(ctx.target, ctx.name)
+        if hook is None:
+            continue
+        start = perf_counter_ns() if tracer is not None else 0
+        try:
+            returned = hook(ctx)
+            if returned is not None:
+                reject_returned(handle, ctx, returned)
+        except Exception as error:
+            if phase == "exception":  # raising is how an exception hook replaces the error
+                add_note(error, describe(handle, ctx.name))
+                replace_error(ctx, error)
+                continue
+            if policy == "raise":
+                add_note(error, describe(handle, ctx.name))
+                raise
+            handle_error(policy, error, handle, ctx.name, errors)
+            continue
+        finally:
+            if tracer is not None:
+                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
+        if ctx._recovered:
+            break
+    raise_collected(errors, ctx.name)
+
+
+def recover_or_raise(
+    registry: DispatchSettings,
+    plan: PointPlan,
+    ctx: CallContext,
+    error: Exception,
+    posts_ran: bool = False,
+) -> Any:
+    """A pre hook, the call or (``posts_ran``) a post hook raised ``error``: run the
+    exception hooks, then, if one recovered, the post hooks (unless they ran).
+
+    Returns what the call then returns, or raises the error left (the original, or
+    what the last exception hook raised instead). Whatever happens, the context
+    lets go of the error before this returns or raises: the error's traceback
+    holds the frame that holds the context, so keeping it would make a reference
+    cycle that keeps the call's arguments alive until the garbage collector runs.
+    """
+    ctx.phase = "exception"
+    ctx._exception = error
+    try:
+        run_phase(registry, plan.exception, ctx)
+        if ctx._recovered and plan.post and not posts_ran:
+            ctx.phase = "post"
+            run_phase(registry, plan.post, ctx)
+    finally:
+        left, ctx._exception = ctx._exception, None
+    if not ctx._recovered:
+        try:
+            raise cast(BaseException, left)
+        finally:
+            del error, left  # this frame is in the error's traceback: no cycle through it
+    return ctx._result
+
+
+def call_with_hooks(
+    registry: DispatchSettings,
+    plan: PointPlan,
+    ctx: CallContext,
+    fn: Callable[..., Any],
+    bound: bool = False,
+) -> Any:
+    """The whole sequence of one hooked call, top to bottom.
+
+    1. Around hooks, outermost (highest priority) first, run up to their ``yield``.
+    2. Pre hooks, in order; the first error ends the phase.
+    3. The call, unless a pre hook called ``ctx.skip(value)``. ``bound``: ``fn``
+       takes ``ctx.target`` (self or cls) first.
+    4. If 2 or 3 raised, the exception hooks (:func:`recover_or_raise`); else
+       the post hooks, and if one of them raises, the exception hooks then.
+    5. Around hooks, innermost first, resume at their ``yield``
+       (:func:`resume_arounds`): with the result, or with the error raised there.
+
+    For the plans the hook point's direct loop can't run (``_hookpoint.py``), and
+    for an event's around hooks (``fn`` then runs the event hooks). The async
+    variant is for ``def`` callables, whose hooks may be sync or async.
+    """
+    if plan.has_async:
+        raise sync_point_refusal(plan, ctx)
+    started: List[Tuple[Handle, Any]] = []
+    try:
+        if plan.around:  # 1.
+            start_arounds(plan.around, plan.around_hooks, ctx, started)
+        try:
+            if plan.pre:  # 2.
+                run_phase(registry, plan.pre, ctx)
+            if ctx._skipped:  # 3.
+                result = ctx._result
+            elif bound:
+                result = fn(ctx.target, *ctx._args, **ctx._kwargs)
+            else:
+                result = fn(*ctx._args, **ctx._kwargs)
+        except Exception as error:  # 4.
+            if not plan.exception:
+                raise
+            result = recover_or_raise(registry, plan, ctx, error)
+        else:
+            if plan.post:
+                ctx.phase = "post"
+                ctx._result = result
+                try:
+                    run_phase(registry, plan.post, ctx)
+                except Exception as error:
+                    if not plan.exception:
+                        raise
+                    result = recover_or_raise(
+                        registry,
+                        plan,
+                        ctx,
+                        error,
+                        posts_ran=True,
+                    )
+                else:
+                    result = ctx._result
+    except BaseException as error:
+        if not started:
+            raise
+        return resume_arounds(started, ctx, None, error)  # 5.
+    if started:
+        return resume_arounds(started, ctx, result, None)  # 5.
+    return result
+
+
+def start_arounds(
+    handles: Tuple[Handle, ...],
+    bare: Optional[Tuple[Callable[..., Any], ...]],
+    ctx: CallContext,
+    started: List[Tuple[Handle, Any]],
+) -> None:
+    """Run around hooks up to their ``yield``, outermost first, appending each to ``started``.
+
+    ``bare``: their callables, when none has a rare option (the plan's
+    ``around_hooks``). If one raises, those in ``started`` must be resumed with
+    the error (:func:`resume_arounds`): the caller does it, as it does after
+    the call.
+    """
+    for position, handle in enumerate(handles):
+        hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
+        if hook is not None:
+            around = hook(ctx)
+            if next(around, FINISHED) is FINISHED:
+                raise did_not_yield(handle, ctx)
+            started.append((handle, around))
+
+
+def resume_arounds(
+    started: List[Tuple[Handle, Any]],
+    ctx: CallContext,
+    result: Any,
+    error: Optional[BaseException],
+) -> Any:
+    """Resume the started around hooks, innermost first; return the result or raise.
+
+    Each resumes with the outcome the ones inside it left: ``ctx.result`` after a
+    success, or the error raised at its ``yield``. A hook that raises replaces the
+    error; one that calls ``ctx.recover(value)`` swallows an ``Exception``
+    (a ``BaseException`` always goes on). Every started hook is resumed exactly
+    once, whatever the others do.
+    """
+    for handle, around in reversed(started):
+        if error is None:
+            ctx.phase = "post"
+            ctx._result = result
+            try:
+                if next(around, FINISHED) is FINISHED:
+                    result = ctx._result
+                    continue
+            except BaseException as failure:
+                add_note(failure, describe(handle, ctx.name))
+                error = failure
+                continue
+        else:
+            ctx.phase = "exception"
+            ctx._exception = error
+            ctx._recovered = False
+            try:
+                around.throw(error)
+            except StopIteration:
+                if ctx._recovered and isinstance(error, Exception):
+                    error, result = None, ctx._result
+                continue  # caught without ctx.recover(): the error goes on
+            except BaseException as failure:
+                if failure is not error:
+                    add_note(failure, describe(handle, ctx.name))
+                error = failure
+                continue
+            finally:
+                ctx._exception = None
+        # It yielded a second time: end it (its finally blocks run).
+        around.close()
+        error = yielded_twice(handle, ctx, error)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: no cycle through it
+    return result
