@@ -57,12 +57,8 @@ from ..adapter import (
     layout_of,
     matcher_for,
 )
-from ._point import (
-    forward_raised,
-    hold_script_refusal,
-    release_script_refusal,
-    remove_dispatchers,
-)
+from ._call_frames import forward_raised
+from ._point import hold_script_refusal, release_script_refusal, remove_dispatchers
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call

@@ -63,8 +63,8 @@ from torch.utils.hooks import RemovableHandle
 
 from ..adapter import Removable, is_pattern
 from ._attach import ROOT, Selector, close_names, select
+from ._call_frames import running_calls
 from ._capture import Cache, Record
-from ._point import running_calls
 from ._tree import Path
 from ._unwrap import ModuleName, _current_cache, _wrapped_attribute, unwrap, walk
 

@@ -9,9 +9,8 @@ hook per phase, however many bus hooks match, and none at all when none match,
 so the module runs at native speed.
 
 torch calls a module's pre and post dispatchers from ``Module._call_impl``
-without saying which call they belong to; the interpreter's frames do, and the
-helpers of the second section read them (:func:`call_keys`, :func:`running_calls`,
-:func:`forward_raised`).
+without saying which call they belong to; the interpreter's frames do, as
+``_call_frames`` reads them.
 
 Copies of hooked models (the last section). Following torch's stance that hooks
 are not part of a model's state, a copy of a module carries no bus hook. A
@@ -38,7 +37,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -59,6 +58,7 @@ from ..adapter import (
     start_arounds,
     where_defined,
 )
+from ._call_frames import call_keys, forward_raised, running_calls
 from ._grad import hook_output_grads
 from ._tree import Path, leaves_the_graph
 
@@ -75,13 +75,10 @@ __all__ = [
     "EveryModulePoint",
     "ModulePoint",
     "ScriptRefusal",
-    "call_keys",
-    "forward_raised",
     "hold_script_refusal",
     "inert_point",
     "release_script_refusal",
     "remove_dispatchers",
-    "running_calls",
 ]
 
 KINDS = ("around", "pre", "post", "exception", "backward_pre", "backward", "grad")
@@ -364,7 +361,7 @@ class ModulePoint:
 
         Each entry is keyed by the call: the id of the frame that calls the
         dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
-        :func:`call_keys`). So a post dispatcher takes the context of its own
+        ``_call_frames.call_keys``). So a post dispatcher takes the context of its own
         call whatever other hooks did to the args, and a call that never reached
         its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
         push drops. A stored context holds no argument of its call (see ``_on_pre``).
@@ -780,10 +777,7 @@ class EveryModulePoint(ModulePoint):
         return f"<EveryModulePoint {self.name!r} {state}>"
 
 
-# --- which module call a dispatcher runs in, told from the frames ----------------------
-
-_MODULE_CLASS: Any = torch.nn.Module
-_CALL_IMPL = _MODULE_CLASS._call_impl.__code__
+# --- errors torch raises through a module and swallows ----------------------------------
 
 
 def _internal_stops() -> Tuple[type, ...]:
@@ -797,40 +791,6 @@ def _internal_stops() -> Tuple[type, ...]:
 
 INTERNAL_STOPS = _internal_stops()
 """Errors torch raises through modules and swallows itself: no error of theirs."""
-
-
-def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:
-    """The keys the pre dispatcher may have used for a call whose forward raised.
-
-    Here torch calls the post dispatcher from ``_call_impl`` itself, whose frame
-    is ``caller``; the pre dispatcher was called from the ``inner`` closure that
-    raised, the next frame of the error's traceback.
-    """
-    tb = error.__traceback__ if error is not None else None
-    if tb is not None and tb.tb_next is not None:
-        return (id(tb.tb_next.tb_frame), id(caller))
-    return (id(caller),)
-
-
-def running_calls() -> Set[int]:
-    """The keys of every module call running in this thread (see ``_stack``)."""
-    running: Set[int] = set()
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        back = frame.f_back
-        if frame.f_code is _CALL_IMPL or (back is not None and back.f_code is _CALL_IMPL):
-            running.add(id(frame))
-        frame = back
-    return running
-
-
-def forward_raised(caller: Any) -> bool:
-    """Whether ``caller`` (Module._call_impl) is handling an error raised by forward."""
-    error = sys.exc_info()[1]
-    if error is None:
-        return False
-    tb = error.__traceback__
-    return tb is not None and tb.tb_frame is caller
 
 
 # --- copies: what a deepcopy, pickle or torch.save gets instead of hooks ----------------
