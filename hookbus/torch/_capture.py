@@ -53,6 +53,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ._attach import ROOT, Selector, select
+from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
 from ._grad import hook_output_grads
 from ._point import hold_script_refusal, release_script_refusal, remove_dispatchers
 from ._tree import Path, iter_tensors, map_tensors
@@ -574,7 +575,7 @@ class capture:
         self._grads = grads
         self._grad_handles: List[RemovableHandle] = []  # tensor hooks, removed at the end
         self._state = "ready"  # then "running", then "ended"
-        self._swaps: List[Any] = []  # a compiled model's forward swaps, held while running
+        self._swaps: List[ForwardSwap] = []  # a compiled model's forward swaps, while running
         self._root: Optional[nn.Module] = None  # the model, while it holds our script refusal
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
@@ -754,34 +755,6 @@ def _expected_groups(
     if isinstance(selector, nn.Module) or (isinstance(selector, str) and selector in modules):
         return [[name] for name in names]
     return [names]
-
-
-def renewed_swaps(modules: List[nn.Module]) -> List[Any]:
-    """A forward swap on each module, each a new one: what a compiled model needs.
-
-    torch.compile then compiles again the code that calls these modules, so that
-    their new hooks run (see ``ModulePoint._renew_compile_swap``). Give them back
-    with :func:`release_swaps`.
-    """
-    from ._patching import ForwardSwap  # imports this module
-
-    swaps: List[Any] = []
-    try:
-        for module in modules:
-            swap = ForwardSwap.acquire(module)
-            swaps.append(swap)
-            swap.renew()
-    except BaseException:
-        release_swaps(swaps)
-        raise
-    return swaps
-
-
-def release_swaps(swaps: List[Any]) -> None:
-    """Give back :func:`renewed_swaps`' swaps; one still in use elsewhere is renewed."""
-    for swap in swaps:
-        swap.renew()  # code compiled while the capture's hooks were there goes with it
-        swap.release()
 
 
 def _as_any(value: Any) -> Any:

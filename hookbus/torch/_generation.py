@@ -10,7 +10,7 @@ only on some steps.
 
 ``generate`` is reset by an instance attribute shadowing the model's method for
 the block (restored on exit, even if the block raised), as
-:class:`~hookbus.torch._patching.ForwardSwap` does for ``forward``; a copy of
+:class:`~hookbus.torch._forward_swap.ForwardSwap` does for ``forward``; a copy of
 the model made inside the block gets a stand-in that removes itself at its
 first call, and so does the counting hook (:class:`_StepCounter`), as a
 capture's hooks do.

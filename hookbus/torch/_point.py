@@ -37,7 +37,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -59,12 +59,9 @@ from ..adapter import (
     where_defined,
 )
 from ._call_frames import call_keys, forward_raised, running_calls
+from ._forward_swap import ForwardSwap, remove_copied_forward
 from ._grad import hook_output_grads
 from ._tree import Path, leaves_the_graph
-
-if TYPE_CHECKING:  # imported when first needed: _patching imports this module's importers
-    from ._patching import ForwardSwap
-
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
@@ -151,7 +148,7 @@ class ModulePoint:
     """What the point wraps, for ``bus.points()``."""
 
     skip_refusal: Optional[str] = None
-    """``ctx.skip`` works: a module with pre hooks has a ``ForwardSwap`` (see ``_patching``)."""
+    """``ctx.skip`` works: a module with pre hooks has a ``_forward_swap.ForwardSwap``."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
@@ -275,11 +272,9 @@ class ModulePoint:
         (or for another set of hooks) would keep running without it. What it does
         guard is a forward set on the instance, by identity, dropping what it
         compiled for one once that is collected. So while the module has natives
-        it holds a forward swap (see ``_patching``), a new one at each change; with
+        it holds a forward swap (see ``_forward_swap``), a new one at each change; with
         none it has none, and the code compiled for the hook-less module applies.
         """
-        from ._patching import ForwardSwap
-
         old, self._compile_swap = self._compile_swap, None
         if self._natives and module is not None:
             swap = ForwardSwap.acquire(module)
@@ -327,8 +322,6 @@ class ModulePoint:
         ):
             self._full_backward_flag = module._is_full_backward_hook
         if phase == "pre":
-            from ._patching import ForwardSwap
-
             swap = ForwardSwap.acquire(module)
             try:
                 handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
@@ -966,8 +959,6 @@ class ScriptRefusal:
         module = self._module() if self._module is not None else None
         if module is None:
             raise RuntimeError("hookbus: the module of this TorchScript refusal was collected")
-        from ._patching import remove_copied_forward  # _patching imports this module
-
         names: List[str] = []
         subs: List[nn.Module] = list(_scripted_root(module).modules())
         for sub in subs:
