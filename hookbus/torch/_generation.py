@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from torch import nn
 
 from ..adapter import CallContext, Removable
-from ._point import remove_dispatchers
+from ._native_hooks import remove_dispatchers
 from ._unwrap import unwrap
 
 __all__ = ["steps"]

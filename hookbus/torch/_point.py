@@ -27,7 +27,7 @@ bound method as the same function bound to a copy of its object, and pickle as
 its object and method name, so a copy's hook dicts always hold *some* method of
 *some* point. The inert point is the point that does nothing. A capture's own
 hooks (``_capture.CaptureHook``) copy themselves the same way, as inert hooks
-that call :func:`remove_dispatchers` at their first call.
+that call ``_native_hooks.remove_dispatchers`` at their first call.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from ..adapter import (
 from ._call_frames import call_keys, forward_raised, running_calls
 from ._forward_swap import ForwardSwap, remove_copied_forward
 from ._grad import hook_output_grads
+from ._native_hooks import remove_dispatchers
 from ._tree import Path, leaves_the_graph
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
@@ -75,7 +76,6 @@ __all__ = [
     "hold_script_refusal",
     "inert_point",
     "release_script_refusal",
-    "remove_dispatchers",
 ]
 
 KINDS = ("around", "pre", "post", "exception", "backward_pre", "backward", "grad")
@@ -823,33 +823,6 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
     )
     point._pre_fast = point._post_fast = point._post_alone = (remove,)
     return point
-
-
-def remove_dispatchers(module: nn.Module, owner: Any, full_backward_flag: Optional[bool]) -> None:
-    """Remove from ``module`` every native hook that is a method of ``owner``.
-
-    Safe during a forward call: torch iterates over copies of the hook dicts, except
-    when forward raised, and then this is not called (only post hooks run there,
-    and an inert point's post dispatcher passes errors through untouched).
-    """
-    hooked: Any = module  # torch leaves the hook dicts partly untyped
-    dicts = (
-        hooked._forward_pre_hooks,
-        hooked._forward_hooks,
-        hooked._backward_pre_hooks,
-        hooked._backward_hooks,
-    )
-    removed_backward = False
-    for position, hooks in enumerate(dicts):
-        mine = [key for key, hook in hooks.items() if getattr(hook, "__self__", None) is owner]
-        for key in mine:
-            del hooks[key]
-            hooked._forward_pre_hooks_with_kwargs.pop(key, None)
-            hooked._forward_hooks_with_kwargs.pop(key, None)
-            hooked._forward_hooks_always_called.pop(key, None)
-            removed_backward = removed_backward or position >= 2
-    if removed_backward and not (hooked._backward_hooks or hooked._backward_pre_hooks):
-        module._is_full_backward_hook = full_backward_flag
 
 
 # --- TorchScript: a clear refusal instead of an error inside hookbus --------------------
