@@ -42,7 +42,8 @@ from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat
 from ._operations import OperationSelection
 from ._patching import patch
-from ._point import ScriptRefusal, inert_point
+from ._point import inert_point
+from ._script_refusal import ScriptRefusal
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 

@@ -56,7 +56,7 @@ from ._attach import ROOT, Selector, select
 from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
 from ._grad import hook_output_grads
 from ._native_hooks import remove_dispatchers
-from ._point import hold_script_refusal, release_script_refusal
+from ._script_refusal import hold_script_refusal, release_script_refusal
 from ._tree import Path, iter_tensors, map_tensors
 from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
 

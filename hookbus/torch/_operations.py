@@ -59,7 +59,7 @@ from ..adapter import (
 )
 from ._call_frames import forward_raised
 from ._native_hooks import remove_dispatchers
-from ._point import hold_script_refusal, release_script_refusal
+from ._script_refusal import hold_script_refusal, release_script_refusal
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
