@@ -35,7 +35,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus with its torch extra (not on PyPI: pip install -e ".[torch]" in a checkout)'
     ) from _error
 
-from ._attach import ROOT, Attachment, EveryModule, Selector, attach, every_module
+from ._attach import Attachment, EveryModule, attach, every_module
 from ._capture import Cache, Call, Record, capture
 from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
@@ -44,6 +44,7 @@ from ._operations import OperationSelection
 from ._patching import patch
 from ._point import inert_point
 from ._script_refusal import ScriptRefusal
+from ._selection import ROOT, Selector
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 

@@ -1,7 +1,7 @@
 """Attaching a model: every module becomes a hook point, named by its qualified name.
 
 An :class:`Attachment` is what a user holds: the model's names, selection of
-modules (by name or glob, module, type, or a list: :func:`select`, which
+modules (by name or glob, module, type, or a list: ``_selection.select``, which
 :func:`~hookbus.torch.capture` shares), one registration method per hook kind,
 and :meth:`Attachment.detach`.
 
@@ -22,23 +22,19 @@ import threading
 import warnings
 import weakref
 from typing import (
-    AbstractSet,
     Any,
     Callable,
     Dict,
-    Iterable,
     List,
-    Mapping,
     Optional,
     Set,
     Tuple,
-    Type,
     Union,
     overload,
 )
 
 from torch import nn
-from typing_extensions import Protocol, Unpack
+from typing_extensions import Unpack
 
 from ..adapter import (
     CallContext,
@@ -61,104 +57,20 @@ from ._operations import (
     operation_name,
 )
 from ._point import KINDS, EveryModulePoint, ModulePoint
+from ._selection import ROOT, GroupSelector, Selector, close_names, literal_pattern, select
 from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
 
 __all__ = [
-    "ROOT",
     "Attachment",
     "EveryModule",
-    "GroupSelector",
-    "HasModule",
     "Hook",
-    "Selector",
     "attach",
-    "close_names",
     "every_module",
     "find_attachment",
-    "select",
 ]
-
-ROOT = "<root>"
-"""The name of the attached model itself when no prefix is given."""
 
 Hook = Callable[[CallContext], None]
 """What every registration method takes: ``hook(ctx)``, returning ``None``."""
-
-GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
-"""Selectors that may select many modules: a module type, or a list of selectors."""
-
-Selector = Union[str, nn.Module, GroupSelector]
-"""What selects modules: a name or glob, a module, a module type, or a list of those."""
-
-
-class HasModule(Protocol):
-    """What selection needs of a module's entry: the module (an attachment's point,
-    or a capture's :class:`~hookbus.torch._unwrap.ModuleName`)."""
-
-    @property
-    def module(self) -> Optional[nn.Module]:
-        """The module, or ``None`` once it was garbage collected."""
-        ...
-
-
-def select(
-    points: Mapping[str, HasModule], selector: Selector, name_of: Callable[[nn.Module], str]
-) -> List[str]:
-    """The names of ``points`` that ``selector`` selects, in model order; an error if none.
-
-    See :meth:`Attachment.select <hookbus.torch.Attachment.select>`.
-    """
-    if isinstance(selector, str):
-        check_name(selector, "module selector", allow_pattern=True)
-        if selector in points or not is_pattern(selector):  # a module's own name: literal
-            if selector not in points:
-                raise ValueError(f"no module named {selector!r}{close_names(points, selector)}")
-            return [selector]
-        if selector == "*":  # the default of capture() and stats(): every name matches
-            return list(points)
-        match = matcher_for(selector)
-        names = [name for name in points if match(name)]
-        if not names:
-            raise ValueError(f"no module name matches {selector!r}{close_names(points, selector)}")
-        return names
-    if isinstance(selector, nn.Module):
-        return [name_of(selector)]
-    if isinstance(selector, type):
-        if not issubclass(selector, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(
-                f"cannot select modules by the type {selector.__name__}: it is not an "
-                f"nn.Module subclass"
-            )
-        names = [name for name, point in points.items() if isinstance(point.module, selector)]
-        if not names:
-            present = sorted({type(p.module).__name__ for p in points.values()})
-            raise ValueError(
-                f"no module of type {selector.__name__} in the model; its types: "
-                f"{', '.join(present)}"
-            )
-        return names
-    if isinstance(selector, (list, tuple, set, frozenset)):
-        items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
-        chosen = {name for item in items for name in select(points, item, name_of)}
-        if not chosen:
-            raise ValueError("an empty list of selectors selects no module")
-        return [name for name in points if name in chosen]
-    raise TypeError(
-        f"cannot select modules with {type(selector).__name__} {selector!r}; accepted: a "
-        f"name or glob pattern ('layers.*'), a module of the model, a module type "
-        f"(nn.Linear), or a list of those"
-    )
-
-
-def close_names(points: Mapping[str, Any], name: str) -> str:
-    """The end of an error message: names close to ``name``, else the first few names."""
-    close = difflib.get_close_matches(name, list(points), n=5, cutoff=0.5)
-    if close:
-        return f"; close names: {', '.join(map(repr, close))}"
-    shown = list(points)[:8]
-    more = ", ..." if len(points) > 8 else ""
-    return f"; the model's names: {', '.join(map(repr, shown))}{more}"
-
 
 TYPO_CUTOFF = 0.8
 """How alike (``difflib`` ratio) a bus-level hook's name must be to a module's name
@@ -872,7 +784,7 @@ class Attachment(Removable):
         if isinstance(selector, str) and selector not in self._modules:
             keys = [selector]  # a pattern: it keeps matching by name
         else:  # the model's own names: matched literally, glob characters and all
-            keys = [_literal(name) for name in names]
+            keys = [literal_pattern(name) for name in names]
         handles: List[Handle] = []
         try:
             for key in keys:
@@ -963,13 +875,6 @@ def _bus_or_default(bus: Optional[EventBus], caller: str) -> EventBus:
             f"got {type(bus).__name__}"
         )
     return bus
-
-
-def _literal(name: str) -> str:
-    """``name`` as a glob pattern that matches exactly ``name`` (fnmatch's escape)."""
-    if not is_pattern(name):
-        return name
-    return "".join(f"[{char}]" if char in "*?[" else char for char in name)
 
 
 def _matcher(name: str, match: Optional[Matcher]) -> Optional[Matcher]:
@@ -1099,7 +1004,7 @@ class EveryModule(Removable):
                 f"this every-module point {self.name!r} was removed; make a new one with "
                 f"hookbus.torch.every_module()"
             )
-        handle = self.bus.registry.register(kind, _literal(self.name), hook, options)
+        handle = self.bus.registry.register(kind, literal_pattern(self.name), hook, options)
         self._handles.add(handle)
         return handle
 

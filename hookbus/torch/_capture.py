@@ -52,11 +52,11 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ._attach import ROOT, Selector, select
 from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
 from ._grad import hook_output_grads
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
+from ._selection import ROOT, Selector, select
 from ._tree import Path, iter_tensors, map_tensors
 from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
 

@@ -27,13 +27,13 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..adapter import Removable, is_pattern
-from ._attach import ROOT, Selector, close_names, select
 from ._capture import Cache, Record
 from ._forward_swap import ForwardSwap, Replacement
 
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
 # of its forward here, where it lived before: so files saved then still load.
 from ._forward_swap import _CopiedForward as _CopiedForward
+from ._selection import ROOT, Selector, close_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, _current_cache, _wrapped_attribute, unwrap, walk
 

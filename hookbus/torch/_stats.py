@@ -27,9 +27,10 @@ import torch
 from torch import nn
 
 from ..adapter import EventBus, Handle
-from ._attach import Attachment, Selector, attach, find_attachment
+from ._attach import Attachment, attach, find_attachment
 from ._feed import Feed, FeedState
 from ._moments import F64, Stat
+from ._selection import Selector
 
 __all__ = ["OF", "Stats", "stats"]
 
