@@ -35,8 +35,9 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus with its torch extra (not on PyPI: pip install -e ".[torch]" in a checkout)'
     ) from _error
 
-from ._attach import Attachment, EveryModule, attach, every_module
+from ._attach import Attachment, attach
 from ._capture import Cache, Call, Record, capture
+from ._every_module import EveryModule, every_module
 from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Stat

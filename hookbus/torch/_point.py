@@ -71,7 +71,6 @@ _for_call = CallContext.for_call
 __all__ = [
     "INTERNAL_STOPS",
     "KINDS",
-    "EveryModulePoint",
     "ModulePoint",
     "inert_point",
 ]
@@ -704,68 +703,6 @@ class _GradientArguments:
 _GRADIENTS = _GradientArguments()
 
 _WITHOUT_KWARGS_CODE = ModulePoint._on_pre_without_kwargs.__code__
-
-
-def _any_call(*args: Any, **kwargs: Any) -> None:
-    """The signature ``ctx.arguments`` binds to on the every-module point (never called)."""
-
-
-class EveryModulePoint(ModulePoint):
-    """One hook point for every module call of every model: torch's global module hooks.
-
-    A :class:`ModulePoint` whose natives are torch's process-wide hooks
-    (``torch.nn.modules.module.register_module_forward_pre_hook`` and
-    ``register_module_forward_hook``), installed only while a bus hook matches it,
-    so that it costs nothing otherwise. ``ctx.target`` is the module being called.
-    torch calls a global pre hook without kwargs: pre hooks see ``ctx.args`` only.
-    """
-
-    __slots__ = ("_placeholder",)
-
-    kinds = ("around", "pre", "post", "exception")
-    kind = "every module"
-    skip_refusal = (
-        "ctx.skip() needs the module's own hook point: attach its model and register "
-        "there; hooks on every module cannot skip one"
-    )
-    _layout_of_any = layout_of(_any_call, "any module")
-
-    def __init__(self, bus: EventBus, name: str) -> None:
-        placeholder = nn.Identity()  # the point holds its module weakly: kept here
-        super().__init__(bus, name, placeholder)
-        self._placeholder = placeholder
-        self.where = "every module"
-
-    def layout(self) -> Layout:
-        """``ctx.arguments`` binds to ``(*args, **kwargs)``: modules differ."""
-        return self._layout_of_any
-
-    def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
-        from torch.nn.modules import module as torch_module
-
-        current = self._natives.get(phase)
-        if (current is not None) == want:
-            return
-        if current is not None:
-            current.remove()
-            del self._natives[phase]
-            # torch's handle forgets to remove its with_kwargs mark: a stale one makes
-            # every torch.compile'd module warn of global hooks for good.
-            torch_module._global_forward_hooks_with_kwargs.pop(current.id, None)
-            return
-        if phase == "pre":
-            handle = torch_module.register_module_forward_pre_hook(self._on_pre)
-        elif phase == "post":
-            handle = torch_module.register_module_forward_hook(
-                self._on_post, with_kwargs=True, always_call=True
-            )
-        else:  # no backward kinds here: never asked for
-            return
-        self._natives[phase] = handle
-
-    def __repr__(self) -> str:
-        state = "hooked" if self._natives else "no hooks"
-        return f"<EveryModulePoint {self.name!r} {state}>"
 
 
 # --- errors torch raises through a module and swallows ----------------------------------
