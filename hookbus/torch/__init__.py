@@ -36,7 +36,8 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
     ) from _error
 
 from ._attach import Attachment, attach
-from ._capture import Cache, Call, Record, capture
+from ._cache import Cache, Call, Record
+from ._capture import capture
 from ._every_module import EveryModule, every_module
 from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad

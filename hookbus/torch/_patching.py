@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..adapter import Removable, is_pattern
-from ._capture import Cache, Record
+from ._cache import Cache, Record
 from ._forward_swap import ForwardSwap, Replacement
 
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
