@@ -35,7 +35,7 @@ from ._forward_swap import ForwardSwap, Replacement
 from ._forward_swap import _CopiedForward as _CopiedForward
 from ._selection import ROOT, Selector, close_names, select
 from ._tree import Path
-from ._unwrap import ModuleName, _current_cache, _wrapped_attribute, unwrap, walk
+from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
 
 __all__ = ["Positions", "patch"]
 
@@ -165,17 +165,17 @@ def _by_literal_names(root: nn.Module, selector: Any) -> Optional[Dict[str, nn.M
     else:
         return None
     found: Dict[str, nn.Module] = {}
-    wrappers = _current_cache()  # wrapped_attribute() works this out at every call
+    wrappers = wrapper_attributes()  # once, not once per module
     for name in names:
         if not isinstance(name, str) or is_pattern(name):
             return None
         module: Optional[nn.Module] = root
         if name != ROOT:
             for part in name.split("."):
-                if module is None or _wrapped_attribute(module, wrappers) is not None:
+                if module is None or wrapped_attribute(module, wrappers) is not None:
                     return None
                 module = module._modules.get(part)
-        if module is None or _wrapped_attribute(module, wrappers) is not None:
+        if module is None or wrapped_attribute(module, wrappers) is not None:
             return None
         found[name] = module
     return found
