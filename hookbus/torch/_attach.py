@@ -56,7 +56,14 @@ from ._operations import (
     operation_name,
 )
 from ._point import KINDS, ModulePoint
-from ._selection import ROOT, GroupSelector, Selector, close_names, literal_pattern, select
+from ._selection import (
+    ROOT,
+    GroupSelector,
+    Selector,
+    close_or_first_names,
+    literal_pattern,
+    select,
+)
 from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
 
 __all__ = ["Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
@@ -319,8 +326,10 @@ class Attachment(Removable):
             self._far.add(name)
             return
         if pattern:
-            raise ValueError(f"no module name matches {target!r}{close_names(modules, target)}")
-        raise ValueError(f"no module named {target!r}{close_names(modules, target)}")
+            raise ValueError(
+                f"no module name matches {target!r}{close_or_first_names(modules, target)}"
+            )
+        raise ValueError(f"no module named {target!r}{close_or_first_names(modules, target)}")
 
     def _matching(self, name: str, match: Optional[Matcher]) -> List[str]:
         """The names of this model's modules that ``name`` (a pattern if ``match``) matches."""
@@ -456,7 +465,7 @@ class Attachment(Removable):
         """
         self._check_attached()
         if name not in self._modules:
-            raise KeyError(f"no module named {name!r}{close_names(self._modules, name)}")
+            raise KeyError(f"no module named {name!r}{close_or_first_names(self._modules, name)}")
         raw = self._raw.get(name)
         if raw is not None:
             return raw
@@ -478,7 +487,7 @@ class Attachment(Removable):
         held = self._modules.get(name)
         module = held() if held is not None else None
         if module is None:
-            raise KeyError(f"no module named {name!r}{close_names(self._modules, name)}")
+            raise KeyError(f"no module named {name!r}{close_or_first_names(self._modules, name)}")
         return module
 
     def select(self, selector: Selector) -> List[str]:
@@ -765,7 +774,7 @@ class Attachment(Removable):
             key = operation_key(
                 selector,
                 self._operation_sites(),
-                lambda known, name: close_names(dict.fromkeys(known), name),
+                lambda known, name: close_or_first_names(dict.fromkeys(known), name),
             )
             handle = self.bus.registry.register(kind, key, hook, options)
             self._handles.add(handle)

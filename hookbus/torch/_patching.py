@@ -33,7 +33,7 @@ from ._forward_swap import ForwardSwap, Replacement
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
 # of its forward here, where it lived before: so files saved then still load.
 from ._forward_swap import _CopiedForward as _CopiedForward
-from ._selection import ROOT, Selector, close_names, select
+from ._selection import ROOT, Selector, close_or_first_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
 
@@ -202,7 +202,7 @@ def _by_walking(
             raise ValueError(
                 f"patch(): the cache holds no module of this model; cache: "
                 f"{', '.join(map(repr, list(cache)[:8])) or 'empty'}"
-                f"{close_names(modules, next(iter(cache), ''))}"
+                f"{close_or_first_names(modules, next(iter(cache), ''))}"
             )
     else:
         names = select(modules, selector, name_of)

@@ -34,7 +34,7 @@ __all__ = [
     "GroupSelector",
     "HasModule",
     "Selector",
-    "close_names",
+    "close_or_first_names",
     "literal_pattern",
     "select",
 ]
@@ -70,14 +70,18 @@ def select(
         check_name(selector, "module selector", allow_pattern=True)
         if selector in points or not is_pattern(selector):  # a module's own name: literal
             if selector not in points:
-                raise ValueError(f"no module named {selector!r}{close_names(points, selector)}")
+                raise ValueError(
+                    f"no module named {selector!r}{close_or_first_names(points, selector)}"
+                )
             return [selector]
         if selector == "*":  # the default of capture() and stats(): every name matches
             return list(points)
         match = matcher_for(selector)
         names = [name for name in points if match(name)]
         if not names:
-            raise ValueError(f"no module name matches {selector!r}{close_names(points, selector)}")
+            raise ValueError(
+                f"no module name matches {selector!r}{close_or_first_names(points, selector)}"
+            )
         return names
     if isinstance(selector, nn.Module):
         return [name_of(selector)]
@@ -108,7 +112,7 @@ def select(
     )
 
 
-def close_names(points: Mapping[str, Any], name: str) -> str:
+def close_or_first_names(points: Mapping[str, Any], name: str) -> str:
     """The end of an error message: names close to ``name``, else the first few names."""
     close = difflib.get_close_matches(name, list(points), n=5, cutoff=0.5)
     if close:
