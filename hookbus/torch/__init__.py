@@ -27,6 +27,9 @@ This is the only part of hookbus that imports torch (the ``torch`` extra: ``pip 
 
 from __future__ import annotations
 
+import warnings as _warnings
+from typing import TYPE_CHECKING, Any, Dict
+
 try:
     import torch as _torch  # noqa: F401  # pyright: ignore[reportUnusedImport] - fail here
 except ImportError as _error:  # pragma: no cover - tested in a subprocess without torch
@@ -36,7 +39,7 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
     ) from _error
 
 from ._attach import Attachment, attach
-from ._cache import Cache, Call, Record
+from ._cache import Cache, Call, CapturedCalls
 from ._capture import capture
 from ._every_module import EveryModule, every_module
 from ._generation import steps
@@ -61,11 +64,11 @@ __all__ = [
     "Attachment",
     "Cache",
     "Call",
+    "CapturedCalls",
     "CompiledModelWarning",
     "EveryModule",
     "GradHandle",
     "OperationSelection",
-    "Record",
     "Selector",
     "Stat",
     "Stats",
@@ -79,3 +82,21 @@ __all__ = [
     "stats",
     "steps",
 ]
+
+# Public names renamed so that a reader cannot confuse them -> their new names. The
+# old ones still work, with a DeprecationWarning: code written before, and files
+# saved before (a pickle names a class by its public name).
+_RENAMED: Dict[str, str] = {"Record": "CapturedCalls"}
+
+if not TYPE_CHECKING:  # type checkers see only the new names
+
+    def __getattr__(name: str) -> Any:
+        new = _RENAMED.get(name)
+        if new is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        _warnings.warn(
+            f"hookbus.torch.{name} is now called hookbus.torch.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]

@@ -1,6 +1,6 @@
-"""What a capture recorded: a :class:`Cache` of records, each of calls.
+"""What a capture recorded: a :class:`Cache` of :class:`CapturedCalls`, each of calls.
 
-A :class:`Cache` maps a module's name to its :class:`Record`, in model order; a
+A :class:`Cache` maps a module's name to its :class:`CapturedCalls`, in model order; a
 record holds every kept call of that module, each a :class:`Call` with its
 output (and its inputs and gradient, when captured). A cache is data: it
 pickles, and :meth:`Cache.gather` joins every rank's.
@@ -14,7 +14,7 @@ import torch
 
 from ._tree import Path, iter_tensors, map_tensors
 
-__all__ = ["Cache", "Call", "Record"]
+__all__ = ["Cache", "Call", "CapturedCalls"]
 
 
 class Call:
@@ -57,7 +57,7 @@ class Call:
         return f"<Call {self.index} output={_describe(self.output)}>"
 
 
-class Record:
+class CapturedCalls:
     """Every captured call of one module, in call order (the last ones, with ``keep=``).
 
     ``output`` / ``args`` / ``kwargs`` / ``grad`` are those of the *last* call;
@@ -144,11 +144,11 @@ class Record:
 
     def __repr__(self) -> str:
         last = _describe(self.output)
-        return f"<Record {self.name!r} {len(self._calls)} calls, last output={last}>"
+        return f"<CapturedCalls {self.name!r} {len(self._calls)} calls, last output={last}>"
 
 
-class Cache(Mapping[str, Record]):
-    """What :func:`capture` recorded: module name -> :class:`Record`, in model order.
+class Cache(Mapping[str, CapturedCalls]):
+    """What :func:`capture` recorded: module name -> :class:`CapturedCalls`, in model order.
 
     ``cache["fc1"].output`` is the last output, ``cache["fc1"].outputs`` all of
     them. Only modules that ran are keys; asking for a selected module that never
@@ -168,12 +168,12 @@ class Cache(Mapping[str, Record]):
         # Recorded into from any thread (DataParallel replicas run on worker threads)
         # without a lock: a lock per module call cost 2% of a GPT-2 forward, and
         # dict.setdefault and list.append are atomic (also without the GIL).
-        self._records: Dict[str, Record] = {}
+        self._records: Dict[str, CapturedCalls] = {}
         self._selected = selected
         self._keep = keep  # the most calls kept per module; None: all
         self._to_sink = False  # a capture with sink= stores nothing here
 
-    def __getitem__(self, name: str) -> Record:
+    def __getitem__(self, name: str) -> CapturedCalls:
         try:
             return self._records[name]
         except KeyError:
@@ -262,10 +262,10 @@ class Cache(Mapping[str, Record]):
     def _add(self, name: str, output: Any, args: Any, kwargs: Any) -> Call:
         record = self._records.get(name)
         if record is None:
-            record = self._records.setdefault(name, Record(name))
+            record = self._records.setdefault(name, CapturedCalls(name))
         index = record._count
         record._count = index + 1
-        call = Call(index, output, args, kwargs)  # checked by Record.calls
+        call = Call(index, output, args, kwargs)  # checked by CapturedCalls.calls
         calls = record._calls
         calls.append(call)
         keep = self._keep

@@ -51,11 +51,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ._cache import Cache, Call
-
-# A cache pickled before its classes had a module of their own names them here
-# (Cache and Call are used here too): so files saved then still load.
-from ._cache import Record as Record
+from ._cache import Cache, Call, CapturedCalls
 from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
 from ._grad import hook_output_grads
 from ._native_hooks import remove_dispatchers
@@ -65,6 +61,10 @@ from ._tree import Path, map_tensors
 from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
 
 __all__ = ["CaptureHook", "capture", "inert_capture_hook"]
+
+# A cache pickled before its classes had a module of their own names them here, as
+# Cache, Call and Record (now CapturedCalls): so files saved then still load.
+Record = CapturedCalls
 
 Device = Union[str, torch.device, None]
 

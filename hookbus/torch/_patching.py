@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..adapter import Removable, is_pattern
-from ._cache import Cache, Record
+from ._cache import Cache, CapturedCalls
 from ._forward_swap import ForwardSwap, Replacement
 
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
@@ -47,9 +47,9 @@ class patch(Removable):  # remove(), and ``with`` removes on exit
     """Activation patching: the selected modules output what ``cache`` holds for them.
 
     ``cache`` is what :func:`capture` returned (or any mapping of module name to
-    an output, or to a :class:`Record`); ``selector`` picks the modules to patch
+    an output, or to a :class:`CapturedCalls`); ``selector`` picks the modules to patch
     (a name, glob, module, type or list, as for :func:`attach`), by default every
-    module the cache holds. Of a :class:`Record`, the output of call ``call`` is
+    module the cache holds. Of a :class:`CapturedCalls`, the output of call ``call`` is
     used (default ``-1``: the last).
 
     * ``positions=None``: the module's forward does not run; the call returns the
@@ -218,7 +218,7 @@ def _stored_output(cache: Mapping[str, Any], name: str, call: int) -> Any:
         raise KeyError(
             message or f"patch(): the cache holds no output for module {name!r}"
         ) from None
-    if isinstance(value, Record):
+    if isinstance(value, CapturedCalls):
         calls = value.calls
         if not -len(calls) <= call < len(calls):
             raise IndexError(
