@@ -44,7 +44,7 @@ from ._capture import capture
 from ._every_module import EveryModule, every_module
 from ._generation import steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
-from ._moments import Stat
+from ._moments import Moments
 from ._operations import OperationSelection
 from ._patching import patch
 from ._point import inert_point
@@ -54,9 +54,9 @@ from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 
 # What a pickle names (a hooked module saved with torch.save holds inert_point and a
-# ScriptRefusal; a Stat is saved as itself): the public package, so that moving a
-# private module never breaks loading a file saved before.
-for _saved in (inert_point, ScriptRefusal, Stat):
+# ScriptRefusal; Moments are saved as themselves): the public package, so that
+# moving a private module never breaks loading a file saved before.
+for _saved in (inert_point, ScriptRefusal, Moments):
     _saved.__module__ = __name__
 
 __all__ = [
@@ -68,9 +68,9 @@ __all__ = [
     "CompiledModelWarning",
     "EveryModule",
     "GradHandle",
+    "Moments",
     "OperationSelection",
     "Selector",
-    "Stat",
     "Stats",
     "attach",
     "bare_names",
@@ -86,7 +86,7 @@ __all__ = [
 # Public names renamed so that a reader cannot confuse them -> their new names. The
 # old ones still work, with a DeprecationWarning: code written before, and files
 # saved before (a pickle names a class by its public name).
-_RENAMED: Dict[str, str] = {"Record": "CapturedCalls"}
+_RENAMED: Dict[str, str] = {"Record": "CapturedCalls", "Stat": "Moments"}
 
 if not TYPE_CHECKING:  # type checkers see only the new names
 
