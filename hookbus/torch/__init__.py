@@ -40,13 +40,13 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
 
 from ._attach import Attachment, attach
 from ._cache import Cache, Call, CapturedCalls
-from ._capture import capture
+from ._capture import Capture, capture
 from ._every_module import EveryModule, every_module
-from ._generation import steps
+from ._generation import Steps, steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Moments
 from ._operations import OperationSelection
-from ._patching import patch
+from ._patching import Patch, patch
 from ._point import inert_point
 from ._script_refusal import ScriptRefusal
 from ._selection import ROOT, Selector
@@ -64,14 +64,17 @@ __all__ = [
     "Attachment",
     "Cache",
     "Call",
+    "Capture",
     "CapturedCalls",
     "CompiledModelWarning",
     "EveryModule",
     "GradHandle",
     "Moments",
     "OperationSelection",
+    "Patch",
     "Selector",
     "Stats",
+    "Steps",
     "attach",
     "bare_names",
     "capture",

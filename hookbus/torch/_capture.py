@@ -60,7 +60,7 @@ from ._selection import ROOT, Selector, select
 from ._tree import Path, map_tensors
 from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
 
-__all__ = ["CaptureHook", "capture", "inert_capture_hook"]
+__all__ = ["Capture", "CaptureHook", "capture", "inert_capture_hook"]
 
 # A cache pickled before its classes had a module of their own names them here, as
 # Cache, Call and Record (now CapturedCalls): so files saved then still load.
@@ -182,7 +182,21 @@ Sink = Callable[[str, Call], Any]
 """``sink(name, call)``: receives each call of a capture made with ``sink=``."""
 
 
-class capture:
+def capture(
+    model: nn.Module,
+    selector: Selector = "*",
+    *,
+    detach: bool = True,
+    clone: bool = False,
+    device: Device = None,
+    inputs: bool = False,
+    grads: bool = False,
+    keep: Keep = "all",
+    dtype: Optional[torch.dtype] = None,
+    positions: Optional[Positions] = None,
+    dim: int = 1,
+    sink: Optional[Sink] = None,
+) -> Capture:
     """Record the outputs of the selected modules while the block runs.
 
     ``selector`` is a name or glob (``"layers.*"``), a module, a module type or a
@@ -249,6 +263,40 @@ class capture:
         >>> record = cache["0"]
         >>> len(record), record.count, record.output.shape, record.output.dtype
         (1, 100, torch.Size([1, 1, 2]), torch.float16)
+    """
+    return Capture(
+        model,
+        selector,
+        detach=detach,
+        clone=clone,
+        device=device,
+        inputs=inputs,
+        grads=grads,
+        keep=keep,
+        dtype=dtype,
+        positions=positions,
+        dim=dim,
+        sink=sink,
+    )
+
+
+class Capture:
+    """A capture of the selected modules' calls: what :func:`capture` returns.
+
+    A context manager: entering installs its hooks and gives its ``cache``,
+    leaving removes them. It runs once (see :func:`capture`).
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> recording = hookbus.torch.capture(model, "1")
+        >>> isinstance(recording, hookbus.torch.Capture), len(recording.cache)
+        (True, 0)
+        >>> with recording as cache:
+        ...     _ = model(torch.ones(1, 2))
+        >>> cache is recording.cache, list(cache)
+        (True, ['1'])
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Activation patching: the modules it is given output what a cache holds.
 
-:class:`patch` without positions puts a replacement on each module's forward
+:func:`patch` without positions puts a replacement on each module's forward
 swap (``_forward_swap``: the hand-written ``module.forward = lambda *a, **k:
 stored``, owned and put back); with positions, the forward runs and one native
 forward hook overwrites those positions of its output. Like
@@ -37,20 +37,28 @@ from ._selection import ROOT, Selector, close_or_first_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
 
-__all__ = ["Positions", "patch"]
+__all__ = ["Patch", "Positions", "patch"]
 
 Positions = Union[int, slice, Sequence[int], torch.Tensor]
-"""What :class:`patch` takes as ``positions``: any index of one dimension."""
+"""What :func:`patch` takes as ``positions``: any index of one dimension."""
 
 
-class patch(Removable):  # remove(), and ``with`` removes on exit
+def patch(
+    model: nn.Module,
+    cache: Mapping[str, Any],
+    selector: Optional[Selector] = None,
+    *,
+    positions: Optional[Positions] = None,
+    dim: int = 1,
+    call: int = -1,
+) -> Patch:
     """Activation patching: the selected modules output what ``cache`` holds for them.
 
     ``cache`` is what :func:`capture` returned (or any mapping of module name to
-    an output, or to a :class:`CapturedCalls`); ``selector`` picks the modules to patch
-    (a name, glob, module, type or list, as for :func:`attach`), by default every
-    module the cache holds. Of a :class:`CapturedCalls`, the output of call ``call`` is
-    used (default ``-1``: the last).
+    an output, or to a :class:`CapturedCalls`); ``selector`` picks the modules to
+    patch (a name, glob, module, type or list, as for :func:`attach`), by default
+    every module the cache holds. Of a :class:`CapturedCalls`, the output of call
+    ``call`` is used (default ``-1``: the last).
 
     * ``positions=None``: the module's forward does not run; the call returns the
       stored output, as a hand-written ``module.forward = lambda *a, **k: stored``
@@ -66,7 +74,7 @@ class patch(Removable):  # remove(), and ``with`` removes on exit
     Without positions a call returns the stored object itself, as a hand-written
     replacement would: capture with ``clone=True`` if later in-place ops would
     change it. Everything is put back on exit, even if the block raised;
-    :meth:`remove` does the same without a ``with``. Patches nest: the innermost
+    :meth:`Patch.remove` does the same without a ``with``. Patches nest: the innermost
     wins.
 
     Example:
@@ -83,6 +91,26 @@ class patch(Removable):  # remove(), and ``with`` removes on exit
         >>> torch.equal(patched_out, clean_out)
         True
         >>> "forward" in vars(model[0])  # put back
+        False
+    """
+    return Patch(model, cache, selector, positions=positions, dim=dim, call=call)
+
+
+class Patch(Removable):  # remove(), and ``with`` removes on exit
+    """An activation patch in place: what :func:`patch` returns.
+
+    :meth:`remove` (or the end of its ``with`` block) puts every patched module
+    back as it was.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> patched = hookbus.torch.patch(model, {"0": torch.zeros(1, 2)})
+        >>> isinstance(patched, hookbus.torch.Patch), model(torch.ones(1, 2))
+        (True, tensor([[0., 0.]]))
+        >>> patched.remove()
+        >>> "forward" in vars(model[0])
         False
     """
 
