@@ -64,7 +64,8 @@ from ._selection import (
     literal_pattern,
     select,
 )
-from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
+from ._unwrap import is_compiled, unwrap, walk, warn_hook_on_compiled
+from ._user_line import stacklevel_outside_hookbus
 
 __all__ = ["Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
 

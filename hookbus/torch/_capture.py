@@ -58,7 +58,8 @@ from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
 from ._selection import ROOT, Selector, select
 from ._tree import Path, map_tensors
-from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
+from ._unwrap import ModuleName, is_compiled, unwrap, walk
+from ._user_line import stacklevel_outside_hookbus
 
 __all__ = ["Capture", "CaptureHook", "capture", "inert_capture_hook"]
 

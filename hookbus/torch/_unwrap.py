@@ -1,4 +1,4 @@
-"""Seeing through wrappers: bare module names, compiled models, and the user's line.
+"""Seeing through wrappers: bare module names, and compiled models.
 
 Training stacks wrap models in modules whose only child is the model (or one of
 its layers): ``DistributedDataParallel`` and ``DataParallel`` add ``module``,
@@ -12,8 +12,7 @@ and change no name.
 
 A ``torch.compile``'d model is unwrapped to the module that runs; torch runs
 no hook on its forward's error path, so the adapter warns of exception hooks
-there, and its warnings, like all of ``hookbus.torch``'s, point at the user's
-line, outside the wrappers and outside hookbus (:func:`stacklevel_outside_hookbus`).
+there.
 """
 
 from __future__ import annotations
@@ -24,13 +23,14 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from torch import nn
 
+from ._user_line import stacklevel_outside_hookbus
+
 __all__ = [
     "WRAPPERS",
     "CompiledModelWarning",
     "ModuleName",
     "bare_names",
     "is_compiled",
-    "stacklevel_outside_hookbus",
     "unwrap",
     "walk",
     "warn_hook_on_compiled",
@@ -228,23 +228,3 @@ def warn_hook_on_compiled(module_name: str, kind: str) -> None:
         CompiledModelWarning,
         stacklevel=stacklevel_outside_hookbus(),
     )
-
-
-# --- where warnings point --------------------------------------------------------------
-
-
-def stacklevel_outside_hookbus() -> int:
-    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here.
-
-    Call it from the function that calls ``warnings.warn``.
-
-    Example:
-        >>> stacklevel_outside_hookbus() >= 2
-        True
-    """
-    frame = sys._getframe(2)  # the caller of the function that warns
-    level = 2
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level

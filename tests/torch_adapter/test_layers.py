@@ -17,6 +17,8 @@ TORCH = Path(__file__).resolve().parent.parent.parent / "hookbus" / "torch"
 PACKAGE = "hookbus.torch"
 
 LAYERS: List[List[str]] = [
+    # Where warnings point, outside hookbus.
+    ["_user_line"],
     # Foundations, no hooks: tensors in nested outputs, wrapper names, exact statistics.
     ["_tree", "_unwrap", "_moments"],
     # Mechanisms, each alone: which module call a frame runs, an owner's native hooks in a
