@@ -78,7 +78,7 @@ def main() -> None:
             for other in range(dist.get_world_size()):
                 for x in batches(other):
                     single(x, probe=other == 0)
-        expected: Dict[str, hookbus.torch.Stat] = dict(everything)
+        expected: Dict[str, hookbus.torch.Moments] = dict(everything)
         assert sorted(reduced) == sorted(expected) == ["body.0", "body.2", "head", "probe"]
         print(f"{'module':8} {'rows here':>9} {'rows all':>8} {'mean':>8} {'std':>8} {'dead':>4}")
         for name, stat in reduced.items():

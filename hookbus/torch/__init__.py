@@ -27,6 +27,9 @@ This is the only part of hookbus that imports torch (the ``torch`` extra: ``pip 
 
 from __future__ import annotations
 
+import warnings as _warnings
+from typing import TYPE_CHECKING, Any, Dict
+
 try:
     import torch as _torch  # noqa: F401  # pyright: ignore[reportUnusedImport] - fail here
 except ImportError as _error:  # pragma: no cover - tested in a subprocess without torch
@@ -35,21 +38,25 @@ except ImportError as _error:  # pragma: no cover - tested in a subprocess witho
         'hookbus with its torch extra (not on PyPI: pip install -e ".[torch]" in a checkout)'
     ) from _error
 
-from ._attach import ROOT, Attachment, EveryModule, Selector, attach, every_module
-from ._capture import Cache, Call, Record, capture
-from ._generation import steps
+from ._attach import Attachment, attach
+from ._cache import Cache, Call, CapturedCalls
+from ._capture import Capture, capture
+from ._every_module import EveryModule, every_module
+from ._generation import Steps, steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
-from ._moments import Stat
+from ._moments import Moments
 from ._operations import OperationSelection
-from ._patching import patch
-from ._point import ScriptRefusal, inert_point
+from ._patching import Patch, patch
+from ._point import inert_point
+from ._script_refusal import ScriptRefusal
+from ._selection import ROOT, Selector
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
 
 # What a pickle names (a hooked module saved with torch.save holds inert_point and a
-# ScriptRefusal; a Stat is saved as itself): the public package, so that moving a
-# private module never breaks loading a file saved before.
-for _saved in (inert_point, ScriptRefusal, Stat):
+# ScriptRefusal; Moments are saved as themselves): the public package, so that
+# moving a private module never breaks loading a file saved before.
+for _saved in (inert_point, ScriptRefusal, Moments):
     _saved.__module__ = __name__
 
 __all__ = [
@@ -57,14 +64,17 @@ __all__ = [
     "Attachment",
     "Cache",
     "Call",
+    "Capture",
+    "CapturedCalls",
     "CompiledModelWarning",
     "EveryModule",
     "GradHandle",
+    "Moments",
     "OperationSelection",
-    "Record",
+    "Patch",
     "Selector",
-    "Stat",
     "Stats",
+    "Steps",
     "attach",
     "bare_names",
     "capture",
@@ -75,3 +85,21 @@ __all__ = [
     "stats",
     "steps",
 ]
+
+# Public names renamed so that a reader cannot confuse them -> their new names. The
+# old ones still work, with a DeprecationWarning: code written before, and files
+# saved before (a pickle names a class by its public name).
+_RENAMED: Dict[str, str] = {"Record": "CapturedCalls", "Stat": "Moments"}
+
+if not TYPE_CHECKING:  # type checkers see only the new names
+
+    def __getattr__(name: str) -> Any:
+        new = _RENAMED.get(name)
+        if new is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        _warnings.warn(
+            f"hookbus.torch.{name} is now called hookbus.torch.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]

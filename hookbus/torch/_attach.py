@@ -1,7 +1,7 @@
 """Attaching a model: every module becomes a hook point, named by its qualified name.
 
 An :class:`Attachment` is what a user holds: the model's names, selection of
-modules (by name or glob, module, type, or a list: :func:`select`, which
+modules (by name or glob, module, type, or a list: ``_selection.select``, which
 :func:`~hookbus.torch.capture` shares), one registration method per hook kind,
 and :meth:`Attachment.detach`.
 
@@ -22,23 +22,18 @@ import threading
 import warnings
 import weakref
 from typing import (
-    AbstractSet,
     Any,
     Callable,
     Dict,
-    Iterable,
     List,
-    Mapping,
     Optional,
     Set,
-    Tuple,
-    Type,
     Union,
     overload,
 )
 
 from torch import nn
-from typing_extensions import Protocol, Unpack
+from typing_extensions import Unpack
 
 from ..adapter import (
     CallContext,
@@ -60,105 +55,22 @@ from ._operations import (
     operation_key,
     operation_name,
 )
-from ._point import KINDS, EveryModulePoint, ModulePoint
-from ._unwrap import is_compiled, stacklevel_outside_hookbus, unwrap, walk, warn_hook_on_compiled
+from ._point import KINDS, ModulePoint
+from ._selection import (
+    ROOT,
+    GroupSelector,
+    Selector,
+    close_or_first_names,
+    literal_pattern,
+    select,
+)
+from ._unwrap import is_compiled, unwrap, walk, warn_hook_on_compiled
+from ._user_line import stacklevel_outside_hookbus
 
-__all__ = [
-    "ROOT",
-    "Attachment",
-    "EveryModule",
-    "GroupSelector",
-    "HasModule",
-    "Hook",
-    "Selector",
-    "attach",
-    "close_names",
-    "every_module",
-    "find_attachment",
-    "select",
-]
-
-ROOT = "<root>"
-"""The name of the attached model itself when no prefix is given."""
+__all__ = ["Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
 
 Hook = Callable[[CallContext], None]
 """What every registration method takes: ``hook(ctx)``, returning ``None``."""
-
-GroupSelector = Union[Type[nn.Module], List[Any], Tuple[Any, ...], AbstractSet[Any]]
-"""Selectors that may select many modules: a module type, or a list of selectors."""
-
-Selector = Union[str, nn.Module, GroupSelector]
-"""What selects modules: a name or glob, a module, a module type, or a list of those."""
-
-
-class HasModule(Protocol):
-    """What selection needs of a module's entry: the module (an attachment's point,
-    or a capture's :class:`~hookbus.torch._unwrap.ModuleName`)."""
-
-    @property
-    def module(self) -> Optional[nn.Module]:
-        """The module, or ``None`` once it was garbage collected."""
-        ...
-
-
-def select(
-    points: Mapping[str, HasModule], selector: Selector, name_of: Callable[[nn.Module], str]
-) -> List[str]:
-    """The names of ``points`` that ``selector`` selects, in model order; an error if none.
-
-    See :meth:`Attachment.select <hookbus.torch.Attachment.select>`.
-    """
-    if isinstance(selector, str):
-        check_name(selector, "module selector", allow_pattern=True)
-        if selector in points or not is_pattern(selector):  # a module's own name: literal
-            if selector not in points:
-                raise ValueError(f"no module named {selector!r}{close_names(points, selector)}")
-            return [selector]
-        if selector == "*":  # the default of capture() and stats(): every name matches
-            return list(points)
-        match = matcher_for(selector)
-        names = [name for name in points if match(name)]
-        if not names:
-            raise ValueError(f"no module name matches {selector!r}{close_names(points, selector)}")
-        return names
-    if isinstance(selector, nn.Module):
-        return [name_of(selector)]
-    if isinstance(selector, type):
-        if not issubclass(selector, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(
-                f"cannot select modules by the type {selector.__name__}: it is not an "
-                f"nn.Module subclass"
-            )
-        names = [name for name, point in points.items() if isinstance(point.module, selector)]
-        if not names:
-            present = sorted({type(p.module).__name__ for p in points.values()})
-            raise ValueError(
-                f"no module of type {selector.__name__} in the model; its types: "
-                f"{', '.join(present)}"
-            )
-        return names
-    if isinstance(selector, (list, tuple, set, frozenset)):
-        items: Iterable[Any] = selector  # pyright: ignore[reportUnknownVariableType]
-        chosen = {name for item in items for name in select(points, item, name_of)}
-        if not chosen:
-            raise ValueError("an empty list of selectors selects no module")
-        return [name for name in points if name in chosen]
-    raise TypeError(
-        f"cannot select modules with {type(selector).__name__} {selector!r}; accepted: a "
-        f"name or glob pattern ('layers.*'), a module of the model, a module type "
-        f"(nn.Linear), or a list of those"
-    )
-
-
-def close_names(points: Mapping[str, Any], name: str) -> str:
-    """The end of an error message: names close to ``name``, else the first few names."""
-    close = difflib.get_close_matches(name, list(points), n=5, cutoff=0.5)
-    if close:
-        return f"; close names: {', '.join(map(repr, close))}"
-    shown = list(points)[:8]
-    more = ", ..." if len(points) > 8 else ""
-    return f"; the model's names: {', '.join(map(repr, shown))}{more}"
-
 
 TYPO_CUTOFF = 0.8
 """How alike (``difflib`` ratio) a bus-level hook's name must be to a module's name
@@ -228,7 +140,7 @@ def attach(
     """
     if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
-    bus = _bus_or_default(bus, "attach()")
+    bus = bus_or_default(bus, "attach()")
     if not isinstance(prefix, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__} {prefix!r}")
     if prefix:
@@ -415,8 +327,10 @@ class Attachment(Removable):
             self._far.add(name)
             return
         if pattern:
-            raise ValueError(f"no module name matches {target!r}{close_names(modules, target)}")
-        raise ValueError(f"no module named {target!r}{close_names(modules, target)}")
+            raise ValueError(
+                f"no module name matches {target!r}{close_or_first_names(modules, target)}"
+            )
+        raise ValueError(f"no module named {target!r}{close_or_first_names(modules, target)}")
 
     def _matching(self, name: str, match: Optional[Matcher]) -> List[str]:
         """The names of this model's modules that ``name`` (a pattern if ``match``) matches."""
@@ -552,7 +466,7 @@ class Attachment(Removable):
         """
         self._check_attached()
         if name not in self._modules:
-            raise KeyError(f"no module named {name!r}{close_names(self._modules, name)}")
+            raise KeyError(f"no module named {name!r}{close_or_first_names(self._modules, name)}")
         raw = self._raw.get(name)
         if raw is not None:
             return raw
@@ -574,7 +488,7 @@ class Attachment(Removable):
         held = self._modules.get(name)
         module = held() if held is not None else None
         if module is None:
-            raise KeyError(f"no module named {name!r}{close_names(self._modules, name)}")
+            raise KeyError(f"no module named {name!r}{close_or_first_names(self._modules, name)}")
         return module
 
     def select(self, selector: Selector) -> List[str]:
@@ -861,7 +775,7 @@ class Attachment(Removable):
             key = operation_key(
                 selector,
                 self._operation_sites(),
-                lambda known, name: close_names(dict.fromkeys(known), name),
+                lambda known, name: close_or_first_names(dict.fromkeys(known), name),
             )
             handle = self.bus.registry.register(kind, key, hook, options)
             self._handles.add(handle)
@@ -872,7 +786,7 @@ class Attachment(Removable):
         if isinstance(selector, str) and selector not in self._modules:
             keys = [selector]  # a pattern: it keeps matching by name
         else:  # the model's own names: matched literally, glob characters and all
-            keys = [_literal(name) for name in names]
+            keys = [literal_pattern(name) for name in names]
         handles: List[Handle] = []
         try:
             for key in keys:
@@ -951,7 +865,7 @@ class Attachment(Removable):
         return f"<Attachment {what} on {self.bus.name!r}{prefix} {state}>"
 
 
-def _bus_or_default(bus: Optional[EventBus], caller: str) -> EventBus:
+def bus_or_default(bus: Optional[EventBus], caller: str) -> EventBus:
     """``bus``, ``hookbus.default_bus`` for ``None``; anything else is refused."""
     if bus is None:
         from .. import default_bus
@@ -963,13 +877,6 @@ def _bus_or_default(bus: Optional[EventBus], caller: str) -> EventBus:
             f"got {type(bus).__name__}"
         )
     return bus
-
-
-def _literal(name: str) -> str:
-    """``name`` as a glob pattern that matches exactly ``name`` (fnmatch's escape)."""
-    if not is_pattern(name):
-        return name
-    return "".join(f"[{char}]" if char in "*?[" else char for char in name)
 
 
 def _matcher(name: str, match: Optional[Matcher]) -> Optional[Matcher]:
@@ -999,186 +906,3 @@ def find_attachment(model: nn.Module, bus: EventBus) -> Optional[Attachment]:
         if existing.bus is bus and existing.active:
             return existing
     return None
-
-
-# --- every module of every model: torch's global module hooks ---------------------------
-
-_every: Dict[Tuple[int, str], EveryModule] = {}  # (id(bus), name) -> the active one
-
-
-def every_module(bus: Optional[EventBus] = None, *, name: str = "<modules>") -> EveryModule:
-    """One hook point, ``name``, for every module call of every model in the process.
-
-    What torch's global hooks (``torch.nn.modules.module.register_module_forward_hook``
-    and its pre-hook twin) give, through the bus: ``pre`` / ``post`` /
-    ``exception`` / ``around`` hooks on ``name``, with priorities, ``once``,
-    handles and errors as anywhere else, and ``ctx.target`` the module being called
-    (``type(ctx.target).__name__`` its class; :meth:`Attachment.name_of` its name in
-    an attached model). Use it to trace every module call, count operations, or find
-    the first module whose output holds a NaN.
-
-    torch's global hooks go in only while a bus hook matches ``name``, and out with
-    the last (so it costs nothing otherwise); :meth:`EveryModule.remove` removes them
-    and the hooks registered through it. torch runs global hooks before a module's
-    own, and calls a global pre hook without the call's kwargs: pre hooks see
-    ``ctx.args`` only. They cannot ``ctx.skip()`` a module. Under ``torch.compile``,
-    register them before a ``torch.compile(model)`` wrapper's first call: torch
-    does not guard on global hooks, and after it they see only the wrapper's call.
-
-    Example:
-        >>> import hookbus, torch, hookbus.torch
-        >>> from torch import nn
-        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
-        >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
-        ...     _ = every.post(lambda ctx: print(type(ctx.target).__name__))
-        ...     _ = model(torch.ones(1, 2))
-        Linear
-        ReLU
-        Sequential
-    """
-    bus = _bus_or_default(bus, "every_module()")
-    check_name(name, "hook point name", allow_pattern=False)
-    taken = bus.registry.points(name)  # a module of an attached model, say
-    if taken and not all(isinstance(point, EveryModulePoint) for point in taken):
-        raise ValueError(
-            f"{name!r} is already a hook point of {bus!r} ({taken[0]!r}): every_module() "
-            f"needs a name of its own (the default is '<modules>'), else hooks on that "
-            f"point would run for every module and twice for it"
-        )
-    existing = _every.get((id(bus), name))
-    if existing is not None and existing.active:
-        raise ValueError(
-            f"every module is already a hook point {name!r} of {bus!r}: use that "
-            f"{existing!r}, or remove() it first (two would run each hook twice)"
-        )
-    return EveryModule(bus, name)
-
-
-class EveryModule(Removable):
-    """The hook point of every module call (see :func:`every_module`).
-
-    Its registration methods take a hook and the usual options, and return a
-    :class:`~hookbus.Handle`; ``bus.pre(every.name, hook)`` works too. ``remove()``
-    (or the end of its ``with`` block) removes torch's global hooks and the hooks
-    registered here; hooks registered on the bus by name stay there.
-
-    Example:
-        >>> import hookbus, torch, hookbus.torch
-        >>> from torch import nn
-        >>> bus = hookbus.EventBus()
-        >>> every = hookbus.torch.every_module(bus)
-        >>> calls = []
-        >>> handle = bus.pre("<modules>", lambda ctx: calls.append(ctx.target))
-        >>> _ = nn.Linear(1, 1)(torch.ones(1))
-        >>> len(calls), every.active
-        (1, True)
-        >>> every.remove()
-    """
-
-    __slots__ = ("__weakref__", "_handles", "_point", "bus", "name")
-
-    def __init__(self, bus: EventBus, name: str) -> None:
-        self.bus = bus
-        self.name = name
-        self._point: Optional[EveryModulePoint] = EveryModulePoint(bus, name)
-        self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
-        registry = bus.registry
-        registry.add_points([self._point])
-        if registry.has_hooks(EveryModulePoint.kinds):  # hooks registered before apply
-            self._point.invalidate()
-        _every[(id(bus), name)] = self
-
-    @property
-    def active(self) -> bool:
-        """Whether the point is still there (``remove()`` was not called)."""
-        return self._point is not None
-
-    def _register(self, kind: str, hook: Hook, options: HookOptions) -> Handle:
-        if self._point is None:
-            raise RuntimeError(
-                f"this every-module point {self.name!r} was removed; make a new one with "
-                f"hookbus.torch.every_module()"
-            )
-        handle = self.bus.registry.register(kind, _literal(self.name), hook, options)
-        self._handles.add(handle)
-        return handle
-
-    def pre(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
-        """Before every module call: ``ctx.args`` (assign to replace them).
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
-            ...     _ = every.pre(lambda ctx: print(tuple(ctx.args[0].shape)))
-            ...     _ = nn.Linear(3, 1)(torch.ones(2, 3))
-            (2, 3)
-        """
-        return self._register("pre", hook, options)
-
-    def post(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
-        """After every module call: ``ctx.result`` is the output (assign to replace it).
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
-            ...     _ = every.post(lambda ctx: print(ctx.result.isnan().any().item()))
-            ...     _ = nn.Linear(3, 1)(torch.ones(2, 3))
-            False
-        """
-        return self._register("post", hook, options)
-
-    def exception(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
-        """When a module call raises: ``ctx.exception`` (it propagates unchanged).
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
-            ...     _ = every.exception(lambda ctx: print("in", type(ctx.target).__name__))
-            ...     try:
-            ...         nn.Linear(3, 1)(torch.ones(2, 5))
-            ...     except RuntimeError:
-            ...         print("raised")
-            in Linear
-            raised
-        """
-        return self._register("exception", hook, options)
-
-    def around(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
-        """A generator spanning every module call (see :meth:`Attachment.around`).
-
-        Example:
-            >>> import hookbus, torch, hookbus.torch
-            >>> from torch import nn
-            >>> def nested(ctx):
-            ...     print("enter", type(ctx.target).__name__)
-            ...     yield
-            ...     print("exit", type(ctx.target).__name__)
-            >>> with hookbus.torch.every_module(hookbus.EventBus()) as every:
-            ...     _ = every.around(nested)
-            ...     _ = nn.Sequential(nn.ReLU())(torch.ones(1))
-            enter Sequential
-            enter ReLU
-            exit ReLU
-            exit Sequential
-        """
-        return self._register("around", hook, options)
-
-    def remove(self) -> None:
-        """Remove torch's global hooks and the hooks registered here. Idempotent."""
-        point, self._point = self._point, None
-        if point is None:
-            return
-        if _every.get((id(self.bus), self.name)) is self:
-            del _every[(id(self.bus), self.name)]
-        self.bus.registry.remove_points([point])  # first: no change reaches it
-        point.uninstall()
-        handles = list(self._handles)
-        self._handles = weakref.WeakSet()
-        HandleGroup(handles).remove()
-
-    def __repr__(self) -> str:
-        state = "active" if self._point is not None else "removed"
-        return f"<EveryModule {self.name!r} on {self.bus.name!r} {state}>"

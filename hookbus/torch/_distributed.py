@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed
 
-from ._moments import Stat
+from ._moments import Moments
 from ._tree import Path, iter_tensors, map_tensors
 
 # torch.distributed is only partly typed; its calls are checked by the tests here.
@@ -61,11 +61,11 @@ def _device(group: Any) -> torch.device:
 
 def reduce_stats(
     names: Sequence[str],
-    local: Dict[str, Optional[Stat]],
+    local: Dict[str, Optional[Moments]],
     shapes: Dict[str, Optional[Tuple[int, ...]]],
     kind: Tuple[str, Optional[int]],
     group: Any,
-) -> Dict[str, Optional[Stat]]:
+) -> Dict[str, Optional[Moments]]:
     """Every rank's statistics of ``names`` (sorted, the same on all ranks), combined."""
     group_rank(group, "Stats.reduce()")
     device = _device(group)
@@ -149,13 +149,13 @@ def reduce_stats(
     assert pending is not None
     pending.wait()
     spread, extremes = spread.cpu(), extremes.cpu()
-    merged: Dict[str, Optional[Stat]] = dict.fromkeys(names)
+    merged: Dict[str, Optional[Moments]] = dict.fromkeys(names)
     at = edge = 0
     for name in order:
         size = features[name]
         shape = _shape(kind[1], size)
         nan = extremes[edge + 2 * size : edge + 3 * size] > 0
-        merged[name] = Stat(
+        merged[name] = Moments(
             counts[name],
             means[name].reshape(shape),
             spread[at : at + size].reshape(shape).clone(),

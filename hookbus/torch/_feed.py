@@ -6,7 +6,7 @@ mean of everything the module saw before (of the first call, at first). Centred
 that way, ``M2 = S2 - S1^2 / n`` does not cancel as the naive
 ``E[x^2] - E[x]^2`` does. The hook writes the row in place into a buffer
 allocated at the module's first call (``_ROW_BUDGET``); when the buffer is full
-the rows are merged into the module's :class:`Stat` as one window, and the shift
+the rows are merged into the module's :class:`Moments` as one window, and the shift
 moves to the new mean. Writing in place and merging seldom is what keeps a hook
 at five torch ops and one allocation per call; anything that reads the
 statistics merges first. No activation is kept.
@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from ..adapter import CallContext
-from ._moments import F64, Stat, flatten, merge_window, vecdot
+from ._moments import F64, Moments, flatten, merge_window, vecdot
 from ._tree import Path, iter_tensors
 
 __all__ = ["Feed", "FeedState"]
@@ -101,7 +101,7 @@ class Feed:
         # The module watched, when the bus may carry another model with the same
         # names (a bus of the user's): calls of any other module are not counted.
         self.module: Optional[Callable[[], Optional[torch.nn.Module]]] = None
-        self.stat: Optional[Stat] = None
+        self.stat: Optional[Moments] = None
         self.shift: Optional[torch.Tensor] = None  # what the buffered rows are centred on
         self.error: Optional[torch.Tensor] = None  # the true mean - stat.mean (rounding)
         self.features: Optional[Tuple[int, ...]] = None  # the feature shape, once seen
@@ -276,7 +276,7 @@ class Feed:
         self.shift = self.stat.mean  # the next rows are centred on all data so far
         self.filled = self.count = 0
 
-    def flush(self) -> Optional[Stat]:
+    def flush(self) -> Optional[Moments]:
         """Merge the pending rows into the statistics; return them."""
         with self.owner.lock:
             self.merge_locked()

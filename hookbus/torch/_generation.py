@@ -3,14 +3,14 @@
 A ``generate()`` loop calls the model once per step: the prompt first (step 0),
 then once per new token. ``ctx.call_index`` counts a module's calls for as long
 as it is attached, across generations, so "only on newly generated tokens" took
-bookkeeping by hand. :class:`steps` does it: one native forward pre hook on the
+bookkeeping by hand. :func:`steps` does it: one native forward pre hook on the
 model counts its calls, from 0 at the start of the block and again at the start
-of every ``generate()`` inside it, and :meth:`steps.only` makes any hook run
+of every ``generate()`` inside it, and :meth:`Steps.only` makes any hook run
 only on some steps.
 
 ``generate`` is reset by an instance attribute shadowing the model's method for
 the block (restored on exit, even if the block raised), as
-:class:`~hookbus.torch._patching.ForwardSwap` does for ``forward``; a copy of
+:class:`~hookbus.torch._forward_swap.ForwardSwap` does for ``forward``; a copy of
 the model made inside the block gets a stand-in that removes itself at its
 first call, and so does the counting hook (:class:`_StepCounter`), as a
 capture's hooks do.
@@ -25,22 +25,23 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from torch import nn
 
 from ..adapter import CallContext, Removable
-from ._point import remove_dispatchers
+from ._native_hooks import remove_dispatchers
 from ._unwrap import unwrap
 
-__all__ = ["steps"]
+__all__ = ["Steps", "steps"]
 
 
-class steps(Removable):  # remove(), and ``with`` removes on exit
+def steps(model: nn.Module) -> Steps:
     """Count the top-level forwards of ``model`` while the block runs: ``index`` is the step.
 
     ``index`` is ``-1`` before the first forward, ``0`` during the first (a
     generation's prompt), ``1`` during the next (the first generated token's),
     and so on; it goes back to ``-1`` at the start of each ``model.generate()``
     called in the block. Read it from any hook, or wrap a hook with
-    :meth:`only`. Only calls of the model itself count (not of its submodules).
-    One native forward pre hook on the model; removed on exit, with the
-    ``generate`` reset, even if the block raised (:meth:`remove` without ``with``).
+    :meth:`Steps.only`. Only calls of the model itself count (not of its
+    submodules). One native forward pre hook on the model; removed on exit, with
+    the ``generate`` reset, even if the block raised (:meth:`Steps.remove` without
+    ``with``).
 
     Example:
         >>> import torch, hookbus, hookbus.torch
@@ -54,6 +55,24 @@ class steps(Removable):  # remove(), and ``with`` removes on exit
         ...         _ = model(torch.ones(1, 2))
         step 1
         step 2
+    """
+    return Steps(model)
+
+
+class Steps(Removable):  # remove(), and ``with`` removes on exit
+    """The step counter of one model while its block runs: what :func:`steps` returns.
+
+    ``index`` is the step now running; :meth:`only` wraps a hook to run on some
+    steps only; :meth:`remove` (or the end of its ``with`` block) stops counting.
+
+    Example:
+        >>> import torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Linear(1, 1)
+        >>> with hookbus.torch.steps(model) as step:
+        ...     _ = model(torch.ones(1)); _ = model(torch.ones(1))
+        >>> isinstance(step, hookbus.torch.Steps), step.index
+        (True, 1)
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -152,7 +171,7 @@ class steps(Removable):  # remove(), and ``with`` removes on exit
         on_steps.__qualname__ = on_steps.__name__
         return on_steps
 
-    def __enter__(self) -> steps:
+    def __enter__(self) -> Steps:
         if not self._active:  # its hook is gone: it would never count again
             raise RuntimeError(f"this steps() block ({self!r}) has ended; open a new one")
         return self
@@ -174,15 +193,15 @@ class steps(Removable):  # remove(), and ``with`` removes on exit
 
     def __repr__(self) -> str:
         state = f"step {self.index}" if self._active else "ended"
-        return f"<steps {state}>"
+        return f"<Steps {state}>"
 
 
 class _StepCounter:
-    """The native forward pre hook of :class:`steps`; a copy of it is inert and removes itself."""
+    """The native forward pre hook of :class:`Steps`; a copy of it is inert and removes itself."""
 
     __slots__ = ("steps",)
 
-    def __init__(self, counter: Optional[steps]) -> None:
+    def __init__(self, counter: Optional[Steps]) -> None:
         self.steps = counter
 
     def on_forward(self, module: nn.Module, args: Tuple[Any, ...]) -> None:

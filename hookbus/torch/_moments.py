@@ -1,4 +1,4 @@
-"""``Stat``: one module's per-feature statistics, and the exact arithmetic that builds them.
+"""``Moments``: one module's per-feature statistics, and the exact arithmetic that builds them.
 
 The running statistics are built from *windows* of calls: the float64 sums of
 ``x - shift`` and of its square over the window, where ``shift`` is the mean of
@@ -13,7 +13,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-__all__ = ["Stat", "flatten", "merge_window", "vecdot"]
+__all__ = ["Moments", "flatten", "merge_window", "vecdot"]
 
 F64 = torch.float64
 
@@ -21,21 +21,22 @@ vecdot: Callable[..., torch.Tensor] = torch.linalg.vecdot  # pyright: ignore[rep
 """``torch.linalg.vecdot``, typed (torch leaves it untyped)."""
 
 
-class Stat:
-    """Statistics of one module, per feature, in float64: ``count``, ``mean``, ``var``...
+class Moments:
+    """The moments of one module's values, per feature, in float64: ``count``, ``mean``, ``var``...
 
+    What :func:`~hookbus.torch.stats` keeps for each module (``stats[name]``).
     ``count`` is the number of values reduced into each feature (the same for all
     features); ``mean``, ``var`` (population variance), ``std``, ``min`` and
     ``max`` are float64 tensors of the feature shape (``(features,)``, or ``()``
     with ``dim=None``). ``m2`` is the sum of squared deviations from the mean,
-    what exact merging needs. A ``Stat`` never changes: the running statistics
-    replace it with a new one.
+    what exact merging needs. Moments never change: the running statistics
+    replace them with new ones.
 
     Example:
         >>> import torch
-        >>> from hookbus.torch import Stat
-        >>> a = Stat.of(torch.tensor([[1.0], [2.0]]))
-        >>> b = Stat.of(torch.tensor([[3.0], [4.0], [5.0]]))
+        >>> from hookbus.torch import Moments
+        >>> a = Moments.of(torch.tensor([[1.0], [2.0]]))
+        >>> b = Moments.of(torch.tensor([[3.0], [4.0], [5.0]]))
         >>> both = a.merge(b)
         >>> both.count, both.mean, both.var
         (5, tensor([3.], dtype=torch.float64), tensor([2.], dtype=torch.float64))
@@ -65,19 +66,19 @@ class Stat:
         self.max = max
 
     @classmethod
-    def of(cls, tensor: torch.Tensor, dim: Optional[int] = -1) -> Stat:
+    def of(cls, tensor: torch.Tensor, dim: Optional[int] = -1) -> Moments:
         """The statistics of ``tensor``, keeping ``dim`` (``None``: one scalar).
 
         Example:
             >>> import torch
-            >>> from hookbus.torch import Stat
-            >>> Stat.of(torch.tensor([[1.0, 10.0], [3.0, 30.0]])).mean
+            >>> from hookbus.torch import Moments
+            >>> Moments.of(torch.tensor([[1.0, 10.0], [3.0, 30.0]])).mean
             tensor([ 2., 20.], dtype=torch.float64)
         """
         flat = flatten(tensor.detach(), dim, "tensor")
         if flat.shape[0] == 0:
             raise ValueError(
-                f"Stat.of() needs values, got a tensor of shape {tuple(tensor.shape)}"
+                f"Moments.of() needs values, got a tensor of shape {tuple(tensor.shape)}"
             )
         shift = torch.mean(flat, 0, dtype=F64)
         deviation = torch.sub(flat, shift)
@@ -100,7 +101,7 @@ class Stat:
         """The feature shape: ``(features,)``, or ``()`` for a scalar statistic."""
         return tuple(self.mean.shape)
 
-    def merge(self, other: Stat) -> Stat:
+    def merge(self, other: Moments) -> Moments:
         """The statistics of both sets of values together (Chan's formula), exactly.
 
         Exact to float64 rounding while a feature's ``|mean| / std`` stays below
@@ -109,8 +110,8 @@ class Stat:
 
         Example:
             >>> import torch
-            >>> from hookbus.torch import Stat
-            >>> Stat.of(torch.zeros(2, 1)).merge(Stat.of(torch.ones(2, 1))).std
+            >>> from hookbus.torch import Moments
+            >>> Moments.of(torch.zeros(2, 1)).merge(Moments.of(torch.ones(2, 1))).std
             tensor([0.5000], dtype=torch.float64)
         """
         if other.shape != self.shape:
@@ -119,7 +120,7 @@ class Stat:
             )
         count = self.count + other.count
         delta = other.mean - self.mean
-        return Stat(
+        return Moments(
             count,
             self.mean + delta * (other.count / count),
             self.m2 + other.m2 + delta * delta * (self.count * other.count / count),
@@ -128,7 +129,7 @@ class Stat:
         )
 
     def __repr__(self) -> str:
-        return f"<Stat count={self.count} shape={self.shape}>"
+        return f"<Moments count={self.count} shape={self.shape}>"
 
 
 def flatten(tensor: torch.Tensor, dim: Optional[int], what: str) -> torch.Tensor:
@@ -154,7 +155,7 @@ def flatten(tensor: torch.Tensor, dim: Optional[int], what: str) -> torch.Tensor
 
 
 def merge_window(
-    stat: Optional[Stat],
+    stat: Optional[Moments],
     error: Optional[torch.Tensor],
     count: int,
     shift: torch.Tensor,
@@ -162,7 +163,7 @@ def merge_window(
     s2: torch.Tensor,
     low: torch.Tensor,
     high: torch.Tensor,
-) -> Tuple[Stat, torch.Tensor]:
+) -> Tuple[Moments, torch.Tensor]:
     """``stat`` (may be None) with a window of ``count`` values merged in, and the new
     mean's rounding error.
 
@@ -178,7 +179,7 @@ def merge_window(
     m2 = s2 - s1 * offset
     if stat is None:
         mean, error = _two_sum(shift, offset)
-        return Stat(count, mean, m2, low, high), error
+        return Moments(count, mean, m2, low, high), error
     total = stat.count + count
     delta = offset if shift is stat.mean else offset + (shift - stat.mean)
     if error is not None:
@@ -186,7 +187,7 @@ def merge_window(
     mean, error = _two_sum(
         stat.mean, delta * (count / total) + (error if error is not None else 0.0)
     )
-    merged = Stat(
+    merged = Moments(
         total,
         mean,
         stat.m2 + m2 + delta * delta * (stat.count * count / total),

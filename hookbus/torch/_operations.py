@@ -57,12 +57,9 @@ from ..adapter import (
     layout_of,
     matcher_for,
 )
-from ._point import (
-    forward_raised,
-    hold_script_refusal,
-    release_script_refusal,
-    remove_dispatchers,
-)
+from ._call_frames import forward_raised
+from ._native_hooks import remove_dispatchers
+from ._script_refusal import hold_script_refusal, release_script_refusal
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call

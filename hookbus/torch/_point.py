@@ -9,9 +9,8 @@ hook per phase, however many bus hooks match, and none at all when none match,
 so the module runs at native speed.
 
 torch calls a module's pre and post dispatchers from ``Module._call_impl``
-without saying which call they belong to; the interpreter's frames do, and the
-helpers of the second section read them (:func:`call_keys`, :func:`running_calls`,
-:func:`forward_raised`).
+without saying which call they belong to; the interpreter's frames do, as
+``_call_frames`` reads them.
 
 Copies of hooked models (the last section). Following torch's stance that hooks
 are not part of a model's state, a copy of a module carries no bus hook. A
@@ -28,7 +27,7 @@ bound method as the same function bound to a copy of its object, and pickle as
 its object and method name, so a copy's hook dicts always hold *some* method of
 *some* point. The inert point is the point that does nothing. A capture's own
 hooks (``_capture.CaptureHook``) copy themselves the same way, as inert hooks
-that call :func:`remove_dispatchers` at their first call.
+that call ``_native_hooks.remove_dispatchers`` at their first call.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -59,12 +58,12 @@ from ..adapter import (
     start_arounds,
     where_defined,
 )
+from ._call_frames import call_keys, forward_raised, running_calls
+from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
+from ._native_hooks import remove_dispatchers
+from ._script_refusal import hold_script_refusal, release_script_refusal
 from ._tree import Path, leaves_the_graph
-
-if TYPE_CHECKING:  # imported when first needed: _patching imports this module's importers
-    from ._patching import ForwardSwap
-
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
@@ -72,16 +71,8 @@ _for_call = CallContext.for_call
 __all__ = [
     "INTERNAL_STOPS",
     "KINDS",
-    "EveryModulePoint",
     "ModulePoint",
-    "ScriptRefusal",
-    "call_keys",
-    "forward_raised",
-    "hold_script_refusal",
     "inert_point",
-    "release_script_refusal",
-    "remove_dispatchers",
-    "running_calls",
 ]
 
 KINDS = ("around", "pre", "post", "exception", "backward_pre", "backward", "grad")
@@ -153,7 +144,7 @@ class ModulePoint:
     """What the point wraps, for ``bus.points()``."""
 
     skip_refusal: Optional[str] = None
-    """``ctx.skip`` works: a module with pre hooks has a ``ForwardSwap`` (see ``_patching``)."""
+    """``ctx.skip`` works: a module with pre hooks has a ``_forward_swap.ForwardSwap``."""
 
     def __init__(self, bus: EventBus, name: str, module: torch.nn.Module) -> None:
         self.bus = bus
@@ -276,11 +267,9 @@ class ModulePoint:
         (or for another set of hooks) would keep running without it. What it does
         guard is a forward set on the instance, by identity, dropping what it
         compiled for one once that is collected. So while the module has natives
-        it holds a forward swap (see ``_patching``), a new one at each change; with
+        it holds a forward swap (see ``_forward_swap``), a new one at each change; with
         none it has none, and the code compiled for the hook-less module applies.
         """
-        from ._patching import ForwardSwap
-
         old, self._compile_swap = self._compile_swap, None
         if self._natives and module is not None:
             swap = ForwardSwap.acquire(module)
@@ -328,8 +317,6 @@ class ModulePoint:
         ):
             self._full_backward_flag = module._is_full_backward_hook
         if phase == "pre":
-            from ._patching import ForwardSwap
-
             swap = ForwardSwap.acquire(module)
             try:
                 handle = module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
@@ -362,7 +349,7 @@ class ModulePoint:
 
         Each entry is keyed by the call: the id of the frame that calls the
         dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
-        :func:`call_keys`). So a post dispatcher takes the context of its own
+        ``_call_frames.call_keys``). So a post dispatcher takes the context of its own
         call whatever other hooks did to the args, and a call that never reached
         its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
         push drops. A stored context holds no argument of its call (see ``_on_pre``).
@@ -716,72 +703,7 @@ _GRADIENTS = _GradientArguments()
 _WITHOUT_KWARGS_CODE = ModulePoint._on_pre_without_kwargs.__code__
 
 
-def _any_call(*args: Any, **kwargs: Any) -> None:
-    """The signature ``ctx.arguments`` binds to on the every-module point (never called)."""
-
-
-class EveryModulePoint(ModulePoint):
-    """One hook point for every module call of every model: torch's global module hooks.
-
-    A :class:`ModulePoint` whose natives are torch's process-wide hooks
-    (``torch.nn.modules.module.register_module_forward_pre_hook`` and
-    ``register_module_forward_hook``), installed only while a bus hook matches it,
-    so that it costs nothing otherwise. ``ctx.target`` is the module being called.
-    torch calls a global pre hook without kwargs: pre hooks see ``ctx.args`` only.
-    """
-
-    __slots__ = ("_placeholder",)
-
-    kinds = ("around", "pre", "post", "exception")
-    kind = "every module"
-    skip_refusal = (
-        "ctx.skip() needs the module's own hook point: attach its model and register "
-        "there; hooks on every module cannot skip one"
-    )
-    _layout_of_any = layout_of(_any_call, "any module")
-
-    def __init__(self, bus: EventBus, name: str) -> None:
-        placeholder = nn.Identity()  # the point holds its module weakly: kept here
-        super().__init__(bus, name, placeholder)
-        self._placeholder = placeholder
-        self.where = "every module"
-
-    def layout(self) -> Layout:
-        """``ctx.arguments`` binds to ``(*args, **kwargs)``: modules differ."""
-        return self._layout_of_any
-
-    def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
-        from torch.nn.modules import module as torch_module
-
-        current = self._natives.get(phase)
-        if (current is not None) == want:
-            return
-        if current is not None:
-            current.remove()
-            del self._natives[phase]
-            # torch's handle forgets to remove its with_kwargs mark: a stale one makes
-            # every torch.compile'd module warn of global hooks for good.
-            torch_module._global_forward_hooks_with_kwargs.pop(current.id, None)
-            return
-        if phase == "pre":
-            handle = torch_module.register_module_forward_pre_hook(self._on_pre)
-        elif phase == "post":
-            handle = torch_module.register_module_forward_hook(
-                self._on_post, with_kwargs=True, always_call=True
-            )
-        else:  # no backward kinds here: never asked for
-            return
-        self._natives[phase] = handle
-
-    def __repr__(self) -> str:
-        state = "hooked" if self._natives else "no hooks"
-        return f"<EveryModulePoint {self.name!r} {state}>"
-
-
-# --- which module call a dispatcher runs in, told from the frames ----------------------
-
-_MODULE_CLASS: Any = torch.nn.Module
-_CALL_IMPL = _MODULE_CLASS._call_impl.__code__
+# --- errors torch raises through a module and swallows ----------------------------------
 
 
 def _internal_stops() -> Tuple[type, ...]:
@@ -795,40 +717,6 @@ def _internal_stops() -> Tuple[type, ...]:
 
 INTERNAL_STOPS = _internal_stops()
 """Errors torch raises through modules and swallows itself: no error of theirs."""
-
-
-def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:
-    """The keys the pre dispatcher may have used for a call whose forward raised.
-
-    Here torch calls the post dispatcher from ``_call_impl`` itself, whose frame
-    is ``caller``; the pre dispatcher was called from the ``inner`` closure that
-    raised, the next frame of the error's traceback.
-    """
-    tb = error.__traceback__ if error is not None else None
-    if tb is not None and tb.tb_next is not None:
-        return (id(tb.tb_next.tb_frame), id(caller))
-    return (id(caller),)
-
-
-def running_calls() -> Set[int]:
-    """The keys of every module call running in this thread (see ``_stack``)."""
-    running: Set[int] = set()
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        back = frame.f_back
-        if frame.f_code is _CALL_IMPL or (back is not None and back.f_code is _CALL_IMPL):
-            running.add(id(frame))
-        frame = back
-    return running
-
-
-def forward_raised(caller: Any) -> bool:
-    """Whether ``caller`` (Module._call_impl) is handling an error raised by forward."""
-    error = sys.exc_info()[1]
-    if error is None:
-        return False
-    tb = error.__traceback__
-    return tb is not None and tb.tb_frame is caller
 
 
 # --- copies: what a deepcopy, pickle or torch.save gets instead of hooks ----------------
@@ -868,173 +756,3 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
     )
     point._post_fast = point._post_alone = (remove,)
     return point
-
-
-def remove_dispatchers(module: nn.Module, owner: Any, full_backward_flag: Optional[bool]) -> None:
-    """Remove from ``module`` every native hook that is a method of ``owner``.
-
-    Safe during a forward call: torch iterates over copies of the hook dicts, except
-    when forward raised, and then this is not called (only post hooks run there,
-    and an inert point's post dispatcher passes errors through untouched).
-    """
-    hooked: Any = module  # torch leaves the hook dicts partly untyped
-    dicts = (
-        hooked._forward_pre_hooks,
-        hooked._forward_hooks,
-        hooked._backward_pre_hooks,
-        hooked._backward_hooks,
-    )
-    removed_backward = False
-    for position, hooks in enumerate(dicts):
-        mine = [key for key, hook in hooks.items() if getattr(hook, "__self__", None) is owner]
-        for key in mine:
-            del hooks[key]
-            hooked._forward_pre_hooks_with_kwargs.pop(key, None)
-            hooked._forward_hooks_with_kwargs.pop(key, None)
-            hooked._forward_hooks_always_called.pop(key, None)
-            removed_backward = removed_backward or position >= 2
-    if removed_backward and not (hooked._backward_hooks or hooked._backward_pre_hooks):
-        module._is_full_backward_hook = full_backward_flag
-
-
-# --- TorchScript: a clear refusal instead of an error inside hookbus --------------------
-
-# torch.jit.script compiles a module's forward hooks as TorchScript; hookbus's native
-# hooks are Python it cannot compile ("try blocks aren't supported", pointing into
-# hookbus). It calls ``module.__prepare_scriptable__()`` on every module first, so a
-# module with hookbus hooks holds one, as an instance attribute, that refuses clearly.
-_refusals: weakref.WeakKeyDictionary[nn.Module, List[Any]] = weakref.WeakKeyDictionary()
-_refusals_lock = threading.Lock()  # counts only; no user code runs under it
-_PREPARE = "__prepare_scriptable__"
-
-
-def hold_script_refusal(module: nn.Module) -> None:
-    """Make ``torch.jit.script`` refuse ``module`` clearly while hookbus hooks are on it.
-
-    Every call needs a :func:`release_script_refusal`; the last removes the attribute.
-    """
-    with _refusals_lock:
-        held = _refusals.get(module)
-        if held is None:
-            refusal = ScriptRefusal(module)
-            if vars(module).setdefault(_PREPARE, refusal) is not refusal:
-                return  # the module has one of its own: left alone
-            held = _refusals[module] = [0, refusal]
-        held[0] += 1
-
-
-def release_script_refusal(module: nn.Module) -> None:
-    """Undo one :func:`hold_script_refusal`."""
-    with _refusals_lock:
-        held = _refusals.get(module)
-        if held is None:
-            return
-        held[0] -= 1
-        if held[0] <= 0:
-            del _refusals[module]
-            attributes = vars(module)
-            if attributes.get(_PREPARE) is held[1]:
-                del attributes[_PREPARE]
-
-
-def _hookbus_hooks(module: nn.Module) -> List[Tuple[Any, Any]]:
-    """``(owner, name)`` of every hookbus native hook in ``module``'s hook dicts."""
-    hooked: Any = module
-    found: List[Tuple[Any, Any]] = []
-    for hooks in (
-        hooked._forward_pre_hooks,
-        hooked._forward_hooks,
-        hooked._backward_pre_hooks,
-        hooked._backward_hooks,
-    ):
-        for hook in list(hooks.values()):
-            owner = getattr(hook, "__self__", None)
-            if type(owner).__module__.startswith("hookbus."):
-                found.append((owner, getattr(owner, "name", None)))
-    return found
-
-
-def _is_live(owner: Any) -> bool:
-    # A copy's point is not attached, a copy's capture hook records nothing, a copy's
-    # operation site is inert: they remove themselves at their module's first call.
-    return (
-        bool(getattr(owner, "attached", True))
-        and not getattr(owner, "inert", False)
-        and callable(getattr(owner, "record", len))
-    )
-
-
-def _scripted_root(module: nn.Module) -> nn.Module:
-    """What ``torch.jit.script`` was given (it prepares submodules from there), so
-    that the refusal names every hooked module of it; ``module`` if not found."""
-    root = module
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "call_prepare_scriptable_func":
-            found = frame.f_locals.get("obj")
-            if isinstance(found, nn.Module):
-                root = found
-        frame = frame.f_back
-    return root
-
-
-class ScriptRefusal:
-    """``module.__prepare_scriptable__`` while hookbus hooks are on ``module``.
-
-    Called by ``torch.jit.script`` before it compiles anything. A copied module
-    (``copy.deepcopy``, pickle) gets one too: there it removes the copy's inert
-    hookbus hooks and itself, and scripting goes on.
-
-    Example:
-        >>> import torch, hookbus, hookbus.torch
-        >>> from torch import nn
-        >>> model = nn.Sequential(nn.Linear(2, 2))
-        >>> with hookbus.torch.capture(model):
-        ...     torch.jit.script(model)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        RuntimeError: torch.jit.script cannot compile a model while hookbus hooks are ...
-    """
-
-    __slots__ = ("_module",)
-
-    def __init__(self, module: Optional[nn.Module]) -> None:
-        self._module = weakref.ref(module) if module is not None else None
-
-    def __call__(self) -> nn.Module:
-        module = self._module() if self._module is not None else None
-        if module is None:
-            raise RuntimeError("hookbus: the module of this TorchScript refusal was collected")
-        from ._patching import remove_copied_forward  # _patching imports this module
-
-        names: List[str] = []
-        subs: List[nn.Module] = list(_scripted_root(module).modules())
-        for sub in subs:
-            remove_copied_forward(sub)  # a copy's: the original's live swap is no stand-in
-            for owner, name in _hookbus_hooks(sub):
-                if _is_live(owner):
-                    names.append(str(name))
-                else:  # a copy's inert hook
-                    remove_dispatchers(sub, owner, getattr(owner, "_full_backward_flag", None))
-        if names:
-            shown = ", ".join(repr(name) for name in dict.fromkeys(names))
-            raise RuntimeError(
-                f"torch.jit.script cannot compile a model while hookbus hooks are on it: "
-                f"TorchScript compiles a module's forward hooks, and hookbus's are Python "
-                f"it cannot compile. Modules with hookbus hooks: {shown}. Remove them "
-                f"first (handle.remove(), net.detach(), or leave the capture's with "
-                f"block), then script the model; hooks put back afterwards do not reach "
-                f"the scripted copy"
-            )
-        attributes = vars(module)
-        if attributes.get(_PREPARE) is self:
-            del attributes[_PREPARE]  # a copy's: it never had hooks of its own
-        own: Any = getattr(type(module), _PREPARE, None)
-        return own(module) if own is not None else module
-
-    def __deepcopy__(self, memo: Dict[int, Any]) -> ScriptRefusal:
-        # copy.deepcopy of the module memoizes the copy before copying its __dict__.
-        copied = memo.get(id(self._module())) if self._module is not None else None
-        return ScriptRefusal(copied if isinstance(copied, nn.Module) else None)
-
-    def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
-        return (ScriptRefusal, (self._module() if self._module is not None else None,))

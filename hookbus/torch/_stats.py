@@ -1,7 +1,7 @@
 """``stats``: streaming per-feature statistics of what modules see, exact across ranks.
 
 :func:`stats` makes a :class:`Stats`, a read-only mapping from module name to
-:class:`Stat` that adds and removes its hooks through :func:`attach`; each
+:class:`Moments` that adds and removes its hooks through :func:`attach`; each
 selected module's statistics are kept by a ``Feed`` (``_feed.py``).
 ``Stats.reduce`` runs its collectives in ``_distributed.py``.
 """
@@ -27,9 +27,10 @@ import torch
 from torch import nn
 
 from ..adapter import EventBus, Handle
-from ._attach import Attachment, Selector, attach, find_attachment
+from ._attach import Attachment, attach, find_attachment
 from ._feed import Feed, FeedState
-from ._moments import F64, Stat
+from ._moments import F64, Moments
+from ._selection import Selector
 
 __all__ = ["OF", "Stats", "stats"]
 
@@ -66,7 +67,7 @@ def stats(
     """Stream per-feature statistics of what the selected modules see; keep no activation.
 
     A context manager: entering starts it and yields the :class:`Stats`, a
-    read-only mapping from module name to :class:`Stat`; leaving removes its hooks
+    read-only mapping from module name to :class:`Moments`; leaving removes its hooks
     (the statistics stay readable). Without ``with``, call ``start()`` and
     ``stop()``.
 
@@ -99,8 +100,8 @@ def stats(
     return Stats(model, selector, of=of, dim=dim, bus=bus)
 
 
-class Stats(Mapping[str, Stat]):
-    """Running per-feature statistics of the selected modules: module name -> :class:`Stat`.
+class Stats(Mapping[str, Moments]):
+    """Running per-feature statistics of the selected modules: module name -> :class:`Moments`.
 
     Made by :func:`stats`. Keys are the selected modules that ran (reading one
     that did not raises a ``KeyError`` saying so), in model order;
@@ -294,7 +295,7 @@ class Stats(Mapping[str, Stat]):
         with self._lock:
             return dict(self._skipped)
 
-    def __getitem__(self, name: str) -> Stat:
+    def __getitem__(self, name: str) -> Moments:
         feed = self._feeds.get(name)
         stat = feed.flush() if feed is not None else None
         if stat is not None:
@@ -416,9 +417,9 @@ class Stats(Mapping[str, Stat]):
                 f"accepted: the dict that Stats.state_dict() returns"
             )
         self._check_kind(state["of"], state["dim"], "load_state_dict")
-        loaded: Dict[str, Stat] = {}
+        loaded: Dict[str, Moments] = {}
         for name, fields in state["stats"].items():
-            loaded[name] = Stat(
+            loaded[name] = Moments(
                 int(fields["count"]),
                 *(torch.as_tensor(fields[key], dtype=F64).clone() for key in _TENSORS),
             )
@@ -434,7 +435,7 @@ class Stats(Mapping[str, Stat]):
         """Combine the statistics of every rank of ``group`` in place; all ranks end equal.
 
         The result is exactly that of one process over all ranks' data (float64,
-        to rounding, with the limit of :meth:`Stat.merge` on ``|mean| / std``),
+        to rounding, with the limit of :meth:`Moments.merge` on ``|mean| / std``),
         whatever the batch sizes. Every rank of the group must call
         it, at the same point: it runs the same five collectives on every rank,
         over the selected names sorted, with empty statistics for modules that did
@@ -480,7 +481,7 @@ class Stats(Mapping[str, Stat]):
                     feed.features = stat.shape if self.dim is not None else ()
             self._reduced = True
 
-    def _set(self, name: str, stat: Stat, *, add: bool) -> None:
+    def _set(self, name: str, stat: Moments, *, add: bool) -> None:
         feed = self._feeds[name]
         current = feed.flush() if add else None
         feed.stat = stat if current is None else current.merge(stat)
@@ -494,7 +495,7 @@ class Stats(Mapping[str, Stat]):
                 f"of={of!r} dim={dim!r}; only statistics of the same kind combine"
             )
 
-    def _check_names(self, incoming: Mapping[str, Stat], what: str) -> None:
+    def _check_names(self, incoming: Mapping[str, Moments], what: str) -> None:
         unknown = [name for name in incoming if name not in self._feeds]
         if unknown:
             raise ValueError(

@@ -1,4 +1,4 @@
-"""Seeing through wrappers: bare module names, compiled models, and the user's line.
+"""Seeing through wrappers: bare module names, and compiled models.
 
 Training stacks wrap models in modules whose only child is the model (or one of
 its layers): ``DistributedDataParallel`` and ``DataParallel`` add ``module``,
@@ -12,8 +12,7 @@ and change no name.
 
 A ``torch.compile``'d model is unwrapped to the module that runs; torch runs
 no hook on its forward's error path, so the adapter warns of exception hooks
-there, and its warnings, like all of ``hookbus.torch``'s, point at the user's
-line, outside the wrappers and outside hookbus (:func:`stacklevel_outside_hookbus`).
+there.
 """
 
 from __future__ import annotations
@@ -24,17 +23,19 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from torch import nn
 
+from ._user_line import stacklevel_outside_hookbus
+
 __all__ = [
     "WRAPPERS",
     "CompiledModelWarning",
     "ModuleName",
     "bare_names",
     "is_compiled",
-    "stacklevel_outside_hookbus",
     "unwrap",
     "walk",
     "warn_hook_on_compiled",
     "wrapped_attribute",
+    "wrapper_attributes",
 ]
 
 WRAPPERS: Tuple[Tuple[str, str, str], ...] = (
@@ -49,20 +50,6 @@ WRAPPERS: Tuple[Tuple[str, str, str], ...] = (
 """The see-through wrappers: (module, class, the attribute holding what it wraps)."""
 
 
-def wrapped_attribute(module: nn.Module) -> Optional[str]:
-    """The child attribute that ``module`` wraps, if it is a see-through wrapper.
-
-    Classes are looked up only in modules already imported: a wrapper class whose
-    module was never imported has no instance, so nothing is imported here.
-
-    Example:
-        >>> from torch import nn
-        >>> wrapped_attribute(nn.DataParallel(nn.Linear(1, 1))), wrapped_attribute(nn.ReLU())
-        ('module', None)
-    """
-    return _wrapped_attribute(module, _current_cache())
-
-
 # type -> the attribute its instances wrap (None: not a wrapper), for the wrapper
 # classes imported so far: isinstance against them is slow (DDP is an ABC), so
 # attaching a model asks once per type. Cleared when another wrapper's module is
@@ -74,7 +61,12 @@ _cache_for: Tuple[Tuple[type, str], ...] = ()
 _UNKNOWN = ""  # a cache miss: not None, so the lookup goes on
 
 
-def _current_cache() -> Dict[type, Optional[str]]:
+def wrapper_attributes() -> Dict[type, Optional[str]]:
+    """Module type -> the attribute its instances wrap (``None``: no wrapper), so far.
+
+    Filled in by :func:`wrapped_attribute` as types are met, for the wrapper classes
+    imported now: ask for it once per walk of a model, not once per module.
+    """
     global _cache, _cache_for
     classes = _wrapper_classes()
     if classes != _cache_for or len(_cache) >= 4096:
@@ -92,12 +84,25 @@ def _wrapper_classes() -> Tuple[Tuple[type, str], ...]:
     return tuple(found)
 
 
-def _wrapped_attribute(module: nn.Module, cache: Dict[type, Optional[str]]) -> Optional[str]:
+def wrapped_attribute(module: nn.Module, wrappers: Dict[type, Optional[str]]) -> Optional[str]:
+    """The child attribute that ``module`` wraps, if it is a see-through wrapper.
+
+    ``wrappers`` is :func:`wrapper_attributes`. Classes are looked up only in modules
+    already imported: a wrapper class whose module was never imported has no
+    instance, so nothing is imported here.
+
+    Example:
+        >>> from torch import nn
+        >>> wrappers = wrapper_attributes()
+        >>> dp, relu = nn.DataParallel(nn.Linear(1, 1)), nn.ReLU()
+        >>> wrapped_attribute(dp, wrappers), wrapped_attribute(relu, wrappers)
+        ('module', None)
+    """
     kind = type(module)
     try:
-        attribute = cache[kind]
+        attribute = wrappers[kind]
     except KeyError:
-        attribute = cache[kind] = next(
+        attribute = wrappers[kind] = next(
             (name for cls, name in _cache_for if issubclass(kind, cls)), None
         )
     if attribute is None or module._modules.get(attribute) is None:
@@ -128,10 +133,10 @@ def walk(model: nn.Module) -> List[ModuleName]:
         [('', '', True), ('module', '', False), ('module.0', '0', False)]
     """
     named: List[Tuple[str, nn.Module]] = list(model.named_modules())  # pyright: ignore[reportUnknownArgumentType]
-    cache = _current_cache()
-    known = cache.get
+    wrappers = wrapper_attributes()
+    known = wrappers.get
     if not any(  # the common case: no wrapper, bare names are raw names
-        known(type(module), _UNKNOWN) is not None and _wrapped_attribute(module, cache)
+        known(type(module), _UNKNOWN) is not None and wrapped_attribute(module, wrappers)
         for _, module in named
     ):
         # The NamedTuple's own constructor is Python code, 4 times slower.
@@ -145,7 +150,7 @@ def walk(model: nn.Module) -> List[ModuleName]:
         if id(module) in seen:
             continue
         seen.add(id(module))
-        attribute = _wrapped_attribute(module, cache)
+        attribute = wrapped_attribute(module, wrappers)
         found.append(ModuleName(raw, bare, module, attribute is not None))
         children: List[Tuple[nn.Module, str, str]] = []
         for name, child in module._modules.items():
@@ -223,23 +228,3 @@ def warn_hook_on_compiled(module_name: str, kind: str) -> None:
         CompiledModelWarning,
         stacklevel=stacklevel_outside_hookbus(),
     )
-
-
-# --- where warnings point --------------------------------------------------------------
-
-
-def stacklevel_outside_hookbus() -> int:
-    """The ``stacklevel`` of the first caller outside hookbus, for a warning issued here.
-
-    Call it from the function that calls ``warnings.warn``.
-
-    Example:
-        >>> stacklevel_outside_hookbus() >= 2
-        True
-    """
-    frame = sys._getframe(2)  # the caller of the function that warns
-    level = 2
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("hookbus"):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level

@@ -88,7 +88,7 @@ def reference(names: List[str], of: str = "output") -> Dict[str, torch.Tensor]:
     return {name: torch.cat(parts) for name, parts in seen.items()}
 
 
-def assert_exact(stat: ht.Stat, values: torch.Tensor) -> None:
+def assert_exact(stat: ht.Moments, values: torch.Tensor) -> None:
     """``stat`` matches a two-pass float64 computation over ``values`` to 1e-10."""
     count = values.shape[0]
     mean = values.mean(0)
@@ -143,7 +143,7 @@ def check_reduce_scalar(rank: int) -> None:
     values = reference(["shift"])["shift"].reshape(-1, 1)
     stat = st["shift"]
     assert stat.shape == ()
-    assert_exact(ht.Stat(stat.count, *(t.reshape(1) for t in (
+    assert_exact(ht.Moments(stat.count, *(t.reshape(1) for t in (
         stat.mean, stat.m2, stat.min, stat.max))), values)  # fmt: skip
 
 

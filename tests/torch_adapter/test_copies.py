@@ -8,6 +8,7 @@ with a message that says what to do instead; captured data pickles.
 from __future__ import annotations
 
 import copy
+import importlib
 import io
 import pickle
 from multiprocessing.reduction import ForkingPickler
@@ -214,6 +215,46 @@ def test_saved_files_name_the_public_package_not_a_private_module() -> None:
     texts = [arg for _, arg, _ in pickletools.genops(saved) if isinstance(arg, str)]
     assert "hookbus.torch" in texts
     assert not [text for text in texts if text.startswith("hookbus.torch._")], texts
-    assert hookbus.torch.Stat.__module__ == "hookbus.torch"
+    assert hookbus.torch.Moments.__module__ == "hookbus.torch"
     twin = pickle.loads(saved)
     assert len(twin) == 1
+
+
+# Where files saved before the adapter's modules were cut apart name hookbus's classes
+# (a model pickled with hooks, a pickled cache, saved statistics) -> what they load now.
+SAVED_NAMES = [
+    ("hookbus.torch", "inert_point", "hookbus.torch._point", "inert_point"),
+    ("hookbus.torch", "ScriptRefusal", "hookbus.torch._script_refusal", "ScriptRefusal"),
+    ("hookbus.torch._patching", "_CopiedForward", "hookbus.torch._forward_swap", "_CopiedForward"),
+    (
+        "hookbus.torch._capture",
+        "inert_capture_hook",
+        "hookbus.torch._capture",
+        "inert_capture_hook",
+    ),
+    ("hookbus.torch._generation", "_StepCounter", "hookbus.torch._generation", "_StepCounter"),
+    ("hookbus.torch._operations", "inert_site", "hookbus.torch._operations", "inert_site"),
+    ("hookbus.torch._capture", "Cache", "hookbus.torch._cache", "Cache"),
+    ("hookbus.torch._capture", "Call", "hookbus.torch._cache", "Call"),
+    ("hookbus.torch._capture", "Record", "hookbus.torch._cache", "CapturedCalls"),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "now_in", "now"), SAVED_NAMES)
+def test_files_saved_before_the_modules_moved_still_load(
+    module: str, name: str, now_in: str, now: str
+) -> None:
+    loaded = pickle.loads(f"c{module}\n{name}\n.".encode())  # what unpickling looks up
+    assert loaded is getattr(importlib.import_module(now_in), now)
+
+
+@pytest.mark.parametrize(("old", "new"), [("Stat", "Moments"), ("Record", "CapturedCalls")])
+def test_a_renamed_public_name_still_loads_and_says_its_new_name(old: str, new: str) -> None:
+    with pytest.warns(DeprecationWarning, match=rf"hookbus\.torch\.{old} is now called .*{new}"):
+        loaded = pickle.loads(f"chookbus.torch\n{old}\n.".encode())  # a file saved before
+    assert loaded is getattr(hookbus.torch, new)
+    with pytest.warns(DeprecationWarning, match=new):
+        assert getattr(hookbus.torch, old) is loaded  # code written before
+    assert old not in hookbus.torch.__all__
+    with pytest.raises(AttributeError, match="no attribute 'Stats_'"):
+        hookbus.torch.Stats_  # type: ignore[attr-defined]  # noqa: B018

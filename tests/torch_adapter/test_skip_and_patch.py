@@ -239,7 +239,7 @@ def test_patch_returns_the_cached_output_without_running_forward(net: Net) -> No
     expected = _hand_skipped(net, net.block, cache["block"].output, corrupt)
     with hookbus.torch.patch(net, cache) as patched:
         got = net(corrupt)
-    assert isinstance(patched, hookbus.torch.patch)
+    assert isinstance(patched, hookbus.torch.Patch)
     assert net.block.calls == calls
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     assert "forward" not in vars(net.block)

@@ -30,7 +30,7 @@ def exact(values: torch.Tensor) -> Tuple[int, torch.Tensor, torch.Tensor]:
     return values.shape[0], mean, m2 / values.shape[0]
 
 
-def assert_matches(stat: ht.Stat, values: torch.Tensor, rtol: float = 1e-10) -> None:
+def assert_matches(stat: ht.Moments, values: torch.Tensor, rtol: float = 1e-10) -> None:
     count, mean, var = exact(values)
     assert stat.count == count
     scale = float(values.double().abs().max())
@@ -146,7 +146,7 @@ def test_dim_is_the_feature_dimension_and_the_others_are_reduced(
     assert stat.mean.shape == features
     if dim is None:
         flat = torch.cat([x.reshape(-1, 1) for x in xs])
-        assert_matches(ht.Stat(stat.count, *(t.reshape(1) for t in (
+        assert_matches(ht.Moments(stat.count, *(t.reshape(1) for t in (
             stat.mean, stat.m2, stat.min, stat.max))), flat)  # fmt: skip
     else:
         flat = torch.cat([x.movedim(dim, -1).reshape(-1, x.shape[dim]) for x in xs])
@@ -184,9 +184,9 @@ def test_any_split_of_the_data_gives_the_statistics_of_all_of_it(
         for x in xs:
             model(x)
     assert_matches(streamed["0"], torch.cat(xs))
-    merged = ht.Stat.of(xs[0])
+    merged = ht.Moments.of(xs[0])
     for x in xs[1:]:
-        merged = merged.merge(ht.Stat.of(x))
+        merged = merged.merge(ht.Moments.of(x))
     # Merging two Stats meets the rounding of their stored means: exact to 1e-10
     # up to |mean| / std ~ 1e6, beyond which float32 data have no spread left.
     assert_matches(merged, torch.cat(xs), rtol=max(1e-10, 1e-15 * abs(offset) / spread))
