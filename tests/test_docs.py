@@ -14,9 +14,10 @@ import importlib
 import importlib.util
 import inspect
 import re
+import unicodedata
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -224,44 +225,158 @@ def test_getting_started_shows_the_readme_commands(marker: str) -> None:
     assert f"```bash\n{command}\n```" in page, f"docs/index.md lacks the README's {marker}"
 
 
-_PYCON = re.compile(r"^```pycon\n(.*?)^```", re.S | re.M)
+# --- the console examples on the pages, in page order and each section alone -------------
+
+_HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$")
+_FENCE = re.compile(r"^(`{3,})(\w*)")
 _IMPORT = re.compile(r"^>>> (?:import|from) ([\w]+)", re.M)
+# "Continues [Attaching a model](#attaching-a-model)": the section's examples go on from
+# that earlier section's, which the reader (and the section-alone run) runs first.
+_CONTINUES = re.compile(r"\b[Cc]ontinues (.*)")
+_ANCHOR_LINK = re.compile(r"\]\(#([\w-]+)\)")
 
 
-def _blocks(page: Path) -> List[Tuple[int, str]]:
+def slug(title: str) -> str:
+    """The anchor MkDocs gives a heading (Python-Markdown's toc slugify, on its text)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", "")
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+class Block(NamedTuple):
+    line: int  # of the block's first line of code, in the page
+    source: str
+
+
+class Section(NamedTuple):
+    """The text under one heading, down to the next heading of any level."""
+
+    page: Path
+    anchor: str  # "" for the text above the first "##" heading
+    title: str
+    blocks: List[Block]  # its ```pycon blocks
+    continues: List[str]  # the anchors of the earlier sections it says it continues
+
+
+def sections(page: Path) -> List[Section]:
     text = page.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in _PYCON.finditer(text)]
+    found = [Section(page, "", page.stem, [], [])]
+    fence: Optional[str] = None
+    language, code, start = "", [], 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if fence is not None:
+            if line.strip() == fence:
+                if language == "pycon":
+                    found[-1].blocks.append(Block(start, "".join(code)))
+                fence = None
+            else:
+                code.append(line + "\n")
+            continue
+        opened = _FENCE.match(line)
+        heading = _HEADING.match(line)
+        if opened:
+            fence, language, code, start = opened.group(1), opened.group(2), [], number + 1
+        elif heading and len(heading.group(1)) > 1:
+            title = heading.group(2)
+            found.append(Section(page, slug(title), title, [], []))
+        else:
+            continued = _CONTINUES.search(line)
+            if continued:
+                found[-1].continues.extend(_ANCHOR_LINK.findall(continued.group(1)))
+    return found
+
+
+def _blocks(page: Path) -> List[Block]:
+    return [block for section in sections(page) for block in section.blocks]
+
+
+def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
+    """Run console blocks as doctests, in order, in one fresh namespace.
+
+    A block that imports a module missing here (a peer library, or torch) is skipped,
+    and so are the blocks after it that go on from it (those that don't start with an
+    import of their own); a block that starts with imports starts afresh. Whatever the
+    blocks register on ``hookbus.default_bus`` is gone afterwards. Returns how many
+    blocks ran and which were skipped; fails the test if an example failed.
+    """
+    import hookbus
+    from hookbus.pytest_plugin import isolate
+
+    parser = doctest.DocTestParser()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    namespace: Dict[str, object] = {"__name__": f"docs.{page.stem}"}
+    ran, skipped, skipped_last = 0, [], False
+    with isolate(hookbus.default_bus):
+        for line, block in blocks:
+            missing = sorted(
+                {m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)}
+            )
+            continues_skipped = skipped_last and not _IMPORT.match(block)
+            skipped_last = bool(missing) or continues_skipped
+            if skipped_last:
+                skipped.append(f"line {line} (needs {', '.join(missing) or 'the block before'})")
+                continue
+            name = f"{page.name}:{line}"
+            test = parser.get_doctest(block, namespace, name, str(page), line)
+            runner.run(test, clear_globs=False)
+            namespace = test.globs  # DocTest works on a copy of the namespace it is given
+            ran += 1
+    failed, attempted = runner.summarize(verbose=False)
+    assert failed == 0, f"{failed} of {attempted} examples failed on {page.name} (output above)"
+    return ran, skipped
 
 
 @pytest.mark.parametrize(
     "page", [page for page in PAGES if _blocks(page)], ids=lambda page: page.name
 )
-def test_page_examples_run(page: Path) -> None:
-    """Each page's console examples run in order, in one namespace, as doctests.
-
-    A block that imports a module missing here (a peer library, or torch) is skipped,
-    and so are the blocks after it that go on from it (those that don't start with an
-    import of their own); a block that starts with imports starts afresh.
-    """
-    parser = doctest.DocTestParser()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    namespace: Dict[str, object] = {"__name__": f"docs.{page.stem}"}
-    ran, skipped, skipped_last = 0, [], False
-    for line, block in _blocks(page):
-        missing = sorted({m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)})
-        continues_skipped = skipped_last and not _IMPORT.match(block)
-        skipped_last = bool(missing) or continues_skipped
-        if skipped_last:
-            skipped.append(f"line {line} (needs {', '.join(missing) or 'the block before'})")
-            continue
-        test = parser.get_doctest(block, namespace, f"{page.name}:{line}", str(page), line)
-        runner.run(test, clear_globs=False)
-        namespace = test.globs  # DocTest works on a copy of the namespace it is given
-        ran += 1
-    failed, attempted = runner.summarize(verbose=False)
-    assert failed == 0, f"{failed} of {attempted} examples failed on {page.name} (output above)"
+def test_page_examples_run_in_page_order(page: Path) -> None:
+    """Each page's console examples run in order, in one namespace, as doctests."""
+    ran, skipped = _run_examples(page, _blocks(page))
     if not ran:
         pytest.skip(f"every example of {page.name} needs a missing module: {skipped}")
+
+
+def _with_what_it_continues(section: Section) -> List[Block]:
+    """The section's blocks, after those of the sections it continues (and theirs)."""
+    by_anchor = {found.anchor: found for found in sections(section.page)}
+    order = [found.anchor for found in by_anchor.values()]
+    blocks: List[Block] = []
+    for anchor in section.continues:
+        assert anchor in by_anchor, f"{section.title!r} continues #{anchor}: no such section"
+        earlier = by_anchor[anchor]
+        assert order.index(anchor) < order.index(section.anchor), (
+            f"{section.title!r} continues #{anchor}, which comes after it"
+        )
+        assert earlier.blocks, f"{section.title!r} continues #{anchor}, which has no example"
+        blocks += [block for block in _with_what_it_continues(earlier) if block not in blocks]
+    return blocks + section.blocks
+
+
+_SECTIONS = [section for page in PAGES for section in sections(page) if section.blocks]
+
+
+@pytest.mark.parametrize(
+    "section", _SECTIONS, ids=lambda section: f"{section.page.name}#{section.anchor or 'top'}"
+)
+def test_each_section_runs_alone(section: Section) -> None:
+    """A reader who jumps to a section can run its examples in a fresh interpreter.
+
+    A section starts with the set-up its examples need, or says which earlier section
+    its examples continue ("Continues [Attaching a model](#attaching-a-model)"): then
+    that section's examples run first.
+    """
+    ran, skipped = _run_examples(section.page, _with_what_it_continues(section))
+    if not ran:
+        pytest.skip(f"every example of this section needs a missing module: {skipped}")
+
+
+def test_the_docs_test_sees_every_console_block() -> None:
+    """The section parser finds each ```pycon block the pages hold, none twice."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert len(_blocks(page)) == text.count("```pycon\n"), page.name
+    assert sum(len(section.blocks) for section in _SECTIONS) > 90
 
 
 def test_the_home_pages_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
