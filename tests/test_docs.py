@@ -393,3 +393,42 @@ def test_the_home_pages_example_runs(capsys: pytest.CaptureFixture[str]) -> None
     finally:
         hookbus.clear()
     assert capsys.readouterr().out == "mail for 17\n"
+
+
+# --- the pages read raw, as the code host shows them ----------------------------------
+
+# The README and pyproject.toml's Documentation link lead to the Markdown on the code
+# host, which knows nothing of MkDocs: its plugins' syntax would show as written there.
+_CODE_HOST_BREAKERS = {
+    "an autoref ([text][hookbus.name]: write [text](api.md#hookbus.name))": re.compile(
+        r"\]\[[\w.]+\]"
+    ),
+    "an include (--8<--: put the included text in the page)": re.compile(r"^\s*-{2}8<-{2}", re.M),
+}
+# The pages generated from docstrings say so, and how to read them.
+_DIRECTIVE_PAGES = {"api.md", "testing.md"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_the_page_reads_as_plain_markdown_on_the_code_host(page: Path) -> None:
+    text = _prose(page.read_text(encoding="utf-8"))
+    for what, pattern in _CODE_HOST_BREAKERS.items():
+        found = pattern.search(text)
+        assert not found, f"{page.name} holds {what}: {found.group(0)!r}"
+    if re.search(r"^::: ", text, re.M):
+        assert page.name in _DIRECTIVE_PAGES, f"{page.name}: ::: directives show raw"
+        assert "help(hookbus." in text, f"{page.name}: say how to read it raw"
+
+
+def _prose(text: str) -> str:
+    """The Markdown without its fenced code blocks (code may hold anything)."""
+    return re.sub(r"^(`{3,})\w*\n.*?^\1\s*$", "", text, flags=re.S | re.M)
+
+
+def test_the_adapter_page_shows_the_example_file_in_full() -> None:
+    """docs/adapters.md holds examples/method_hooks.py's code, the same, byte for byte."""
+    page = (DOCS / "adapters.md").read_text(encoding="utf-8")
+    section = page[page.index("## The whole adapter") :]
+    shown = re.search(r"^```python\n(.*?)^```", section, re.S | re.M)
+    assert shown, "adapters.md lost its code block"
+    assert shown.group(1) == (ROOT / "examples" / "method_hooks.py").read_text(encoding="utf-8")
