@@ -14,17 +14,13 @@ import importlib
 import importlib.util
 import inspect
 import re
-import unicodedata
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 from urllib.parse import unquote, urlsplit
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
-PAGES = sorted(path for path in DOCS.rglob("*.md") if "_ext" not in path.parts)
+from doc_pages import DOCS, PAGES, ROOT, Block, Section, blocks, sections
 
 
 def _page_url(page: Path) -> Path:
@@ -227,68 +223,7 @@ def test_getting_started_shows_the_readme_commands(marker: str) -> None:
 
 # --- the console examples on the pages, in page order and each section alone -------------
 
-_HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$")
-_FENCE = re.compile(r"^(`{3,})(\w*)")
 _IMPORT = re.compile(r"^>>> (?:import|from) ([\w]+)", re.M)
-# "Continues [Attaching a model](#attaching-a-model)": the section's examples go on from
-# that earlier section's, which the reader (and the section-alone run) runs first.
-_CONTINUES = re.compile(r"\b[Cc]ontinues (.*)")
-_ANCHOR_LINK = re.compile(r"\]\(#([\w-]+)\)")
-
-
-def slug(title: str) -> str:
-    """The anchor MkDocs gives a heading (Python-Markdown's toc slugify, on its text)."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", "")
-    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
-    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
-    return re.sub(r"[-\s]+", "-", text)
-
-
-class Block(NamedTuple):
-    line: int  # of the block's first line of code, in the page
-    source: str
-
-
-class Section(NamedTuple):
-    """The text under one heading, down to the next heading of any level."""
-
-    page: Path
-    anchor: str  # "" for the text above the first "##" heading
-    title: str
-    blocks: List[Block]  # its ```pycon blocks
-    continues: List[str]  # the anchors of the earlier sections it says it continues
-
-
-def sections(page: Path) -> List[Section]:
-    text = page.read_text(encoding="utf-8")
-    found = [Section(page, "", page.stem, [], [])]
-    fence: Optional[str] = None
-    language, code, start = "", [], 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if fence is not None:
-            if line.strip() == fence:
-                if language == "pycon":
-                    found[-1].blocks.append(Block(start, "".join(code)))
-                fence = None
-            else:
-                code.append(line + "\n")
-            continue
-        opened = _FENCE.match(line)
-        heading = _HEADING.match(line)
-        if opened:
-            fence, language, code, start = opened.group(1), opened.group(2), [], number + 1
-        elif heading and len(heading.group(1)) > 1:
-            title = heading.group(2)
-            found.append(Section(page, slug(title), title, [], []))
-        else:
-            continued = _CONTINUES.search(line)
-            if continued:
-                found[-1].continues.extend(_ANCHOR_LINK.findall(continued.group(1)))
-    return found
-
-
-def _blocks(page: Path) -> List[Block]:
-    return [block for section in sections(page) for block in section.blocks]
 
 
 def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
@@ -328,11 +263,11 @@ def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
 
 
 @pytest.mark.parametrize(
-    "page", [page for page in PAGES if _blocks(page)], ids=lambda page: page.name
+    "page", [page for page in PAGES if blocks(page)], ids=lambda page: page.name
 )
 def test_page_examples_run_in_page_order(page: Path) -> None:
     """Each page's console examples run in order, in one namespace, as doctests."""
-    ran, skipped = _run_examples(page, _blocks(page))
+    ran, skipped = _run_examples(page, blocks(page))
     if not ran:
         pytest.skip(f"every example of {page.name} needs a missing module: {skipped}")
 
@@ -375,7 +310,7 @@ def test_the_docs_test_sees_every_console_block() -> None:
     """The section parser finds each ```pycon block the pages hold, none twice."""
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
-        assert len(_blocks(page)) == text.count("```pycon\n"), page.name
+        assert len(blocks(page)) == text.count("```pycon\n"), page.name
     assert sum(len(section.blocks) for section in _SECTIONS) > 90
 
 
