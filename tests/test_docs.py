@@ -214,7 +214,7 @@ def _readme_block(marker: str) -> str:
     return found.group(1).strip()
 
 
-@pytest.mark.parametrize("marker", ["demo-command", "test-command"])
+@pytest.mark.parametrize("marker", ["demo-command", "test-command", "quick-test-command"])
 def test_getting_started_shows_the_readme_commands(marker: str) -> None:
     command = _readme_block(marker)
     page = (DOCS / "index.md").read_text(encoding="utf-8")
