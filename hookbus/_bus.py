@@ -1047,9 +1047,9 @@ class EventBus:
         )
 
     def __repr__(self) -> str:
-        hooks = self.hooks()
-        names = len({(handle.kind, handle.name) for handle in hooks})
+        handles = self.hooks()
+        hooks, names = len(handles), len({(handle.kind, handle.name) for handle in handles})
         return (
-            f"<EventBus {self.name!r} {len(hooks)} hooks on {names} names, "
-            f"errors={self.registry.errors!r}>"
+            f"<EventBus {self.name!r} {hooks} hook{'' if hooks == 1 else 's'} on {names} "
+            f"name{'' if names == 1 else 's'}, errors={self.registry.errors!r}>"
         )

@@ -318,10 +318,20 @@ def test_unnamed_buses_get_names_that_tell_them_apart() -> None:
     assert re.fullmatch(r"bus-\d+", first.name)
     assert repr(first) != repr(second)
     first.on("a", print)
-    assert f"<EventBus {first.name!r} 1 hooks" in repr(first)
+    assert f"<EventBus {first.name!r} 1 hook" in repr(first)
     assert f"<EventBus {second.name!r} 0 hooks" in repr(second)
     assert EventBus("orders").name == "orders"
     assert hookbus.default_bus.name == "default"
+
+
+def test_the_bus_repr_counts_hooks_and_names_in_words() -> None:
+    bus = EventBus("orders")
+    assert repr(bus) == "<EventBus 'orders' 0 hooks on 0 names, errors='raise'>"
+    bus.on("paid", print)
+    assert repr(bus) == "<EventBus 'orders' 1 hook on 1 name, errors='raise'>"
+    bus.on("paid", repr)
+    bus.on("shipped", print)
+    assert repr(bus) == "<EventBus 'orders' 3 hooks on 2 names, errors='raise'>"
 
 
 def test_unnamed_buses_made_in_threads_are_numbered_once_each() -> None:
