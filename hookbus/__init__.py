@@ -16,8 +16,8 @@ The PyTorch adapter lives in :mod:`hookbus.torch` (the ``torch`` extra: ``pip in
 ".[torch]"`` in a checkout); importing :mod:`hookbus` never imports torch.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it would put ``annotations`` in
+# ``dir(hookbus)``, and this module annotates nothing.
 from ._bus import EventBus, PointInfo
 from ._context import Arguments, CallContext
 from ._declared import Event, UnknownNameError
