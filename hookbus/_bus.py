@@ -52,7 +52,7 @@ from ._errors import ErrorPolicy, check_policy, note_fast_error
 from ._handle import Handle, HandleGroup, Scope
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
-from ._options import EventHookOptions, HookOptions, PriorityLike, decorator
+from ._options import EventHookOptions, HookOptions, PriorityLike, decorator, spell_out_options
 from ._plan import NO_HOOKS
 from ._registry import Registry
 from ._spec import spec_of
@@ -1053,3 +1053,10 @@ class EventBus:
             f"<EventBus {self.name!r} {hooks} hook{'' if hooks == 1 else 's'} on {names} "
             f"name{'' if names == 1 else 's'}, errors={self.registry.errors!r}>"
         )
+
+
+# help(bus.on) and inspect.signature show the options by name (the overloads show them to
+# type checkers).
+spell_out_options(EventBus.on, EventHookOptions)
+for _method in (EventBus.pre, EventBus.post, EventBus.exception, EventBus.around):
+    spell_out_options(_method, HookOptions)
