@@ -938,23 +938,30 @@ class EventBus:
         """
         return sorted({handle.name for handle in self.hooks(kind="event")})
 
-    def handles_of(self, hook: Callable[..., Any]) -> List[Handle]:
-        """The handles of every registration of ``hook`` on this bus.
+    def handles_of(self, hook: Callable[..., Any], name: Optional[str] = None) -> List[Handle]:
+        """The handles of every registration of ``hook`` on this bus, or of those for ``name``.
 
-        This reaches the handle of a hook registered with the decorator form.
+        This reaches the handle of a hook registered with the decorator form. With a
+        ``name``, only the registrations that :meth:`hooks` lists for it: those that run
+        for that name (a pattern's included), or, for a pattern, those registered under
+        it. pyee's ``remove_listener(event, f)`` is ``remove()`` on each of
+        ``bus.handles_of(f, event)``.
 
         Example:
             >>> import hookbus
             >>> bus = hookbus.EventBus()
             >>> @bus.on("a")
+            ... @bus.on("b")
             ... def react():
             ...     pass
-            >>> for handle in bus.handles_of(react):
+            >>> for handle in bus.handles_of(react, "a"):
             ...     handle.remove()
-            >>> bus.hooks()
-            []
+            >>> [handle.name for handle in bus.hooks()]
+            ['b']
         """
-        return [handle for handle in self.hooks() if handle.hook == hook]
+        if name is not None:
+            name = check_name(name, "handles_of() name", allow_pattern=True)
+        return [handle for handle in self.registry.hooks(name) if handle.hook == hook]
 
     # --- handles, scopes, pauses ---------------------------------------------------
 

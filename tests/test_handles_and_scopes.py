@@ -175,6 +175,29 @@ def test_decorator_registered_inside_a_scope_is_removed() -> None:
     assert bus.handles_of(react) == []
 
 
+def test_handles_of_a_hook_for_a_name_are_those_that_run_for_that_name() -> None:
+    """pyee's remove_listener(event, f): f's handles for one name, not for every name."""
+    bus = EventBus()
+    seen: List[Any] = []
+    got = seen.append
+    data, end = bus.on("data", got), bus.on("end", got)
+    pattern = bus.on("data.*", got)
+    other = bus.on("data", print)
+    assert bus.handles_of(got, "data") == [data]
+    assert bus.handles_of(got, "data.raw") == [pattern]  # the hooks that run for it
+    assert bus.handles_of(got, "data.*") == [pattern]  # the pattern itself
+    assert bus.handles_of(got, "nothing") == []
+    assert {h.name for h in bus.handles_of(got)} == {"data", "end", "data.*"}
+    for handle in bus.handles_of(got, "data"):
+        handle.remove()
+    bus.emit("data", 1)
+    bus.emit("end", 2)
+    assert seen == [2]
+    assert other.active
+    with pytest.raises(ValueError, match="without its closing"):
+        bus.handles_of(got, "data[")
+
+
 def test_handles_of_a_bound_method() -> None:
     bus = EventBus()
 
