@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import types
 from typing import Any, List
 
 import pytest
@@ -495,6 +496,29 @@ def test_subscribing_a_class_instead_of_an_instance_is_refused() -> None:
 def test_an_object_without_hook_methods_is_refused() -> None:
     with pytest.raises(ValueError, match=r"object has no hook methods.*@hookbus.listens"):
         EventBus().subscribe(object())
+
+
+def test_the_refusal_says_list_the_events_not_declare_them() -> None:
+    """"Declare" is @bus.event's word; hook_events lists the events methods are named after.
+
+    A class whose methods are named after declared events needs them listed: the
+    message says how, without sending the reader to @bus.event.
+    """
+    bus = EventBus()
+
+    @bus.event
+    def before_run(runner: object) -> None: ...
+
+    class Logger:
+        def before_run(self, runner: object) -> None: ...
+
+    for obj in (Logger(), types.ModuleType("plugin")):
+        with pytest.raises(ValueError) as refused:
+            bus.subscribe(obj)
+        message = str(refused.value).split(" has no ", 1)[1]  # after the object's name
+        assert "declare" not in message
+        assert "list the events" in message
+        assert "hook_events" in message
 
 
 def test_a_declared_set_that_matches_no_method_names_the_near_misses() -> None:
