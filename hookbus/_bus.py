@@ -248,6 +248,11 @@ class EventBus:
     def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit`, but return the hooks' results in call order.
 
+        One result per hook that ran, ``None`` included: each result lines up with a
+        hook, and ``len(results)`` counts the hooks that ran (so ``bool(results)`` is
+        pyee's ``emit()`` answer). pluggy leaves ``None`` out; its rule is
+        ``[r for r in bus.collect(...) if r is not None]``.
+
         Example:
             >>> import hookbus
             >>> bus = hookbus.EventBus()
@@ -370,7 +375,8 @@ class EventBus:
         the first (the others' work is done, not cancelled), ``"collect"`` all of
         them in one :class:`HookError`. A sync hook that raises before anything is
         awaited stops the emission, closing the coroutines already made. pyee's
-        ``AsyncIOEventEmitter`` and blinker's ``send_async`` run hooks this way.
+        ``AsyncIOEventEmitter`` runs hooks concurrently too; blinker's ``send_async``
+        awaits one after the other, as :meth:`collect_async` does.
 
         Example:
             >>> import asyncio, hookbus
@@ -591,7 +597,7 @@ class EventBus:
         """Register every hook method of ``obj``; return one group that removes them all.
 
         The hook methods are those marked with :func:`hookbus.listens`, plus, when
-        the object declares event names (a ``hook_events`` attribute, or
+        the object lists event names (a ``hook_events`` attribute, or
         ``events=``, a collection of names or a mapping of method name to event
         name), each method named like one of them. Methods without a priority of
         their own take ``priority=``, else the object's ``hook_priority`` (an int
