@@ -49,7 +49,7 @@ from ._dispatch import (
     dispatch_event_async,
 )
 from ._errors import ErrorPolicy, check_policy, note_fast_error
-from ._handle import Handle, HandleGroup, Scope
+from ._handle import Handle, HandleGroup, Scope, warn_never_entered
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, decorator, spell_out_options
@@ -110,14 +110,16 @@ class Pause:
         <paused 'tick' on <EventBus 'bus-...' ...>>
     """
 
-    __slots__ = ("_bus", "_name")
+    __slots__ = ("_bus", "_entered", "_name")
 
     def __init__(self, bus: EventBus, name: Optional[str]) -> None:
         self._bus = bus
         self._name = name
+        self._entered = False
 
     def __enter__(self) -> Self:
         self._bus.registry.pause(self._name, +1)
+        self._entered = True
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -125,6 +127,13 @@ class Pause:
 
     def __repr__(self) -> str:
         return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"
+
+    def __del__(self) -> None:
+        if not self._entered:  # bus.paused(...) without ``with``: it paused nothing
+            warn_never_entered(
+                self._bus,
+                f"{self!r} was never entered, so it paused nothing: write 'with bus.paused(...):'",
+            )
 
 
 class EventBus:

@@ -6,6 +6,7 @@ import contextvars
 import functools
 import inspect
 import sys
+import warnings
 import weakref
 from types import BuiltinMethodType, MethodType, MethodWrapperType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -426,13 +427,19 @@ class Scope(HandleGroup):
         []
     """
 
-    __slots__ = ("_opening", "_token", "bus")
+    __slots__ = ("_opening", "_token", "_used", "bus")
 
     def __init__(self, bus: EventBus) -> None:
         super().__init__()
         self.bus = bus
         self._opening: Optional[_Opening] = None
         self._token: Optional[contextvars.Token[Tuple[_Opening, ...]]] = None
+        self._used = False  # entered, or given a hook through scope.on(...)
+
+    def add(self, handle: Handle) -> None:
+        """Add a handle to the scope (``scope.on(...)`` does)."""
+        self._used = True
+        super().add(handle)
 
     def on(
         self, event: str, hook: Callable[..., Any], **options: Unpack[EventHookOptions]
@@ -469,6 +476,7 @@ class Scope(HandleGroup):
             current = tuple(each for each in current if each[0] is not None)
         self._token = _open_scopes.set((*current, opening))
         self._opening = opening
+        self._used = True
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -487,6 +495,25 @@ class Scope(HandleGroup):
                     _open_scopes.set(tuple(each for each in current if each[0] is not None))
         finally:
             self.remove()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_used", True):  # bus.scope() without ``with``: collected nothing
+            warn_never_entered(
+                self.bus,
+                f"bus.scope() of {self.bus!r} was never entered, so it collects and removes "
+                f"nothing: write 'with bus.scope():' (or register through scope.on(...))",
+            )
+
+
+def warn_never_entered(bus: EventBus, message: str) -> None:
+    """Warn that a context manager of ``bus`` was dropped without a ``with``.
+
+    Called from ``__del__``, whose caller is the statement that dropped it. Nothing is
+    said while the bus lock is held (the garbage collector may run a finalizer then, and
+    a warning handler may use the bus) or while Python shuts down.
+    """
+    if not sys.is_finalizing() and not bus.registry.locked():
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def innermost_scope(bus: EventBus) -> Optional[Scope]:

@@ -925,6 +925,14 @@ class Registry:
                 return point_name
         return None
 
+    def locked(self) -> bool:
+        """Whether the bus lock is held now, by any thread.
+
+        A finalizer that would warn checks it first: the garbage collector may run it
+        while the lock is held, and a warning handler may use the bus.
+        """
+        return self._lock.locked()
+
     def has_hooks(self, kinds: Sequence[str]) -> bool:
         """Whether any hook of these kinds is registered (under any name or pattern).
 

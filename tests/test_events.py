@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from typing import Any, List
 
 import pytest
@@ -162,6 +163,26 @@ def test_paused_name_pattern_and_whole_bus() -> None:
         bus.emit("b.x")
     bus.emit("a.x")
     assert labels(log) == ["b.x", "a.x", "a.x"]
+
+
+def test_a_pause_never_entered_warns_that_it_paused_nothing() -> None:
+    """bus.paused("tick") without ``with`` silently paused nothing: it warns."""
+    bus = EventBus()
+    seen: List[Any] = []
+    bus.on("tick", seen.append)
+    with pytest.warns(RuntimeWarning, match=r"never entered.*paused nothing.*with bus\.paused"):
+        bus.paused("tick")  # the mistake: no with
+    bus.emit("tick", 1)
+    assert seen == [1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an entered pause warns nothing
+        with bus.paused("tick"):
+            bus.emit("tick", 2)
+        pause = bus.paused()
+        with pause:
+            pass
+        del pause
+    assert seen == [1]
 
 
 def test_pauses_nest() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from typing import Any, List
 
 import pytest
@@ -161,6 +162,26 @@ def test_scope_cannot_be_entered_twice() -> None:
     scope = bus.scope()
     with scope, pytest.raises(RuntimeError, match="already open"), scope:
         pass
+
+
+def test_a_scope_never_entered_warns_that_it_removes_nothing() -> None:
+    """bus.scope() without ``with`` collected nothing, silently: it warns when dropped."""
+    bus = EventBus()
+    with pytest.warns(RuntimeWarning, match=r"never entered.*with bus\.scope\(\)"):
+        scope = bus.scope()  # the mistake: no with
+        bus.on("e", print)
+        scope.remove()
+        del scope
+    assert len(bus.hooks()) == 1  # it collected nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # entered, or used through scope.on: no warning
+        with bus.scope():
+            pass
+        used = bus.scope()
+        used.on("e", repr)
+        used.remove()
+        del used
+    assert len(bus.hooks()) == 1
 
 
 def test_decorator_registered_inside_a_scope_is_removed() -> None:
