@@ -164,6 +164,18 @@ def test_scope_cannot_be_entered_twice() -> None:
         pass
 
 
+def test_a_group_repr_counts_handles_in_words() -> None:
+    bus = EventBus()
+    group = HandleGroup([bus.on("e", print)])
+    assert repr(group) == "<HandleGroup 1 handle, 1 active>"
+    group.add(bus.on("f", print))
+    group.remove()
+    assert repr(group) == "<HandleGroup 0 handles, 0 active>"
+    assert repr(HandleGroup([bus.on("e", print), bus.on("f", repr)])).startswith(
+        "<HandleGroup 2 handles,"
+    )
+
+
 def test_a_scope_never_entered_warns_that_it_removes_nothing() -> None:
     """bus.scope() without ``with`` collected nothing, silently: it warns when dropped."""
     bus = EventBus()
