@@ -57,6 +57,8 @@ __all__ = [
     "clear",
     "collect",
     "collect_async",
+    "collect_pairs",
+    "collect_pairs_async",
     "default_bus",
     "emit",
     "emit_async",
@@ -95,6 +97,8 @@ collect = default_bus.collect
 first = default_bus.first
 emit_async = default_bus.emit_async
 collect_async = default_bus.collect_async
+collect_pairs = default_bus.collect_pairs
+collect_pairs_async = default_bus.collect_pairs_async
 gather = default_bus.gather
 event = default_bus.event
 forget = default_bus.forget

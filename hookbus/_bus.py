@@ -272,6 +272,30 @@ class EventBus:
         """
         return self._dispatch(event, args, kwargs, [])  # type: ignore[no-any-return]
 
+    def collect_pairs(self, event: str, /, *args: Any, **kwargs: Any) -> List[Tuple[Handle, Any]]:
+        """Like :meth:`collect`, with each result paired with the hook that returned it.
+
+        blinker's ``send`` returns ``(receiver, result)`` pairs; here each pair is
+        ``(handle, result)``, and ``handle.hook`` is the receiver. Only the hooks
+        that ran have a pair: one skipped for its ``target``, a ``once`` hook used
+        up, or one that failed under ``errors="log"`` has none, which is why
+        zipping :meth:`hooks` with :meth:`collect`'s results can misalign.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> def database(sender, key):
+            ...     return f"stored {key}"
+            >>> _ = bus.on("lookup", database, target="db")
+            >>> def cache(sender, key):
+            ...     return f"cached {key}"
+            >>> _ = bus.on("lookup", cache)
+            >>> for handle, result in bus.collect_pairs("lookup", "web", key="a"):
+            ...     print(handle.hook.__name__, result)
+            cache cached a
+        """
+        return self._dispatch(event, args, kwargs, [], pairs=True)  # type: ignore[no-any-return]
+
     def _dispatch(
         self,
         event: str,
@@ -279,8 +303,10 @@ class EventBus:
         kwargs: Dict[str, Any],
         results: Optional[List[Any]],
         first: bool = False,
+        pairs: bool = False,
     ) -> Any:
-        """Every dispatch of an event but emit's fast loop (``results``: collect them).
+        """Every dispatch of an event but emit's fast loop (``results``: collect them;
+        ``pairs``: as ``(handle, result)``).
 
         A declared event's arguments are checked first; its around hooks, if any,
         wrap the whole emission (``_dispatch.call_with_hooks``), and may replace
@@ -299,7 +325,7 @@ class EventBus:
 
         def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
-            dispatch_event(registry, event, handles, args, kwargs, collected, first)
+            dispatch_event(registry, event, handles, args, kwargs, collected, first, pairs)
             if first:  # None, or the one that stopped the loop
                 return collected[-1] if collected else None
             return collected
@@ -317,8 +343,10 @@ class EventBus:
         kwargs: Dict[str, Any],
         results: Optional[List[Any]],
         concurrent: bool = False,
+        pairs: bool = False,
     ) -> Any:
-        """:meth:`_dispatch` for ``emit_async``, ``collect_async`` and ``gather``."""
+        """:meth:`_dispatch` for ``emit_async``, ``collect_async``, ``collect_pairs_async``
+        and ``gather``."""
         registry = self.registry
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
@@ -332,7 +360,7 @@ class EventBus:
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
             await dispatch_event_async(
-                registry, event, handles, args, kwargs, collected, concurrent
+                registry, event, handles, args, kwargs, collected, concurrent, pairs
             )
             return collected
 
@@ -373,6 +401,28 @@ class EventBus:
             [42]
         """
         return await self._dispatch_async(event, args, kwargs, [])  # type: ignore[no-any-return]
+
+    async def collect_pairs_async(
+        self, event: str, /, *args: Any, **kwargs: Any
+    ) -> List[Tuple[Handle, Any]]:
+        """Like :meth:`collect_async`, with each result paired with its hook's handle.
+
+        blinker's ``send_async``: each hook is awaited before the next starts, and
+        the pairs are ``(handle, result)``, as :meth:`collect_pairs` makes them.
+
+        Example:
+            >>> import asyncio, hookbus
+            >>> bus = hookbus.EventBus()
+            >>> async def thumbnail(sender):
+            ...     return f"thumbnail of {sender}"
+            >>> _ = bus.on("fetched", thumbnail)
+            >>> pairs = asyncio.run(bus.collect_pairs_async("fetched", "page"))
+            >>> [(handle.hook.__name__, result) for handle, result in pairs]
+            [('thumbnail', 'thumbnail of page')]
+        """
+        return await self._dispatch_async(  # type: ignore[no-any-return]
+            event, args, kwargs, [], pairs=True
+        )
 
     async def gather(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`collect_async`, with the hooks' coroutines run concurrently.

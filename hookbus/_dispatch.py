@@ -99,10 +99,12 @@ def dispatch_event(
     kwargs: Dict[str, Any],
     results: Optional[List[Any]],
     first: bool = False,
+    pairs: bool = False,
 ) -> None:
     """Run the event hooks ``handles`` with the rare features on; append results.
 
     ``first`` (``bus.first``): stop after the first result that is not ``None``.
+    ``pairs`` (``bus.collect_pairs``): append ``(handle, result)``.
     """
     policy = registry.errors
     tracer = registry.tracer
@@ -133,7 +135,7 @@ def dispatch_event(
             if tracer is not None:
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
         if results is not None and result is not NOT_COLLECTED:
-            results.append(result)
+            results.append((handle, result) if pairs else result)
             if first and result is not None:
                 break
     raise_collected(errors, event)
@@ -147,12 +149,14 @@ async def dispatch_event_async(
     kwargs: Dict[str, Any],
     results: Optional[List[Any]],
     concurrent: bool = False,
+    pairs: bool = False,
 ) -> None:
     """Like :func:`dispatch_event`, awaiting whatever a hook returns that is awaitable.
 
     ``concurrent`` (``bus.gather``): every hook is called in order, and the
     awaitables they return are awaited together (``asyncio.gather``); the error
     policy then applies to the errors in hook order, once all have finished.
+    ``pairs`` (``bus.collect_pairs_async``): append ``(handle, result)``.
     """
     if concurrent:
         await _dispatch_concurrently(registry, event, handles, args, kwargs, results)
@@ -180,7 +184,7 @@ async def dispatch_event_async(
             if tracer is not None:
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
         if results is not None and result is not NOT_COLLECTED:
-            results.append(result)
+            results.append((handle, result) if pairs else result)
     raise_collected(errors, event)
 
 

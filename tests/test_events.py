@@ -55,6 +55,64 @@ def test_collect_returns_results_in_call_order() -> None:
     assert bus.collect("q") == ["high", "normal", "low"]
 
 
+def test_collect_pairs_pairs_each_result_with_the_hook_that_returned_it() -> None:
+    """blinker's send(): (receiver, result) pairs, right where bus.hooks() can't line up.
+
+    A hook skipped for its target, a once hook used up, and a hook that failed under
+    errors="log" each leave bus.hooks() and collect()'s results misaligned.
+    """
+    bus = EventBus(errors="log")
+
+    def database(sender: str, key: str) -> str:
+        return f"stored {key}"
+
+    def broken(sender: str, key: str) -> str:
+        raise KeyError(key)
+
+    def cache(sender: str, key: str) -> None:
+        return None
+
+    def once(sender: str, key: str) -> str:
+        return "first time"
+
+    bus.on("lookup", database, target="db")
+    bus.on("lookup", broken)
+    bus.on("lookup", cache)
+    bus.on("lookup", once, once=True)
+    pairs = bus.collect_pairs("lookup", "web", key="a")
+    assert [(handle.hook, result) for handle, result in pairs] == [
+        (cache, None),
+        (once, "first time"),
+    ]
+    assert all(isinstance(handle, hookbus.Handle) for handle, _ in pairs)
+    assert [(h.hook, r) for h, r in bus.collect_pairs("lookup", "db", key="b")] == [
+        (database, "stored b"),
+        (cache, None),
+    ]
+    assert bus.collect_pairs("nothing", "web") == []
+    assert hookbus.collect_pairs.__self__ is hookbus.default_bus  # type: ignore[attr-defined]
+
+
+def test_collect_pairs_of_a_declared_event_with_an_around_hook() -> None:
+    bus = EventBus()
+
+    @bus.event
+    def formats(kind: str) -> None: ...
+
+    def csv(kind: str) -> str:
+        return f"csv {kind}"
+
+    def around(ctx: Any) -> Any:
+        yield
+        ctx.result = [(handle.hook.__name__, result.upper()) for handle, result in ctx.result]
+
+    formats.on(csv)
+    bus.around("formats", around)
+    assert bus.collect_pairs("formats", "export") == [("csv", "CSV EXPORT")]
+    with pytest.raises(TypeError, match="don't match its spec"):
+        bus.collect_pairs("formats", "export", "extra")
+
+
 def test_higher_priority_first_and_ties_in_registration_order() -> None:
     bus = EventBus()
     log: List[Any] = []
