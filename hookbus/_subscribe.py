@@ -46,8 +46,9 @@ R = TypeVar("R")
 S = TypeVar("S")
 T = TypeVar("T")
 
-KINDS = ("event", "pre", "post", "exception")
-"""What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point."""
+KINDS = ("event", "pre", "post", "exception", "around")
+"""What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point or an
+event (``"around"``: a generator method, as pluggy's ``wrapper=True``)."""
 
 _MARK = "__hookbus_listens__"
 
@@ -58,7 +59,7 @@ class Listening(NamedTuple):
     event: str
     """The event or hook-point name, or a glob pattern."""
     kind: str
-    """``"event"``, ``"pre"``, ``"post"`` or ``"exception"``."""
+    """``"event"``, ``"pre"``, ``"post"``, ``"exception"`` or ``"around"``."""
     priority: Optional[int]
     """The method's own priority, or ``None`` to take the object's default."""
     once: bool
@@ -120,7 +121,9 @@ def listens(
 
     ``kind="event"`` (the default) makes it an event hook, called with what
     :meth:`EventBus.emit` is given; ``"pre"``, ``"post"`` and ``"exception"`` make
-    it a hook around the hook point ``event``, called with a :class:`CallContext`.
+    it a hook around the hook point ``event``, called with a :class:`CallContext`;
+    ``"around"`` makes a generator method an around hook of the hook point or event
+    (pluggy's ``wrapper=True`` implementation, in its plugin class).
     Without ``priority``, the method takes the object's default (its
     ``hook_priority`` attribute, else ``subscribe(priority=...)``, else 0). Marks
     stack, so one method may listen to several names. A subclass that overrides a
