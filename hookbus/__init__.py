@@ -81,6 +81,7 @@ __all__ = [
     "scope",
     "subscribe",
     "trace",
+    "without",
     "wrap",
 ]
 
@@ -118,3 +119,4 @@ events = default_bus.events
 points = default_bus.points
 trace = default_bus.trace
 subscribe = default_bus.subscribe
+without = default_bus.without

@@ -19,10 +19,12 @@ from typing import (
     Callable,
     Coroutine,
     Dict,
+    FrozenSet,
     Iterable,
     List,
     NamedTuple,
     Optional,
+    Set,
     Tuple,
     Type,
     TypeVar,
@@ -53,7 +55,7 @@ from ._handle import Handle, HandleGroup, Scope, warn_never_entered
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, decorator, spell_out_options
-from ._plan import NO_HOOKS
+from ._plan import NO_HOOKS, PointPlan
 from ._registry import Registry
 from ._spec import spec_of
 from ._subscribe import subscribe
@@ -62,7 +64,7 @@ from ._trace import Trace
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["EventBus", "Pause", "PointInfo"]
+__all__ = ["EventBus", "Pause", "PointInfo", "Subset"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -134,6 +136,66 @@ class Pause:
                 self._bus,
                 f"{self!r} was never entered, so it paused nothing: write 'with bus.paused(...):'",
             )
+
+
+class Subset:
+    """The bus's emissions, leaving some hooks out: what :meth:`EventBus.without` returns.
+
+    pluggy's ``subset_hook_caller``. Each method is the bus's own, for the same event,
+    except that the hooks left out don't run (event hooks and around hooks alike).
+    Nothing is changed on the bus: every other emission, in any thread, runs them.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> csv = bus.on("formats", lambda: "csv")
+        >>> _ = bus.on("formats", lambda: "json")
+        >>> bus.without(csv).collect("formats"), bus.collect("formats")
+        (['json'], ['csv', 'json'])
+    """
+
+    __slots__ = ("_bus", "_left_out")
+
+    def __init__(self, bus: EventBus, left_out: FrozenSet[Handle]) -> None:
+        self._bus = bus
+        self._left_out = left_out
+
+    def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """:meth:`EventBus.emit`, without the hooks left out."""
+        self._bus._dispatch(event, args, kwargs, None, left_out=self._left_out)
+
+    def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """:meth:`EventBus.collect`, without the hooks left out."""
+        return self._bus._dispatch(event, args, kwargs, [], left_out=self._left_out)  # type: ignore[no-any-return]
+
+    def first(self, event: str, /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`EventBus.first`, without the hooks left out."""
+        return self._bus._dispatch(event, args, kwargs, [], first=True, left_out=self._left_out)
+
+    async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """:meth:`EventBus.emit_async`, without the hooks left out."""
+        await self._bus._dispatch_async(event, args, kwargs, None, left_out=self._left_out)
+
+    async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """:meth:`EventBus.collect_async`, without the hooks left out."""
+        return await self._bus._dispatch_async(  # type: ignore[no-any-return]
+            event, args, kwargs, [], left_out=self._left_out
+        )
+
+    def __repr__(self) -> str:
+        count = len(self._left_out)
+        return f"<{self._bus!r} without {count} hook{'' if count == 1 else 's'}>"
+
+
+def _leave_out(
+    left_out: FrozenSet[Handle], handles: Tuple[Handle, ...], around: Optional[PointPlan]
+) -> Tuple[Tuple[Handle, ...], Optional[PointPlan]]:
+    """An event's hooks and around hooks, less those left out (:class:`Subset`)."""
+    kept = tuple(handle for handle in handles if handle not in left_out)
+    if around is not None:
+        arounds = tuple(handle for handle in around.around if handle not in left_out)
+        around = PointPlan({"around": arounds}, plain=False) if arounds else None
+    return kept, around
 
 
 class EventBus:
@@ -304,9 +366,10 @@ class EventBus:
         results: Optional[List[Any]],
         first: bool = False,
         pairs: bool = False,
+        left_out: FrozenSet[Handle] = frozenset(),
     ) -> Any:
         """Every dispatch of an event but emit's fast loop (``results``: collect them;
-        ``pairs``: as ``(handle, result)``).
+        ``pairs``: as ``(handle, result)``; ``left_out``: hooks not to run, for ``without``).
 
         A declared event's arguments are checked first; its around hooks, if any,
         wrap the whole emission (``_dispatch.call_with_hooks``), and may replace
@@ -322,6 +385,8 @@ class EventBus:
             else registry.event_handles(event)
         )
         around = registry.event_hooks(event)[1]
+        if left_out:
+            handles, around = _leave_out(left_out, handles, around)
 
         def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
@@ -344,6 +409,7 @@ class EventBus:
         results: Optional[List[Any]],
         concurrent: bool = False,
         pairs: bool = False,
+        left_out: FrozenSet[Handle] = frozenset(),
     ) -> Any:
         """:meth:`_dispatch` for ``emit_async``, ``collect_async``, ``collect_pairs_async``
         and ``gather``."""
@@ -356,6 +422,8 @@ class EventBus:
             else registry.event_handles(event)
         )
         around = registry.event_hooks(event)[1]
+        if left_out:
+            handles, around = _leave_out(left_out, handles, around)
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
@@ -820,6 +888,44 @@ class EventBus:
             'csv reader for a.csv'
         """
         return self._dispatch(event, args, kwargs, [], first=True)
+
+    def without(self, *hooks: Any) -> Subset:
+        """Emissions of this bus that leave out some hooks: pluggy's ``subset_hook_caller``.
+
+        ``hooks`` are handles, or groups of them (what :meth:`subscribe` returns for
+        a plugin). The :class:`Subset` returned has ``emit``, ``collect``, ``first``,
+        ``emit_async`` and ``collect_async``, which run every hook of the event but
+        those, event hooks and around hooks alike. The bus is not changed: its own
+        emissions, in every thread, run them all.
+
+        Example:
+            >>> import hookbus
+            >>> class Csv:
+            ...     @hookbus.listens("formats")
+            ...     def formats(self):
+            ...         return "csv"
+            >>> class Json:
+            ...     @hookbus.listens("formats")
+            ...     def formats(self):
+            ...         return "json"
+            >>> bus = hookbus.EventBus()
+            >>> csv, json = bus.subscribe(Csv()), bus.subscribe(Json())
+            >>> bus.without(json).collect("formats")
+            ['csv']
+        """
+        left_out: Set[Handle] = set()
+        for given in hooks:
+            if isinstance(given, Handle):
+                left_out.add(given)
+            elif isinstance(given, HandleGroup):
+                left_out.update(given)
+            else:
+                raise TypeError(
+                    f"without() takes handles or groups of them, got {type(given).__name__} "
+                    f"{given!r}; accepted: what on() or subscribe() returned, or the handles "
+                    f"of bus.handles_of(hook)"
+                )
+        return Subset(self, frozenset(left_out))
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...

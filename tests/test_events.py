@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import warnings
@@ -111,6 +112,46 @@ def test_collect_pairs_of_a_declared_event_with_an_around_hook() -> None:
     assert bus.collect_pairs("formats", "export") == [("csv", "CSV EXPORT")]
     with pytest.raises(TypeError, match="don't match its spec"):
         bus.collect_pairs("formats", "export", "extra")
+
+
+def test_without_dispatches_to_every_hook_but_those_left_out() -> None:
+    """pluggy's subset_hook_caller: call all plugins but some; every other call is unchanged."""
+    bus = EventBus()
+    seen: List[str] = []
+
+    class Csv:
+        @hookbus.listens("formats")
+        def formats(self) -> str:
+            seen.append("csv")
+            return "csv"
+
+    class Json:
+        @hookbus.listens("formats")
+        def formats(self) -> str:
+            seen.append("json")
+            return "json"
+
+        @hookbus.listens("formats", kind="around")
+        def upper(self, ctx: Any) -> Any:
+            yield
+            ctx.result = [name.upper() for name in ctx.result]
+
+    csv, json = bus.subscribe(Csv()), bus.subscribe(Json())
+    assert bus.collect("formats") == ["CSV", "JSON"]
+    assert bus.without(json).collect("formats") == ["csv"]  # its around hook too
+    assert bus.without(json).first("formats") == "csv"
+    assert bus.without(csv, json).collect("formats") == []
+    (csv_hook,) = csv
+    assert bus.without(csv_hook).collect("formats") == ["JSON"]  # a single handle
+    del seen[:]
+    bus.without(json).emit("formats")
+    assert seen == ["csv"]
+    assert asyncio.run(bus.without(json).collect_async("formats")) == ["csv"]
+    assert bus.collect("formats") == ["CSV", "JSON"]  # the bus itself is unchanged
+    left_out = bus.without(json)
+    assert "1 hook" in repr(left_out) or "2 hooks" in repr(left_out)
+    with pytest.raises(TypeError, match=r"without\(\) takes handles.*got str 'json'"):
+        bus.without("json")
 
 
 def test_higher_priority_first_and_ties_in_registration_order() -> None:
