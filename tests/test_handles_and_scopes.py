@@ -179,10 +179,10 @@ def test_a_group_repr_counts_handles_in_words() -> None:
 def test_a_scope_never_entered_warns_that_it_removes_nothing() -> None:
     """bus.scope() without ``with`` collected nothing, silently: it warns when dropped."""
     bus = EventBus()
+    scope = bus.scope()  # the mistake: no with
+    bus.on("e", print)
+    scope.remove()
     with pytest.warns(RuntimeWarning, match=r"never entered.*with bus\.scope\(\)"):
-        scope = bus.scope()  # the mistake: no with
-        bus.on("e", print)
-        scope.remove()
         del scope
     assert len(bus.hooks()) == 1  # it collected nothing
     with warnings.catch_warnings():
@@ -213,7 +213,8 @@ def test_handles_of_a_hook_for_a_name_are_those_that_run_for_that_name() -> None
     bus = EventBus()
     seen: List[Any] = []
     got = seen.append
-    data, end = bus.on("data", got), bus.on("end", got)
+    data = bus.on("data", got)
+    bus.on("end", got)
     pattern = bus.on("data.*", got)
     other = bus.on("data", print)
     assert bus.handles_of(got, "data") == [data]

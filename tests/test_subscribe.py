@@ -554,7 +554,7 @@ def test_the_refusal_says_list_the_events_not_declare_them() -> None:
         def before_run(self, runner: object) -> None: ...
 
     for obj in (Logger(), types.ModuleType("plugin")):
-        with pytest.raises(ValueError) as refused:
+        with pytest.raises(ValueError, match="list the events") as refused:
             bus.subscribe(obj)
         message = str(refused.value).split(" has no ", 1)[1]  # after the object's name
         assert "declare" not in message
