@@ -18,7 +18,7 @@ import itertools
 import random
 import statistics
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 UNROLL = 10
 
@@ -109,23 +109,33 @@ def run_rounds(
     for case in cases:
         case.run(1)  # warm up (specialisation, caches) before calibrating
         calibrate(case, sample_s)
+    by_key = {case.key: case for case in cases}
+    for index, order in enumerate(schedule(list(by_key), rounds=rounds, seed=seed)):
+        for key in order:
+            case = by_key[key]
+            case.samples.append(case.run(case.number))
+        if progress is not None:
+            progress(index + 1)
+
+
+def schedule(keys: Sequence[str], *, rounds: int, seed: int = 0) -> Iterator[List[str]]:
+    """The order of the case keys in each of ``rounds`` rounds.
+
+    Cases compared with each other (one group: the part of the key before "/") run
+    next to each other, so that their ratio pairs samples taken within a few tens of
+    milliseconds; groups, and cases within a group, run in a new random order each
+    round.
+    """
     shuffler = random.Random(seed)
-    # Cases compared with each other (one group: the part of the key before "/")
-    # run next to each other, so that their ratio pairs samples taken within a few
-    # tens of milliseconds; groups, and cases within a group, run in a new random
-    # order each round.
-    groups: Dict[str, List[Case]] = {}
-    for case in cases:
-        groups.setdefault(case.key.split("/", 1)[0], []).append(case)
+    groups: Dict[str, List[str]] = {}
+    for key in keys:
+        groups.setdefault(key.split("/", 1)[0], []).append(key)
     order = list(groups.values())
-    for index in range(rounds):
+    for _ in range(rounds):
         shuffler.shuffle(order)
         for group in order:
             shuffler.shuffle(group)
-            for case in group:
-                case.samples.append(case.run(case.number))
-        if progress is not None:
-            progress(index + 1)
+        yield [key for group in order for key in group]
 
 
 class Stat:

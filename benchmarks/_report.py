@@ -28,7 +28,7 @@ def machine() -> List[str]:
     ]
 
 
-def _fmt_ns(ns: float) -> str:
+def format_ns(ns: float) -> str:
     if ns >= 10_000:
         return f"{ns / 1000:,.1f} us"
     return f"{ns:,.1f} ns"
@@ -55,7 +55,7 @@ def table(lines: Sequence[Line], results: Results) -> Tuple[str, Dict[str, int]]
             value = results.values[line.key]
             median, spread = f"{value:,.0f} B", "-"
         elif results.has(line.key) and (line.floor is None or results.has(line.floor)):
-            median = _fmt_ns(results.ns(line.key).median)
+            median = format_ns(results.ns(line.key).median)
             if line.stat is not None:
                 spread = f"{line.stat(results).median:.2f}x (of medians)"
             elif line.floor is None:

@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -84,64 +84,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     plot_counts = _suite.TABLE_COUNTS if args.quick else (0, 1, 3, 10, 30)
     started = time.perf_counter()
-
-    values = _memory.measure(quick=args.quick)
-
-    cases: List[Case] = []
-    cases += _suite.emit_cases(plot_counts, peers)
-    cases += _suite.register_cases(peers)
-    cases += _suite.call_cases()
-    cases += _suite.scale_cases()
-    cases += _suite.trace_cases()
-    cases += _suite.declared_cases()
-    lines: List[Line] = []
-    lines += _suite.emit_lines(peers, [case.key for case in cases])
-    lines += _suite.register_lines(peers)
-    lines += _suite.call_lines()
-    lines += _suite.scale_lines()
-    lines += memory_lines(values)
-    lines += _suite.trace_lines()
-    lines += _suite.declared_lines()
-
-    torch_rows = None
-    gpt2_rows = None
-    if not args.no_torch:
-        import _gpt2_cases
-        import _torch_cases
-
-        reason = _torch_cases.unavailable()
-        if reason is None:
-            torch_rows = _torch_cases
-            cases += _torch_cases.cases()
-            lines += _torch_cases.lines()
-            notes.append(_torch_cases.describe())
-            import _stats_cases
-
-            values.update(_stats_cases.measure(quick=args.quick))
-            cases += _stats_cases.cases()
-            lines += _stats_cases.lines()
-        else:
-            notes.append(f"torch rows skipped: {reason}")
-        gpt2_reason = reason or _gpt2_cases.unavailable()
-        if gpt2_reason is None:
-            import _operation_cases
-
-            gpt2_rows = _gpt2_cases
-            cases += _gpt2_cases.cases()
-            lines += _gpt2_cases.lines()
-            cases += _gpt2_cases.attach_cases()
-            lines += _gpt2_cases.attach_lines()
-            cases += _operation_cases.cases()
-            lines += _operation_cases.lines()
-            notes.append(_gpt2_cases.describe())
-        else:
-            notes.append(f"GPT-2 rows skipped: {gpt2_reason}")
-
-    if args.only:
-        lines = [line for line in lines if line.row.startswith(args.only)]
-        keys = {key for line in lines for key in (line.key, line.floor) if key}
-        groups = {key.split("/", 1)[0] for key in keys}
-        cases = [case for case in cases if case.key.split("/", 1)[0] in groups]
+    suite = build_suite(
+        peers, quick=args.quick, torch=not args.no_torch, only=args.only, plot_counts=plot_counts
+    )
+    cases, lines = suite.cases, suite.lines
+    notes += suite.notes
 
     def progress(done: int) -> None:
         if sys.stderr.isatty():
@@ -152,12 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(file=sys.stderr)
     elapsed = time.perf_counter() - started
 
-    results = Results(cases)
-    results.values.update(values)
-    if torch_rows is not None:
-        torch_rows.derive(results)
-    if gpt2_rows is not None:
-        gpt2_rows.derive(results)
+    results = suite.results()
     text, counts = _report.table(lines, results)
     print(
         "# hookbus benchmarks"
@@ -191,6 +133,97 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+class Suite:
+    """The cases to time, the table lines that read them, and the untimed values (memory).
+
+    Built part by part (``add``); a part whose rows ``only`` does not select is not
+    built. ``strict=False`` records a part that fails to build in ``failed`` instead
+    of raising (``compare.py``: a row that an older hookbus cannot run yet).
+    """
+
+    def __init__(self, *, only: Optional[str] = None, strict: bool = True) -> None:
+        self.only = only
+        self.strict = strict
+        self.cases: List[Case] = []
+        self.lines: List[Line] = []
+        self.values: Dict[str, float] = {}
+        self.notes: List[str] = []
+        self.failed: List[str] = []
+        self.derivers: List[Callable[[Results], None]] = []  # per-round values from cases
+
+    def selects(self, rows: Sequence[str]) -> bool:
+        """Whether ``only`` may select a line of a part whose rows start with ``rows``."""
+        only = self.only
+        return only is None or any(r.startswith(only) or only.startswith(r) for r in rows)
+
+    def add(self, rows: Sequence[str], part: Callable[[], Tuple[List[Case], List[Line]]]) -> None:
+        """Add the cases and lines of ``part``, whose rows start with one of ``rows``."""
+        if not self.selects(rows):
+            return
+        try:
+            cases, lines = part()
+        except Exception as error:
+            if self.strict:
+                raise
+            self.failed.append(f"{', '.join(rows)}: {type(error).__name__}: {error}")
+            return
+        if self.only is not None:  # else every case runs (some only for the plot)
+            lines = [line for line in lines if line.row.startswith(self.only)]
+            keys = {key for line in lines for key in (line.key, line.floor) if key}
+            groups = {key.split("/", 1)[0] for key in keys}
+            cases = [case for case in cases if case.key.split("/", 1)[0] in groups]
+        self.cases += cases
+        self.lines += lines
+
+    def results(self) -> Results:
+        """The results of the timed cases, with the values and the derived cases."""
+        results = Results(self.cases)
+        results.values.update(self.values)
+        for derive in self.derivers:
+            derive(results)
+        return results
+
+
+def build_suite(
+    peers: Sequence[str],
+    *,
+    quick: bool,
+    torch: bool,
+    only: Optional[str] = None,
+    plot_counts: Sequence[int] = _suite.TABLE_COUNTS,
+    strict: bool = True,
+) -> Suite:
+    """Every row's cases and lines (the torch ones if ``torch`` and installed)."""
+    suite = Suite(only=only, strict=strict)
+
+    def emit() -> Tuple[List[Case], List[Line]]:
+        cases = _suite.emit_cases(plot_counts, peers)
+        return cases, _suite.emit_lines(peers, [case.key for case in cases])
+
+    def measure_memory() -> Tuple[List[Case], List[Line]]:
+        suite.values.update(_memory.measure(quick=quick))
+        return [], []
+
+    # Memory first, so that its tracemalloc figures are taken before any case exists;
+    # its lines go after row 4's scale lines.
+    suite.add(["4. memory"], measure_memory)
+
+    def register() -> Tuple[List[Case], List[Line]]:
+        return _suite.register_cases(peers), _suite.register_lines(peers)
+
+    suite.add(["1. emit"], emit)
+    suite.add(["2. register"], register)
+    suite.add(["3. wrapped call"], lambda: (_suite.call_cases(), _suite.call_lines()))
+    suite.add(["4. scale"], lambda: (_suite.scale_cases(), _suite.scale_lines()))
+    if "memory/cycle count" in suite.values:
+        suite.add(["4. memory"], lambda: ([], memory_lines(suite.values)))
+    suite.add(["tracing off"], lambda: (_suite.trace_cases(), _suite.trace_lines()))
+    suite.add(["declared events"], lambda: (_suite.declared_cases(), _suite.declared_lines()))
+    if torch:
+        _add_torch(suite, quick=quick)
+    return suite
+
+
 def memory_lines(values: dict) -> List[Line]:
     row = "4. memory"
     cycles = int(values["memory/cycle count"])
@@ -220,6 +253,40 @@ def memory_lines(values: dict) -> List[Line]:
             lambda r: r.values["memory/cycles"] < 0.1 * cycles,
         ),
     ]
+
+
+def _add_torch(suite: Suite, *, quick: bool) -> None:
+    """Rows 5-10, or a note saying why not (torch, the adapter or transformers missing)."""
+    import _gpt2_cases
+    import _torch_cases
+
+    reason = _torch_cases.unavailable()
+    if reason is not None:
+        suite.notes.append(f"torch rows skipped: {reason}")
+    else:
+        suite.notes.append(_torch_cases.describe())
+        suite.derivers.append(_torch_cases.derive)
+        suite.add(["5. torch"], lambda: (_torch_cases.cases(), _torch_cases.lines()))
+        suite.add(["6. torch stats"], lambda: _stats_part(suite, quick=quick))
+    gpt2_reason = reason or _gpt2_cases.unavailable()
+    if gpt2_reason is not None:
+        suite.notes.append(f"GPT-2 rows skipped: {gpt2_reason}")
+        return
+    import _operation_cases
+
+    suite.derivers.append(_gpt2_cases.derive)
+    suite.add(["7. GPT-2", "9. GPT-2"], lambda: (_gpt2_cases.cases(), _gpt2_cases.lines()))
+    suite.add(["10. attach"], lambda: (_gpt2_cases.attach_cases(), _gpt2_cases.attach_lines()))
+    suite.add(["8. GPT-2"], lambda: (_operation_cases.cases(), _operation_cases.lines()))
+    if suite.selects(["7. GPT-2", "8. GPT-2", "9. GPT-2", "10. attach"]):
+        suite.notes.append(_gpt2_cases.describe())
+
+
+def _stats_part(suite: Suite, *, quick: bool) -> Tuple[List[Case], List[Line]]:
+    import _stats_cases
+
+    suite.values.update(_stats_cases.measure(quick=quick))
+    return _stats_cases.cases(), _stats_cases.lines()
 
 
 if __name__ == "__main__":

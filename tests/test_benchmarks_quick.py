@@ -1,4 +1,4 @@
-"""The benchmark command keeps working: its quick mode runs and prints the results table.
+"""The benchmark commands keep working: their quick modes run and print their tables.
 
 Timings are never asserted (the machines are noisy); only that every row is measured
 and reported. Peers, torch and matplotlib that are not installed are skipped by the
@@ -11,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "benchmarks" / "run.py"
+COMPARE = ROOT / "benchmarks" / "compare.py"
 
 
 def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
@@ -54,3 +57,46 @@ def test_quick_benchmark_prints_every_row(tmp_path: Path) -> None:
     else:
         assert "Plot: matplotlib is not installed" in out
         assert not plot.exists()
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_compare_measures_a_commit_and_the_working_tree_each_with_its_own_hookbus() -> None:
+    if _git("rev-parse", "--verify", "HEAD").returncode != 0:
+        pytest.skip("not a git checkout: compare.py checks revisions out with git")
+    done = subprocess.run(
+        [sys.executable, str(COMPARE), "HEAD", "--quick", "--only", "2.", "--no-torch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    imported = {}
+    for side in ("base", "head"):
+        (fact,) = [text for text in out.splitlines() if text.startswith(f"- {side}: ")]
+        imported[side] = Path(fact.split("; hookbus from ", 1)[1])
+    # The head side is this working tree; the base side a checkout of HEAD outside it,
+    # removed at the end (from disk and from git's list of worktrees).
+    assert imported["head"] == ROOT / "hookbus" / "__init__.py"
+    base_tree = imported["base"].parent.parent
+    assert imported["base"].name == "__init__.py"
+    assert ROOT not in imported["base"].parents
+    assert not base_tree.exists()
+    assert str(base_tree) not in _git("worktree", "list").stdout
+    # Both lines of the row measured on both sides: the same code, so a ratio near 1.
+    rows = [text.split(" | ") for text in out.splitlines() if text.startswith("| 2. register")]
+    assert [cells[1] for cells in rows] == [
+        "floor: `list.append` + `list.remove`",
+        "**hookbus** `bus.on(...)` + `handle.remove()`",
+    ], out
+    for cells in rows:
+        assert 0.5 < float(cells[4].rstrip("x")) < 2.0, out
+    assert "Only on the" not in out
+    assert "Slower or larger by more than 5% beyond the noise:" in out
