@@ -14,6 +14,7 @@ object your loop is, so hooks read its state (``runner.model``, ``runner.epoch``
 One run emits, in order (``[...]`` repeats, ``(...)`` may be skipped)::
 
     before_run
+      (after_load_checkpoint)
       before_train
         [before_train_epoch
           [before_train_iter  after_train_iter]
@@ -25,7 +26,23 @@ One run emits, in order (``[...]`` repeats, ``(...)`` may be skipped)::
       (before_test ... after_test, like validation)
     after_run
 
-and ``on_exception``, instead of the rest, when the run raises.
+and ``on_exception``, instead of the rest, when the run raises. A validation or
+test pass run on its own is a run too: ``before_run``, the pass, ``after_run``.
+
+The counters a runner offers, and that the trainer bridges of
+:mod:`hookbus.bridges` keep alike:
+
+* ``runner.epoch``: the index, from 0, of the training epoch that runs. Between
+  two epochs (the validation and checkpoint after an epoch, ``after_train``,
+  ``after_run``) it still names the epoch that ran last: the validation after the
+  first epoch reads 0.
+* ``runner.iter``: how many training iterations finished before the current one,
+  since training began (a resumed run goes on counting): 0 in the first
+  ``after_train_iter``, and between iterations the number run so far. An iteration
+  is one batch of the training data; with gradient accumulation, several make one
+  optimizer step.
+* ``batch_idx`` (a keyword of the ``*_iter`` events): the index, from 0, of the
+  batch in the current epoch's data, or in the current validation or test pass.
 
 Example:
     >>> import hookbus
@@ -113,8 +130,10 @@ AFTER_RUN: Final = "after_run"
 ON_EXCEPTION: Final = "on_exception"
 """When the run raises, before the error propagates: ``(runner, *, exception)``.
 
-mmengine has no such stage; hooks that must flush or save state on a crash (a
-logger closing its file, an emergency checkpoint) listen to it."""
+Instead of the events the run did not reach; the error itself, re-raised unchanged
+after the hooks ran. mmengine has no such stage (its bridge sends it all the same);
+hooks that must flush or save state on a crash (a logger closing its file, an
+emergency checkpoint) listen to it."""
 
 # --- training ---------------------------------------------------------------------
 
@@ -131,7 +150,8 @@ BEFORE_TRAIN_ITER: Final = "before_train_iter"
 AFTER_TRAIN_ITER: Final = "after_train_iter"
 """After each training step: ``(runner, *, batch_idx, data_batch, outputs)``.
 
-``outputs`` is what the step returned, by convention a dict holding ``"loss"``."""
+``outputs`` is what the step returned, by convention a dict holding ``"loss"``, the
+loss that was backpropagated, as a number."""
 
 # --- validation -------------------------------------------------------------------
 
@@ -142,7 +162,10 @@ AFTER_VAL: Final = "after_val"
 BEFORE_VAL_EPOCH: Final = "before_val_epoch"
 """At the start of a validation epoch: ``(runner)``."""
 AFTER_VAL_EPOCH: Final = "after_val_epoch"
-"""At the end of a validation epoch: ``(runner, *, metrics)``, a dict of name to value."""
+"""At the end of a validation epoch: ``(runner, *, metrics)``, a dict of name to value.
+
+By convention ``metrics["loss"]`` is the validation loss (the trainer bridges add
+each metric's name without its stage prefix, ``val_loss`` -> ``loss``, beside it)."""
 BEFORE_VAL_ITER: Final = "before_val_iter"
 """Before each validation step: ``(runner, *, batch_idx, data_batch)``."""
 AFTER_VAL_ITER: Final = "after_val_iter"
@@ -168,7 +191,9 @@ AFTER_TEST_ITER: Final = "after_test_iter"
 BEFORE_SAVE_CHECKPOINT: Final = "before_save_checkpoint"
 """Before a checkpoint is written: ``(runner, *, checkpoint)``, a dict hooks may add to."""
 AFTER_LOAD_CHECKPOINT: Final = "after_load_checkpoint"
-"""After a checkpoint was read: ``(runner, *, checkpoint)``, the dict that was loaded."""
+"""After a checkpoint was read: ``(runner, *, checkpoint)``, the dict that was loaded.
+
+When a run resumes: after ``before_run``, before ``before_train``."""
 
 # --- sets -------------------------------------------------------------------------
 

@@ -322,9 +322,9 @@ def test_no_two_modules_share_a_stem() -> None:
 
 def test_the_package_stays_about_thirty_modules() -> None:
     modules = sorted(path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py"))
-    # About 30: issue 22 added three concepts of their own (torch/_operations.py,
-    # _patching.py, _generation.py), issue 21 the trainer bridges.
-    assert len(modules) <= 35, modules
+    # About 30 for the core and the torch adapter; the trainer bridges are a package of one
+    # concept per module (connection, runner, relay, wrapped methods, imports, one per trainer).
+    assert len(modules) <= 45, modules
 
 
 def test_a_context_is_a_call_context_and_refuses_pickling_clearly() -> None:

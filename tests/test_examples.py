@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,31 @@ def test_core_example_runs(name: str) -> None:
 def test_torch_example_runs(name: str) -> None:
     result = run(name)
     assert result.returncode == 0, result.stderr
+    assert "example: ok" in result.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(
+    not (HAS_TORCH and HAS_TRANSFORMERS), reason="the example needs PyTorch and transformers"
+)
+def test_the_trainers_example_skips_a_half_installed_trainer_saying_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    # transformers without accelerate (the hf extra installs both): an accelerate that fails
+    # to import, first on the path.
+    (tmp_path / "accelerate").mkdir()
+    (tmp_path / "accelerate" / "__init__.py").write_text('raise ImportError("not here")\n')
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "trainers.py"), "hand-written", "hf"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=EXAMPLES.parent,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    skipped = 'hf: skipped, accelerate is not installed (pip install torch==2.13.0 -e ".[hf]")'
+    assert skipped in result.stdout
     assert "example: ok" in result.stdout
 
 
