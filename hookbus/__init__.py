@@ -16,8 +16,8 @@ The PyTorch adapter lives in :mod:`hookbus.torch` (the ``torch`` extra: ``pip in
 ".[torch]"`` in a checkout); importing :mod:`hookbus` never imports torch.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it would put ``annotations`` in
+# ``dir(hookbus)``, and this module annotates nothing.
 from ._bus import EventBus, PointInfo
 from ._context import Arguments, CallContext
 from ._declarations import UnknownNameError
@@ -59,6 +59,8 @@ __all__ = [
     "clear",
     "collect",
     "collect_async",
+    "collect_pairs",
+    "collect_pairs_async",
     "default_bus",
     "emit",
     "emit_async",
@@ -81,6 +83,7 @@ __all__ = [
     "scope",
     "subscribe",
     "trace",
+    "without",
     "wrap",
 ]
 
@@ -97,6 +100,8 @@ collect = default_bus.collect
 first = default_bus.first
 emit_async = default_bus.emit_async
 collect_async = default_bus.collect_async
+collect_pairs = default_bus.collect_pairs
+collect_pairs_async = default_bus.collect_pairs_async
 gather = default_bus.gather
 event = default_bus.event
 forget = default_bus.forget
@@ -116,3 +121,4 @@ events = default_bus.events
 points = default_bus.points
 trace = default_bus.trace
 subscribe = default_bus.subscribe
+without = default_bus.without

@@ -57,10 +57,12 @@ async def dispatch_event_async(
     kwargs: Dict[str, Any],
     results: Optional[List[Any]],
     first: bool = False,
+    pairs: bool = False,
 ) -> None:
     """Run the event hooks ``handles`` with the rare features on; append results.
 
     ``first`` (``bus.first``): stop after the first result that is not ``None``.
+    ``pairs`` (``bus.collect_pairs``): append ``(handle, result)``.
     The async variant awaits whatever a hook returns that is awaitable; the sync
     one refuses async hooks, and a coroutine a hook returns.
     """
@@ -92,7 +94,7 @@ async def dispatch_event_async(
             if tracer is not None:
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
         if results is not None and result is not NOT_COLLECTED:
-            results.append(result)
+            results.append((handle, result) if pairs else result)
             if first and result is not None:
                 break
     raise_collected(errors, event)

@@ -19,10 +19,12 @@ from typing import (
     Callable,
     Coroutine,
     Dict,
+    FrozenSet,
     Iterable,
     List,
     NamedTuple,
     Optional,
+    Set,
     Tuple,
     Type,
     TypeVar,
@@ -40,10 +42,10 @@ from ._event import Event, EventDecorator
 from ._handle import Handle, HandleGroup
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
-from ._options import EventHookOptions, HookOptions, PriorityLike
-from ._plan import NO_HOOKS
+from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
+from ._plan import NO_HOOKS, PointPlan
 from ._registry import Registry
-from ._scope import Scope
+from ._scope import Scope, warn_never_entered
 from ._spec import spec_of
 from ._subscribe import subscribe
 from ._sync_dispatch import call_with_hooks, dispatch_event
@@ -52,7 +54,7 @@ from ._trace import Trace
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["EventBus", "Pause", "PointInfo"]
+__all__ = ["EventBus", "Pause", "PointInfo", "Subset"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,14 +102,16 @@ class Pause:
         <paused 'tick' on <EventBus 'bus-...' ...>>
     """
 
-    __slots__ = ("_bus", "_name")
+    __slots__ = ("_bus", "_entered", "_name")
 
     def __init__(self, bus: EventBus, name: Optional[str]) -> None:
         self._bus = bus
         self._name = name
+        self._entered = False
 
     def __enter__(self) -> Self:
         self._bus.registry.pause(self._name, +1)
+        self._entered = True
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -115,6 +119,73 @@ class Pause:
 
     def __repr__(self) -> str:
         return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"
+
+    def __del__(self) -> None:
+        if not self._entered:  # bus.paused(...) without ``with``: it paused nothing
+            warn_never_entered(
+                self._bus.registry,
+                f"{self!r} was never entered, so it paused nothing: write 'with bus.paused(...):'",
+            )
+
+
+class Subset:
+    """The bus's emissions, leaving some hooks out: what :meth:`EventBus.without` returns.
+
+    pluggy's ``subset_hook_caller``. Each method is the bus's own, for the same event,
+    except that the hooks left out don't run (event hooks and around hooks alike).
+    Nothing is changed on the bus: every other emission, in any thread, runs them.
+
+    Example:
+        >>> import hookbus
+        >>> bus = hookbus.EventBus()
+        >>> csv = bus.on("formats", lambda: "csv")
+        >>> _ = bus.on("formats", lambda: "json")
+        >>> bus.without(csv).collect("formats"), bus.collect("formats")
+        (['json'], ['csv', 'json'])
+    """
+
+    __slots__ = ("_bus", "_left_out")
+
+    def __init__(self, bus: EventBus, left_out: FrozenSet[Handle]) -> None:
+        self._bus = bus
+        self._left_out = left_out
+
+    def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """:meth:`EventBus.emit`, without the hooks left out."""
+        self._bus._emit_full(event, args, kwargs, None, left_out=self._left_out)
+
+    def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """:meth:`EventBus.collect`, without the hooks left out."""
+        return self._bus._emit_full(event, args, kwargs, [], left_out=self._left_out)  # type: ignore[no-any-return]
+
+    def first(self, event: str, /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`EventBus.first`, without the hooks left out."""
+        return self._bus._emit_full(event, args, kwargs, [], first=True, left_out=self._left_out)
+
+    async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """:meth:`EventBus.emit_async`, without the hooks left out."""
+        await self._bus._emit_full_async(event, args, kwargs, None, left_out=self._left_out)
+
+    async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
+        """:meth:`EventBus.collect_async`, without the hooks left out."""
+        return await self._bus._emit_full_async(  # type: ignore[no-any-return]
+            event, args, kwargs, [], left_out=self._left_out
+        )
+
+    def __repr__(self) -> str:
+        count = len(self._left_out)
+        return f"<{self._bus!r} without {count} hook{'' if count == 1 else 's'}>"
+
+
+def _leave_out(
+    left_out: FrozenSet[Handle], handles: Tuple[Handle, ...], around: Optional[PointPlan]
+) -> Tuple[Tuple[Handle, ...], Optional[PointPlan]]:
+    """An event's hooks and around hooks, less those left out (:class:`Subset`)."""
+    kept = tuple(handle for handle in handles if handle not in left_out)
+    if around is not None:
+        arounds = tuple(handle for handle in around.around if handle not in left_out)
+        around = PointPlan({"around": arounds}, plain=False) if arounds else None
+    return kept, around
 
 
 class EventBus:
@@ -238,6 +309,11 @@ class EventBus:
     def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`emit`, but return the hooks' results in call order.
 
+        One result per hook that ran, ``None`` included: each result lines up with a
+        hook, and ``len(results)`` counts the hooks that ran (so ``bool(results)`` is
+        pyee's ``emit()`` answer). pluggy leaves ``None`` out; its rule is
+        ``[r for r in bus.collect(...) if r is not None]``.
+
         Example:
             >>> import hookbus
             >>> bus = hookbus.EventBus()
@@ -248,6 +324,30 @@ class EventBus:
         """
         return self._emit_full(event, args, kwargs, [])  # type: ignore[no-any-return]
 
+    def collect_pairs(self, event: str, /, *args: Any, **kwargs: Any) -> List[Tuple[Handle, Any]]:
+        """Like :meth:`collect`, with each result paired with the hook that returned it.
+
+        blinker's ``send`` returns ``(receiver, result)`` pairs; here each pair is
+        ``(handle, result)``, and ``handle.hook`` is the receiver. Only the hooks
+        that ran have a pair: one skipped for its ``target``, a ``once`` hook used
+        up, or one that failed under ``errors="log"`` has none, which is why
+        zipping :meth:`hooks` with :meth:`collect`'s results can misalign.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> def database(sender, key):
+            ...     return f"stored {key}"
+            >>> _ = bus.on("lookup", database, target="db")
+            >>> def cache(sender, key):
+            ...     return f"cached {key}"
+            >>> _ = bus.on("lookup", cache)
+            >>> for handle, result in bus.collect_pairs("lookup", "web", key="a"):
+            ...     print(handle.hook.__name__, result)
+            cache cached a
+        """
+        return self._emit_full(event, args, kwargs, [], pairs=True)  # type: ignore[no-any-return]
+
     def _emit_full(
         self,
         event: str,
@@ -255,8 +355,11 @@ class EventBus:
         kwargs: Dict[str, Any],
         results: Optional[List[Any]],
         first: bool = False,
+        pairs: bool = False,
+        left_out: FrozenSet[Handle] = frozenset(),
     ) -> Any:
-        """Every dispatch of an event but emit's fast loop (``results``: collect them).
+        """Every dispatch of an event but emit's fast loop (``results``: collect them;
+        ``pairs``: as ``(handle, result)``; ``left_out``: hooks not to run, for ``without``).
 
         A declared event's arguments are checked first; its around hooks, if any,
         wrap the whole emission (``_dispatch.call_with_hooks``), and may replace
@@ -272,10 +375,12 @@ class EventBus:
             else registry.event_handles(event)
         )
         around = registry.event_hooks(event)[1]
+        if left_out:
+            handles, around = _leave_out(left_out, handles, around)
 
         def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
-            dispatch_event(registry, event, handles, args, kwargs, collected, first)
+            dispatch_event(registry, event, handles, args, kwargs, collected, first, pairs)
             if first:  # None, or the one that stopped the loop
                 return collected[-1] if collected else None
             return collected
@@ -293,8 +398,11 @@ class EventBus:
         kwargs: Dict[str, Any],
         results: Optional[List[Any]],
         concurrent: bool = False,
+        pairs: bool = False,
+        left_out: FrozenSet[Handle] = frozenset(),
     ) -> Any:
-        """:meth:`_emit_full` for ``emit_async``, ``collect_async`` and ``gather``."""
+        """:meth:`_emit_full` for ``emit_async``, ``collect_async``, ``collect_pairs_async``
+        and ``gather``."""
         registry = self.registry
         if event.__class__ is not str:  # an enum member: its string, from here on
             event = check_name(event, "event name", allow_pattern=False)
@@ -304,11 +412,17 @@ class EventBus:
             else registry.event_handles(event)
         )
         around = registry.event_hooks(event)[1]
+        if left_out:
+            handles, around = _leave_out(left_out, handles, around)
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
-            dispatch = dispatch_concurrently if concurrent else dispatch_event_async
-            await dispatch(registry, event, handles, args, kwargs, collected)
+            if concurrent:
+                await dispatch_concurrently(registry, event, handles, args, kwargs, collected)
+            else:
+                await dispatch_event_async(
+                    registry, event, handles, args, kwargs, collected, pairs=pairs
+                )
             return collected
 
         if around is None:
@@ -349,6 +463,28 @@ class EventBus:
         """
         return await self._emit_full_async(event, args, kwargs, [])  # type: ignore[no-any-return]
 
+    async def collect_pairs_async(
+        self, event: str, /, *args: Any, **kwargs: Any
+    ) -> List[Tuple[Handle, Any]]:
+        """Like :meth:`collect_async`, with each result paired with its hook's handle.
+
+        blinker's ``send_async``: each hook is awaited before the next starts, and
+        the pairs are ``(handle, result)``, as :meth:`collect_pairs` makes them.
+
+        Example:
+            >>> import asyncio, hookbus
+            >>> bus = hookbus.EventBus()
+            >>> async def thumbnail(sender):
+            ...     return f"thumbnail of {sender}"
+            >>> _ = bus.on("fetched", thumbnail)
+            >>> pairs = asyncio.run(bus.collect_pairs_async("fetched", "page"))
+            >>> [(handle.hook.__name__, result) for handle, result in pairs]
+            [('thumbnail', 'thumbnail of page')]
+        """
+        return await self._emit_full_async(  # type: ignore[no-any-return]
+            event, args, kwargs, [], pairs=True
+        )
+
     async def gather(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
         """Like :meth:`collect_async`, with the hooks' coroutines run concurrently.
 
@@ -359,7 +495,8 @@ class EventBus:
         the first (the others' work is done, not cancelled), ``"collect"`` all of
         them in one :class:`HookError`. A sync hook that raises before anything is
         awaited stops the emission, closing the coroutines already made. pyee's
-        ``AsyncIOEventEmitter`` and blinker's ``send_async`` run hooks this way.
+        ``AsyncIOEventEmitter`` runs hooks concurrently too; blinker's ``send_async``
+        awaits one after the other, as :meth:`collect_async` does.
 
         Example:
             >>> import asyncio, hookbus
@@ -580,7 +717,7 @@ class EventBus:
         """Register every hook method of ``obj``; return one group that removes them all.
 
         The hook methods are those marked with :func:`hookbus.listens`, plus, when
-        the object declares event names (a ``hook_events`` attribute, or
+        the object lists event names (a ``hook_events`` attribute, or
         ``events=``, a collection of names or a mapping of method name to event
         name), each method named like one of them. Methods without a priority of
         their own take ``priority=``, else the object's ``hook_priority`` (an int
@@ -746,6 +883,44 @@ class EventBus:
             'csv reader for a.csv'
         """
         return self._emit_full(event, args, kwargs, [], first=True)
+
+    def without(self, *hooks: Any) -> Subset:
+        """Emissions of this bus that leave out some hooks: pluggy's ``subset_hook_caller``.
+
+        ``hooks`` are handles, or groups of them (what :meth:`subscribe` returns for
+        a plugin). The :class:`Subset` returned has ``emit``, ``collect``, ``first``,
+        ``emit_async`` and ``collect_async``, which run every hook of the event but
+        those, event hooks and around hooks alike. The bus is not changed: its own
+        emissions, in every thread, run them all.
+
+        Example:
+            >>> import hookbus
+            >>> class Csv:
+            ...     @hookbus.listens("formats")
+            ...     def formats(self):
+            ...         return "csv"
+            >>> class Json:
+            ...     @hookbus.listens("formats")
+            ...     def formats(self):
+            ...         return "json"
+            >>> bus = hookbus.EventBus()
+            >>> csv, json = bus.subscribe(Csv()), bus.subscribe(Json())
+            >>> bus.without(json).collect("formats")
+            ['csv']
+        """
+        left_out: Set[Handle] = set()
+        for given in hooks:
+            if isinstance(given, Handle):
+                left_out.add(given)
+            elif isinstance(given, HandleGroup):
+                left_out.update(given)
+            else:
+                raise TypeError(
+                    f"without() takes handles or groups of them, got {type(given).__name__} "
+                    f"{given!r}; accepted: what on() or subscribe() returned, or the handles "
+                    f"of bus.handles_of(hook)"
+                )
+        return Subset(self, frozenset(left_out))
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...
@@ -929,23 +1104,30 @@ class EventBus:
         """
         return sorted({handle.name for handle in self.hooks(kind="event")})
 
-    def handles_of(self, hook: Callable[..., Any]) -> List[Handle]:
-        """The handles of every registration of ``hook`` on this bus.
+    def handles_of(self, hook: Callable[..., Any], name: Optional[str] = None) -> List[Handle]:
+        """The handles of every registration of ``hook`` on this bus, or of those for ``name``.
 
-        This reaches the handle of a hook registered with the decorator form.
+        This reaches the handle of a hook registered with the decorator form. With a
+        ``name``, only the registrations that :meth:`hooks` lists for it: those that run
+        for that name (a pattern's included), or, for a pattern, those registered under
+        it. pyee's ``remove_listener(event, f)`` is ``remove()`` on each of
+        ``bus.handles_of(f, event)``.
 
         Example:
             >>> import hookbus
             >>> bus = hookbus.EventBus()
             >>> @bus.on("a")
+            ... @bus.on("b")
             ... def react():
             ...     pass
-            >>> for handle in bus.handles_of(react):
+            >>> for handle in bus.handles_of(react, "a"):
             ...     handle.remove()
-            >>> bus.hooks()
-            []
+            >>> [handle.name for handle in bus.hooks()]
+            ['b']
         """
-        return [handle for handle in self.hooks() if handle.hook == hook]
+        if name is not None:
+            name = check_name(name, "handles_of() name", allow_pattern=True)
+        return [handle for handle in self.registry.hooks(name) if handle.hook == hook]
 
     # --- handles, scopes, pauses ---------------------------------------------------
 
@@ -1038,9 +1220,16 @@ class EventBus:
         )
 
     def __repr__(self) -> str:
-        hooks = self.hooks()
-        names = len({(handle.kind, handle.name) for handle in hooks})
+        handles = self.hooks()
+        hooks, names = len(handles), len({(handle.kind, handle.name) for handle in handles})
         return (
-            f"<EventBus {self.name!r} {len(hooks)} hooks on {names} names, "
-            f"errors={self.registry.errors!r}>"
+            f"<EventBus {self.name!r} {hooks} hook{'' if hooks == 1 else 's'} on {names} "
+            f"name{'' if names == 1 else 's'}, errors={self.registry.errors!r}>"
         )
+
+
+# help(bus.on) and inspect.signature show the options by name (the overloads show them to
+# type checkers).
+spell_out_options(EventBus.on, EventHookOptions)
+for _method in (EventBus.pre, EventBus.post, EventBus.exception, EventBus.around):
+    spell_out_options(_method, HookOptions)

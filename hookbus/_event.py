@@ -296,9 +296,10 @@ class Event(Generic[P]):
         checkers. The options are :meth:`EventBus.on`'s.
 
         Every form returns the hook itself, so that a bare ``@event.on`` leaves the
-        decorated name the working function (blinker's and psygnal's habit);
-        :meth:`EventBus.handles_of` finds its handle, and ``bus.on(event.name, hook)``
-        returns one.
+        decorated name the working function (blinker's and psygnal's habit). So it is
+        no :class:`Handle`: ``with event.on(hook):`` and ``event.on(hook).remove()``
+        fail. :meth:`EventBus.handles_of` finds its handles, and
+        ``bus.on(event.name, hook)`` returns one.
 
         Example:
             >>> import hookbus

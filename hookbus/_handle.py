@@ -439,8 +439,9 @@ class HandleGroup(Removable):
         return len(self._handles)
 
     def __repr__(self) -> str:
-        active = sum(handle.active for handle in self._handles)
-        return f"<{type(self).__name__} {len(self._handles)} handles, {active} active>"
+        count, active = len(self._handles), sum(handle.active for handle in self._handles)
+        plural = "" if count == 1 else "s"
+        return f"<{type(self).__name__} {count} handle{plural}, {active} active>"
 
 
 VALUE_TYPES = (str, int, float, bytes, complex)

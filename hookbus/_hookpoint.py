@@ -203,7 +203,10 @@ class HookPoint:
         """Register ``hook`` to run before each call: ``bus.pre(name, hook)``; return ``hook``.
 
         With no hook, return a decorator. Every form returns the hook itself, so a
-        decorated function stays callable; :meth:`EventBus.handles_of` finds its handle.
+        decorated function stays callable. So it is no :class:`Handle`:
+        ``f.pre(hook).remove()`` and ``with f.pre(hook):`` fail;
+        :meth:`EventBus.handles_of` finds its handles, and ``bus.pre(name, hook)``
+        returns one.
 
         Example:
             >>> import hookbus
@@ -599,8 +602,9 @@ class TypedPoint(Protocol[P, R]):
     register hooks for its name, as ``bus.pre(name, hook)`` does, type-checked: a
     hook must take one ``CallContext[R]`` (so ``ctx.result`` is an ``R`` in a post
     hook) and return ``None``. Each returns the hook unchanged, with or without
-    options, called or as a decorator (:meth:`EventBus.handles_of` finds the
-    handle). On a method, hooks run for every instance: register through the
+    options, called or as a decorator, so ``f.post(hook).remove()`` fails:
+    :meth:`EventBus.handles_of` finds the handles (``bus.post(name, hook)`` returns
+    one). On a method, hooks run for every instance: register through the
     class (``Model.forward.post``) and pass ``target=obj`` for one instance.
 
     Example:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import difflib
 import enum
-from typing import Any, Mapping, Tuple, Union
+import inspect
+from typing import Any, Callable, Mapping, Tuple, Union
 
 from typing_extensions import TypedDict
 
@@ -24,6 +25,7 @@ __all__ = [
     "Priority",
     "PriorityLike",
     "parse_options",
+    "spell_out_options",
     "to_priority",
 ]
 
@@ -130,6 +132,37 @@ OPTION_NAMES: Tuple[str, ...] = tuple(EventHookOptions.__annotations__)
 
 ParsedOptions = Tuple[int, bool, Any, bool, bool, bool]
 """``(priority, once, target, weak, with_name, optional)``, checked."""
+
+
+_DEFAULTS = {"priority": 0, "target": None}  # the others default to False
+
+
+def spell_out_options(method: Callable[..., Any], options: Any) -> None:
+    """Show ``options`` (a TypedDict) by name in ``method``'s signature, for ``help()``.
+
+    Type checkers read ``**options: Unpack[HookOptions]`` from the overloads; ``help()``
+    and ``inspect.signature`` read the implementation, whose ``**options: Any`` would
+    hide them. This sets its ``__signature__`` with each option keyword-only, at its
+    default, in place of ``**options``.
+
+    Example:
+        >>> import inspect, hookbus
+        >>> "once: 'bool' = False" in str(inspect.signature(hookbus.EventBus.pre))
+        True
+    """
+    signature = inspect.signature(method)
+    parameters = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    parameters += [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=_DEFAULTS.get(name, False),
+            # as written in the TypedDict ('PriorityLike'), not ForwardRef('PriorityLike')
+            annotation=getattr(kind, "__forward_arg__", kind),
+        )
+        for name, kind in options.__annotations__.items()
+    ]
+    method.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
 
 
 def method_name(kind: str) -> str:

@@ -77,6 +77,7 @@ from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_fo
 from ._open_scopes import OpenScope, innermost_scope, open_scopes
 from ._options import method_name, parse_options
 from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
+from ._spec import context_mismatch
 from ._sync_dispatch import dispatch_event
 from ._trace import Trace, Tracer, tracer_for
 
@@ -117,6 +118,17 @@ def _is_async_hook(kind: str, hook: Any) -> bool:
             f"callable object"
         )
     return is_async_callable(hook)
+
+
+def _context_hook_error(kind: str, written: str) -> TypeError:
+    """The error for a hook around a call that can't take the call's context."""
+    return TypeError(
+        f"{kind} hook {written} can't be called as hook(ctx): a hook around a call gets "
+        f"one argument, the CallContext (ctx.args and ctx.kwargs are the call's arguments, "
+        f"ctx.result its result, ctx.target what it was called on; a torch hook's "
+        f"(module, args, output) are ctx.target, ctx.args and ctx.result). Nothing was "
+        f"registered"
+    )
 
 
 def _async_hook_error(handle: Handle, point_name: str) -> TypeError:
@@ -383,6 +395,11 @@ class Registry:
         kind, name, match = handle.kind, handle.name, handle.match
         if kind == "around":
             handle.is_async = _around_is_async(handle)
+        hook = handle.hook
+        if kind != "event" and hook is not None:
+            written = context_mismatch(hook)
+            if written is not None:
+                raise _context_hook_error(kind, written)
         sources = self._sources
         if sources and kind != "event":  # no lock held: sources make points
             self._prepare_points(handle)
@@ -1085,6 +1102,14 @@ class Registry:
             if handle.applies_to(point_name) and any(not p.is_async for p in points):
                 return point_name
         return None
+
+    def locked(self) -> bool:
+        """Whether the bus lock is held now, by any thread.
+
+        A finalizer that would warn checks it first: the garbage collector may run it
+        while the lock is held, and a warning handler may use the bus.
+        """
+        return self._lock.locked()
 
     def has_hooks(self, kinds: Sequence[str]) -> bool:
         """Whether any hook of these kinds is registered (under any name or pattern).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ._handle import Handle, HandleGroup
@@ -13,7 +15,7 @@ if TYPE_CHECKING:
     from ._options import EventHookOptions, HookOptions
     from ._registry import Registry
 
-__all__ = ["Scope"]
+__all__ = ["Scope", "warn_never_entered"]
 
 
 class Scope(HandleGroup):
@@ -38,13 +40,19 @@ class Scope(HandleGroup):
         []
     """
 
-    __slots__ = ("_opening", "_token", "registry")
+    __slots__ = ("_opening", "_token", "_used", "registry")
 
     def __init__(self, registry: Registry) -> None:
         super().__init__()
         self.registry = registry
         self._opening: Optional[Opening] = None
         self._token: Optional[Token] = None
+        self._used = False  # entered, or given a hook through scope.on(...)
+
+    def add(self, handle: Handle) -> None:
+        """Add a handle to the scope (``scope.on(...)`` does)."""
+        self._used = True
+        super().add(handle)
 
     def on(
         self, event: str, hook: Callable[..., Any], **options: Unpack[EventHookOptions]
@@ -76,6 +84,7 @@ class Scope(HandleGroup):
         if self._opening is not None:
             raise RuntimeError("this scope is already open; make a new one with bus.scope()")
         self._opening, self._token = enter(self)
+        self._used = True
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -86,3 +95,22 @@ class Scope(HandleGroup):
                 leave(opening, token)
         finally:
             self.remove()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_used", True):  # bus.scope() without ``with``: collected nothing
+            warn_never_entered(
+                self.registry,
+                f"bus.scope() of {self.registry.bus!r} was never entered, so it collects and "
+                f"removes nothing: write 'with bus.scope():' (or register through scope.on(...))",
+            )
+
+
+def warn_never_entered(registry: Registry, message: str) -> None:
+    """Warn that a context manager of a bus was dropped without a ``with``.
+
+    Called from ``__del__``, whose caller is the statement that dropped it. Nothing is
+    said while the bus lock is held (the garbage collector may run a finalizer then, and
+    a warning handler may use the bus) or while Python shuts down.
+    """
+    if not sys.is_finalizing() and not registry.locked():
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -28,6 +28,7 @@ __all__ = [
     "bind",
     "by_name",
     "code_shape",
+    "context_mismatch",
     "describe_call",
     "format_spec",
     "hook_mismatch",
@@ -412,6 +413,40 @@ def _extra_keywords(spec: Signature, hook: Signature) -> List[str]:
     while other in extra or other in taken:
         other += "_"
     return [*sorted(extra - taken), f"**{other}"]
+
+
+def context_mismatch(hook: Callable[..., Any]) -> Optional[str]:
+    """``hook`` as it is written, if it can't be called as ``hook(ctx)``; else None.
+
+    Every hook around a call (pre, post, exception, around, and an adapter's own
+    kinds) is called with one argument, the call's context. A hook whose signature
+    Python cannot tell (some builtins) is accepted.
+
+    Example:
+        >>> context_mismatch(lambda ctx: None) is None, context_mismatch(print) is None
+        (True, True)
+        >>> context_mismatch(lambda module, args, output: None)
+        '<lambda>(module, args, output)'
+    """
+    if hook.__class__ is FunctionType:  # the common case, read from the code
+        code = hook.__code__
+        required = code.co_argcount - len(hook.__defaults__ or ())
+        keyword_only = code.co_kwonlyargcount - len(hook.__kwdefaults__ or ())
+        takes_one = code.co_argcount or code.co_flags & CO_VARARGS
+        if takes_one and required <= 1 and not keyword_only:
+            return None
+    try:  # what Python calls: a function's own code, not what it wraps
+        signature = inspect.signature(hook, follow_wrapped=hook.__class__ is not FunctionType)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        params = [p.replace(annotation=Parameter.empty) for p in signature.parameters.values()]
+        plain = signature.replace(parameters=params, return_annotation=Signature.empty)
+        name = getattr(hook, "__qualname__", None) or type(hook).__qualname__
+        return f"{name.rpartition('.<locals>.')[2]}{plain}"
+    return None
 
 
 def hook_mismatch(

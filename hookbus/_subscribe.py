@@ -3,7 +3,7 @@
 Two ways to say which methods are hooks, usable together:
 
 * **marked**: ``@listens("event", ...)`` on a method, any name, any kind of hook;
-* **named**: the class declares a set of event names (``hook_events``, or
+* **named**: the class lists event names (``hook_events``, or
   ``subscribe(events=...)``), and each method named like one of them listens to it,
   as mmengine's ``Hook`` and Lightning's ``Callback`` methods do.
 """
@@ -46,8 +46,9 @@ R = TypeVar("R")
 S = TypeVar("S")
 T = TypeVar("T")
 
-KINDS = ("event", "pre", "post", "exception")
-"""What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point."""
+KINDS = ("event", "pre", "post", "exception", "around")
+"""What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point or an
+event (``"around"``: a generator method, as pluggy's ``wrapper=True``)."""
 
 _MARK = "__hookbus_listens__"
 
@@ -58,7 +59,7 @@ class Listening(NamedTuple):
     event: str
     """The event or hook-point name, or a glob pattern."""
     kind: str
-    """``"event"``, ``"pre"``, ``"post"`` or ``"exception"``."""
+    """``"event"``, ``"pre"``, ``"post"``, ``"exception"`` or ``"around"``."""
     priority: Optional[int]
     """The method's own priority, or ``None`` to take the object's default."""
     once: bool
@@ -120,7 +121,9 @@ def listens(
 
     ``kind="event"`` (the default) makes it an event hook, called with what
     :meth:`EventBus.emit` is given; ``"pre"``, ``"post"`` and ``"exception"`` make
-    it a hook around the hook point ``event``, called with a :class:`CallContext`.
+    it a hook around the hook point ``event``, called with a :class:`CallContext`;
+    ``"around"`` makes a generator method an around hook of the hook point or event
+    (pluggy's ``wrapper=True`` implementation, in its plugin class).
     Without ``priority``, the method takes the object's default (its
     ``hook_priority`` attribute, else ``subscribe(priority=...)``, else 0). Marks
     stack, so one method may listen to several names. A subclass that overrides a
@@ -221,13 +224,13 @@ def subscribe(
     is_module = isinstance(obj, ModuleType)
     # A module is a plugin as pluggy has them: its own marked functions are its hooks.
     plan = _marked_functions(obj) if isinstance(obj, ModuleType) else _marked(type(obj))
-    declared = _declared_events(obj, events)
+    listed = _listed_events(obj, events)
     owner: object = obj if is_module else type(obj)
-    for method_name, event in declared.items():
+    for method_name, event in listed.items():
         if method_name not in plan and callable(getattr(owner, method_name, None)):
             plan[method_name] = (Listening(event, "event", None, False),)
     if not plan:
-        raise ValueError(_nothing_to_subscribe(obj, declared))
+        raise ValueError(_nothing_to_subscribe(obj, listed))
 
     group = HandleGroup()
     try:  # all or nothing: a failing registration removes the ones before it
@@ -296,7 +299,7 @@ def _default_priority(obj: object, priority: Optional[PriorityLike]) -> int:
         raise type(error)(f"{type(obj).__qualname__}.hook_priority: {error}") from None
 
 
-def _declared_events(obj: object, events: Optional[Iterable[str]]) -> Dict[str, str]:
+def _listed_events(obj: object, events: Optional[Iterable[str]]) -> Dict[str, str]:
     """Method name -> event name, from ``events=`` or the object's ``hook_events``."""
     source = "events="
     given: object = events
@@ -319,39 +322,39 @@ def _declared_events(obj: object, events: Optional[Iterable[str]]) -> Dict[str, 
         if isinstance(given, (set, frozenset)):
             names.sort(key=str)  # registration order must not depend on hashing
         pairs = [(name, name) for name in names]
-    declared: Dict[str, str] = {}
+    listed: Dict[str, str] = {}
     for method_name, event in pairs:
         if not isinstance(method_name, str) or not method_name.isidentifier():
             raise ValueError(
                 f"{source}: {method_name!r} can't be a method name; for events whose "
                 f"names aren't identifiers, give a mapping {{method name: event name}}"
             )
-        declared[method_name] = check_name(event, f"{source} event", allow_pattern=True)
-    return declared
+        listed[method_name] = check_name(event, f"{source} event", allow_pattern=True)
+    return listed
 
 
-def _nothing_to_subscribe(obj: object, declared: Mapping[str, str]) -> str:
+def _nothing_to_subscribe(obj: object, listed: Mapping[str, str]) -> str:
     if isinstance(obj, ModuleType):
         return (
             f"module {obj.__name__} has no hook functions: mark its functions with "
-            f"@hookbus.listens('event'), or declare the events its functions are named "
+            f"@hookbus.listens('event'), or list the events its functions are named "
             f"after (hook_events = [...] or subscribe(module, events=[...]))"
         )
     kind = type(obj).__qualname__
-    if not declared:
+    if not listed:
         return (
             f"{kind} has no hook methods: mark methods with @hookbus.listens('event'), "
-            f"or declare the events its methods are named after (hook_events = [...] "
+            f"or list the events its methods are named after (hook_events = [...] "
             f"or subscribe(obj, events=[...]))"
         )
     methods = [name for name in dir(type(obj)) if not name.startswith("_")]
     hints = [
         f"{method!r} (did you mean {close[0]!r}?)"
         for method in methods
-        for close in [difflib.get_close_matches(method, list(declared), n=1, cutoff=0.8)]
+        for close in [difflib.get_close_matches(method, list(listed), n=1, cutoff=0.8)]
         if close
     ]
-    return f"{kind} has no method named after any of its events ({', '.join(declared)})" + (
+    return f"{kind} has no method named after any of its events ({', '.join(listed)})" + (
         f"; near misses: {', '.join(hints)}" if hints else ""
     )
 

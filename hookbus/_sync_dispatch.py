@@ -47,10 +47,12 @@ def dispatch_event(
     kwargs: Dict[str, Any],
     results: Optional[List[Any]],
     first: bool = False,
+    pairs: bool = False,
 ) -> None:
     """Run the event hooks ``handles`` with the rare features on; append results.
 
     ``first`` (``bus.first``): stop after the first result that is not ``None``.
+    ``pairs`` (``bus.collect_pairs``): append ``(handle, result)``.
     The async variant awaits whatever a hook returns that is awaitable; the sync
     one refuses async hooks, and a coroutine a hook returns.
     """
@@ -80,7 +82,7 @@ def dispatch_event(
             if tracer is not None:
                 tracer._record(event, "event", handle, perf_counter_ns() - start)
         if results is not None and result is not NOT_COLLECTED:
-            results.append(result)
+            results.append((handle, result) if pairs else result)
             if first and result is not None:
                 break
     raise_collected(errors, event)

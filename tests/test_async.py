@@ -96,6 +96,29 @@ def test_collect_async_awaits_results_in_call_order() -> None:
     assert run(bus.collect_async("calc", 10)) == [11, 20, 20]
 
 
+def test_collect_pairs_async_pairs_awaited_results_with_their_hooks() -> None:
+    """blinker's send_async: (receiver, result) pairs, each receiver awaited in turn."""
+    bus = EventBus()
+    order: List[str] = []
+
+    async def slow(sender: str) -> str:
+        order.append("slow starts")
+        await asyncio.sleep(0.01)
+        order.append("slow ends")
+        return "slow"
+
+    def fast(sender: str) -> str:
+        order.append("fast")
+        return "fast"
+
+    bus.on("fetched", slow)
+    bus.on("fetched", fast)
+    bus.on("fetched", fast, target="other")
+    pairs = asyncio.run(bus.collect_pairs_async("fetched", "page"))
+    assert [(handle.hook, result) for handle, result in pairs] == [(slow, "slow"), (fast, "fast")]
+    assert order == ["slow starts", "slow ends", "fast"]
+
+
 def test_emit_async_awaits_a_sync_hook_that_returns_an_awaitable() -> None:
     bus = EventBus()
     bus.on("calc", lambda x: double(x))  # a plain lambda handing back a coroutine

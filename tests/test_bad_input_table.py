@@ -76,6 +76,10 @@ async def async_hook(*args: Any) -> None:
     pass
 
 
+def no_argument_around() -> Any:
+    yield
+
+
 def run_point_with(env: Env, kind: str, hook: Callable[[CallContext], Any]) -> None:
     """Register ``hook`` for the length of one call of the hook point."""
     with getattr(env.bus, kind)("p", hook):
@@ -267,6 +271,25 @@ CASES = {
         "'pre' hook",
         "for exception hooks",
     ),
+    # --- hooks around calls that can't be called as hook(ctx), refused at registration
+    "pre hook of two arguments": Case(
+        lambda env: env.bus.pre("p", lambda args, kwargs: None),
+        TypeError,
+        "<lambda>(args, kwargs)",
+        "hook(ctx)",
+    ),
+    "post hook with a required keyword": Case(
+        lambda env: env.bus.post("p", lambda ctx, *, scale: None),
+        TypeError,
+        "<lambda>(ctx, *, scale)",
+        "hook(ctx)",
+    ),
+    "around hook of no argument": Case(
+        lambda env: env.bus.around("p", no_argument_around),
+        TypeError,
+        "no_argument_around()",
+        "hook(ctx)",
+    ),
     # --- async hooks where they can't be awaited
     "async pre hook on a sync point": Case(
         lambda env: env.bus.pre("p", async_hook), TypeError, "async_hook", "async hook point"
@@ -343,6 +366,14 @@ CASES = {
         ValueError,
         "Conv2d",
         "Linear",
+        setup=Env.attach_model,
+        torch=True,
+    ),
+    "torch: a torch-style (module, args, output) forward hook": Case(
+        lambda env: env.net.post("0", lambda module, args, output: None),
+        TypeError,
+        "<lambda>(module, args, output)",
+        "hook(ctx)",
         setup=Env.attach_model,
         torch=True,
     ),

@@ -20,10 +20,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 from urllib.parse import unquote, urlsplit
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
-PAGES = sorted(path for path in DOCS.rglob("*.md") if "_ext" not in path.parts)
+from doc_pages import DOCS, PAGES, ROOT, Block, Section, blocks, sections
 
 
 def _page_url(page: Path) -> Path:
@@ -217,51 +214,104 @@ def _readme_block(marker: str) -> str:
     return found.group(1).strip()
 
 
-@pytest.mark.parametrize("marker", ["demo-command", "test-command"])
+@pytest.mark.parametrize("marker", ["demo-command", "test-command", "quick-test-command"])
 def test_getting_started_shows_the_readme_commands(marker: str) -> None:
     command = _readme_block(marker)
     page = (DOCS / "index.md").read_text(encoding="utf-8")
     assert f"```bash\n{command}\n```" in page, f"docs/index.md lacks the README's {marker}"
 
 
-_PYCON = re.compile(r"^```pycon\n(.*?)^```", re.S | re.M)
+# --- the console examples on the pages, in page order and each section alone -------------
+
 _IMPORT = re.compile(r"^>>> (?:import|from) ([\w]+)", re.M)
 
 
-def _blocks(page: Path) -> List[Tuple[int, str]]:
-    text = page.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in _PYCON.finditer(text)]
-
-
-@pytest.mark.parametrize(
-    "page", [page for page in PAGES if _blocks(page)], ids=lambda page: page.name
-)
-def test_page_examples_run(page: Path) -> None:
-    """Each page's console examples run in order, in one namespace, as doctests.
+def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
+    """Run console blocks as doctests, in order, in one fresh namespace.
 
     A block that imports a module missing here (a peer library, or torch) is skipped,
     and so are the blocks after it that go on from it (those that don't start with an
-    import of their own); a block that starts with imports starts afresh.
+    import of their own); a block that starts with imports starts afresh. Whatever the
+    blocks register on ``hookbus.default_bus`` is gone afterwards. Returns how many
+    blocks ran and which were skipped; fails the test if an example failed.
     """
+    import hookbus
+    from hookbus.pytest_plugin import isolate
+
     parser = doctest.DocTestParser()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     namespace: Dict[str, object] = {"__name__": f"docs.{page.stem}"}
     ran, skipped, skipped_last = 0, [], False
-    for line, block in _blocks(page):
-        missing = sorted({m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)})
-        continues_skipped = skipped_last and not _IMPORT.match(block)
-        skipped_last = bool(missing) or continues_skipped
-        if skipped_last:
-            skipped.append(f"line {line} (needs {', '.join(missing) or 'the block before'})")
-            continue
-        test = parser.get_doctest(block, namespace, f"{page.name}:{line}", str(page), line)
-        runner.run(test, clear_globs=False)
-        namespace = test.globs  # DocTest works on a copy of the namespace it is given
-        ran += 1
+    with isolate(hookbus.default_bus):
+        for line, block in blocks:
+            missing = sorted(
+                {m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)}
+            )
+            continues_skipped = skipped_last and not _IMPORT.match(block)
+            skipped_last = bool(missing) or continues_skipped
+            if skipped_last:
+                skipped.append(f"line {line} (needs {', '.join(missing) or 'the block before'})")
+                continue
+            name = f"{page.name}:{line}"
+            test = parser.get_doctest(block, namespace, name, str(page), line)
+            runner.run(test, clear_globs=False)
+            namespace = test.globs  # DocTest works on a copy of the namespace it is given
+            ran += 1
     failed, attempted = runner.summarize(verbose=False)
     assert failed == 0, f"{failed} of {attempted} examples failed on {page.name} (output above)"
+    return ran, skipped
+
+
+@pytest.mark.parametrize(
+    "page", [page for page in PAGES if blocks(page)], ids=lambda page: page.name
+)
+def test_page_examples_run_in_page_order(page: Path) -> None:
+    """Each page's console examples run in order, in one namespace, as doctests."""
+    ran, skipped = _run_examples(page, blocks(page))
     if not ran:
         pytest.skip(f"every example of {page.name} needs a missing module: {skipped}")
+
+
+def _with_what_it_continues(section: Section) -> List[Block]:
+    """The section's blocks, after those of the sections it continues (and theirs)."""
+    by_anchor = {found.anchor: found for found in sections(section.page)}
+    order = [found.anchor for found in by_anchor.values()]
+    blocks: List[Block] = []
+    for anchor in section.continues:
+        assert anchor in by_anchor, f"{section.title!r} continues #{anchor}: no such section"
+        earlier = by_anchor[anchor]
+        assert order.index(anchor) < order.index(section.anchor), (
+            f"{section.title!r} continues #{anchor}, which comes after it"
+        )
+        assert earlier.blocks, f"{section.title!r} continues #{anchor}, which has no example"
+        blocks += [block for block in _with_what_it_continues(earlier) if block not in blocks]
+    return blocks + section.blocks
+
+
+_SECTIONS = [section for page in PAGES for section in sections(page) if section.blocks]
+
+
+@pytest.mark.parametrize(
+    "section", _SECTIONS, ids=lambda section: f"{section.page.name}#{section.anchor or 'top'}"
+)
+def test_each_section_runs_alone(section: Section) -> None:
+    """A reader who jumps to a section can run its examples in a fresh interpreter.
+
+    A section starts with the set-up its examples need, or says which earlier section
+    its examples continue ("Continues [Attaching a model](#attaching-a-model)"): then
+    that section's examples run first.
+    """
+    ran, skipped = _run_examples(section.page, _with_what_it_continues(section))
+    if not ran:
+        pytest.skip(f"every example of this section needs a missing module: {skipped}")
+
+
+def test_the_docs_test_sees_every_console_block() -> None:
+    """The section parser finds each ```pycon block the pages hold, none twice."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert len(blocks(page)) == text.count("```pycon\n"), page.name
+    assert sum(len(section.blocks) for section in _SECTIONS) > 90
 
 
 def test_the_home_pages_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -278,3 +328,42 @@ def test_the_home_pages_example_runs(capsys: pytest.CaptureFixture[str]) -> None
     finally:
         hookbus.clear()
     assert capsys.readouterr().out == "mail for 17\n"
+
+
+# --- the pages read raw, as the code host shows them ----------------------------------
+
+# The README and pyproject.toml's Documentation link lead to the Markdown on the code
+# host, which knows nothing of MkDocs: its plugins' syntax would show as written there.
+_CODE_HOST_BREAKERS = {
+    "an autoref ([text][hookbus.name]: write [text](api.md#hookbus.name))": re.compile(
+        r"\]\[[\w.]+\]"
+    ),
+    "an include (--8<--: put the included text in the page)": re.compile(r"^\s*-{2}8<-{2}", re.M),
+}
+# The pages generated from docstrings say so, and how to read them.
+_DIRECTIVE_PAGES = {"api.md", "testing.md"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_the_page_reads_as_plain_markdown_on_the_code_host(page: Path) -> None:
+    text = _prose(page.read_text(encoding="utf-8"))
+    for what, pattern in _CODE_HOST_BREAKERS.items():
+        found = pattern.search(text)
+        assert not found, f"{page.name} holds {what}: {found.group(0)!r}"
+    if re.search(r"^::: ", text, re.M):
+        assert page.name in _DIRECTIVE_PAGES, f"{page.name}: ::: directives show raw"
+        assert "help(hookbus." in text, f"{page.name}: say how to read it raw"
+
+
+def _prose(text: str) -> str:
+    """The Markdown without its fenced code blocks (code may hold anything)."""
+    return re.sub(r"^(`{3,})\w*\n.*?^\1\s*$", "", text, flags=re.S | re.M)
+
+
+def test_the_adapter_page_shows_the_example_file_in_full() -> None:
+    """docs/adapters.md holds examples/method_hooks.py's code, the same, byte for byte."""
+    page = (DOCS / "adapters.md").read_text(encoding="utf-8")
+    section = page[page.index("## The whole adapter") :]
+    shown = re.search(r"^```python\n(.*?)^```", section, re.S | re.M)
+    assert shown, "adapters.md lost its code block"
+    assert shown.group(1) == (ROOT / "examples" / "method_hooks.py").read_text(encoding="utf-8")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
+import warnings
 from typing import Any, List
 
 import pytest
@@ -52,6 +54,104 @@ def test_collect_returns_results_in_call_order() -> None:
     bus.on("q", lambda: "high", priority=10)
     bus.on("q", lambda: "normal")
     assert bus.collect("q") == ["high", "normal", "low"]
+
+
+def test_collect_pairs_pairs_each_result_with_the_hook_that_returned_it() -> None:
+    """blinker's send(): (receiver, result) pairs, right where bus.hooks() can't line up.
+
+    A hook skipped for its target, a once hook used up, and a hook that failed under
+    errors="log" each leave bus.hooks() and collect()'s results misaligned.
+    """
+    bus = EventBus(errors="log")
+
+    def database(sender: str, key: str) -> str:
+        return f"stored {key}"
+
+    def broken(sender: str, key: str) -> str:
+        raise KeyError(key)
+
+    def cache(sender: str, key: str) -> None:
+        return None
+
+    def once(sender: str, key: str) -> str:
+        return "first time"
+
+    bus.on("lookup", database, target="db")
+    bus.on("lookup", broken)
+    bus.on("lookup", cache)
+    bus.on("lookup", once, once=True)
+    pairs = bus.collect_pairs("lookup", "web", key="a")
+    assert [(handle.hook, result) for handle, result in pairs] == [
+        (cache, None),
+        (once, "first time"),
+    ]
+    assert all(isinstance(handle, hookbus.Handle) for handle, _ in pairs)
+    assert [(h.hook, r) for h, r in bus.collect_pairs("lookup", "db", key="b")] == [
+        (database, "stored b"),
+        (cache, None),
+    ]
+    assert bus.collect_pairs("nothing", "web") == []
+    assert hookbus.collect_pairs.__self__ is hookbus.default_bus  # type: ignore[attr-defined]
+
+
+def test_collect_pairs_of_a_declared_event_with_an_around_hook() -> None:
+    bus = EventBus()
+
+    @bus.event
+    def formats(kind: str) -> None: ...
+
+    def csv(kind: str) -> str:
+        return f"csv {kind}"
+
+    def around(ctx: Any) -> Any:
+        yield
+        ctx.result = [(handle.hook.__name__, result.upper()) for handle, result in ctx.result]
+
+    formats.on(csv)
+    bus.around("formats", around)
+    assert bus.collect_pairs("formats", "export") == [("csv", "CSV EXPORT")]
+    with pytest.raises(TypeError, match="don't match its spec"):
+        bus.collect_pairs("formats", "export", "extra")
+
+
+def test_without_dispatches_to_every_hook_but_those_left_out() -> None:
+    """pluggy's subset_hook_caller: call all plugins but some; every other call is unchanged."""
+    bus = EventBus()
+    seen: List[str] = []
+
+    class Csv:
+        @hookbus.listens("formats")
+        def formats(self) -> str:
+            seen.append("csv")
+            return "csv"
+
+    class Json:
+        @hookbus.listens("formats")
+        def formats(self) -> str:
+            seen.append("json")
+            return "json"
+
+        @hookbus.listens("formats", kind="around")
+        def upper(self, ctx: Any) -> Any:
+            yield
+            ctx.result = [name.upper() for name in ctx.result]
+
+    csv, json = bus.subscribe(Csv()), bus.subscribe(Json())
+    assert bus.collect("formats") == ["CSV", "JSON"]
+    assert bus.without(json).collect("formats") == ["csv"]  # its around hook too
+    assert bus.without(json).first("formats") == "csv"
+    assert bus.without(csv, json).collect("formats") == []
+    (csv_hook,) = csv
+    assert bus.without(csv_hook).collect("formats") == ["JSON"]  # a single handle
+    del seen[:]
+    bus.without(json).emit("formats")
+    assert seen == ["csv"]
+    assert asyncio.run(bus.without(json).collect_async("formats")) == ["csv"]
+    assert bus.collect("formats") == ["CSV", "JSON"]  # the bus itself is unchanged
+    left_out = bus.without(json)
+    assert "1 hook" in repr(left_out) or "2 hooks" in repr(left_out)
+    with pytest.raises(TypeError, match=r"without\(\) takes handles.*got str 'json'"):
+        bus.without("json")
 
 
 def test_higher_priority_first_and_ties_in_registration_order() -> None:
@@ -162,6 +262,26 @@ def test_paused_name_pattern_and_whole_bus() -> None:
         bus.emit("b.x")
     bus.emit("a.x")
     assert labels(log) == ["b.x", "a.x", "a.x"]
+
+
+def test_a_pause_never_entered_warns_that_it_paused_nothing() -> None:
+    """bus.paused("tick") without ``with`` silently paused nothing: it warns."""
+    bus = EventBus()
+    seen: List[Any] = []
+    bus.on("tick", seen.append)
+    with pytest.warns(RuntimeWarning, match=r"never entered.*paused nothing.*with bus\.paused"):
+        bus.paused("tick")  # the mistake: no with
+    bus.emit("tick", 1)
+    assert seen == [1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an entered pause warns nothing
+        with bus.paused("tick"):
+            bus.emit("tick", 2)
+        pause = bus.paused()
+        with pause:
+            pass
+        del pause
+    assert seen == [1]
 
 
 def test_pauses_nest() -> None:
@@ -318,10 +438,20 @@ def test_unnamed_buses_get_names_that_tell_them_apart() -> None:
     assert re.fullmatch(r"bus-\d+", first.name)
     assert repr(first) != repr(second)
     first.on("a", print)
-    assert f"<EventBus {first.name!r} 1 hooks" in repr(first)
+    assert f"<EventBus {first.name!r} 1 hook" in repr(first)
     assert f"<EventBus {second.name!r} 0 hooks" in repr(second)
     assert EventBus("orders").name == "orders"
     assert hookbus.default_bus.name == "default"
+
+
+def test_the_bus_repr_counts_hooks_and_names_in_words() -> None:
+    bus = EventBus("orders")
+    assert repr(bus) == "<EventBus 'orders' 0 hooks on 0 names, errors='raise'>"
+    bus.on("paid", print)
+    assert repr(bus) == "<EventBus 'orders' 1 hook on 1 name, errors='raise'>"
+    bus.on("paid", repr)
+    bus.on("shipped", print)
+    assert repr(bus) == "<EventBus 'orders' 3 hooks on 2 names, errors='raise'>"
 
 
 def test_unnamed_buses_made_in_threads_are_numbered_once_each() -> None:

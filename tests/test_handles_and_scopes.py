@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from typing import Any, List
 
 import pytest
@@ -163,6 +164,38 @@ def test_scope_cannot_be_entered_twice() -> None:
         pass
 
 
+def test_a_group_repr_counts_handles_in_words() -> None:
+    bus = EventBus()
+    group = HandleGroup([bus.on("e", print)])
+    assert repr(group) == "<HandleGroup 1 handle, 1 active>"
+    group.add(bus.on("f", print))
+    group.remove()
+    assert repr(group) == "<HandleGroup 0 handles, 0 active>"
+    assert repr(HandleGroup([bus.on("e", print), bus.on("f", repr)])).startswith(
+        "<HandleGroup 2 handles,"
+    )
+
+
+def test_a_scope_never_entered_warns_that_it_removes_nothing() -> None:
+    """bus.scope() without ``with`` collected nothing, silently: it warns when dropped."""
+    bus = EventBus()
+    scope = bus.scope()  # the mistake: no with
+    bus.on("e", print)
+    scope.remove()
+    with pytest.warns(RuntimeWarning, match=r"never entered.*with bus\.scope\(\)"):
+        del scope
+    assert len(bus.hooks()) == 1  # it collected nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # entered, or used through scope.on: no warning
+        with bus.scope():
+            pass
+        used = bus.scope()
+        used.on("e", repr)
+        used.remove()
+        del used
+    assert len(bus.hooks()) == 1
+
+
 def test_decorator_registered_inside_a_scope_is_removed() -> None:
     bus = EventBus()
     with bus.scope():
@@ -173,6 +206,30 @@ def test_decorator_registered_inside_a_scope_is_removed() -> None:
 
         assert len(bus.handles_of(react)) == 1
     assert bus.handles_of(react) == []
+
+
+def test_handles_of_a_hook_for_a_name_are_those_that_run_for_that_name() -> None:
+    """pyee's remove_listener(event, f): f's handles for one name, not for every name."""
+    bus = EventBus()
+    seen: List[Any] = []
+    got = seen.append
+    data = bus.on("data", got)
+    bus.on("end", got)
+    pattern = bus.on("data.*", got)
+    other = bus.on("data", print)
+    assert bus.handles_of(got, "data") == [data]
+    assert bus.handles_of(got, "data.raw") == [pattern]  # the hooks that run for it
+    assert bus.handles_of(got, "data.*") == [pattern]  # the pattern itself
+    assert bus.handles_of(got, "nothing") == []
+    assert {h.name for h in bus.handles_of(got)} == {"data", "end", "data.*"}
+    for handle in bus.handles_of(got, "data"):
+        handle.remove()
+    bus.emit("data", 1)
+    bus.emit("end", 2)
+    assert seen == [2]
+    assert other.active
+    with pytest.raises(ValueError, match="without its closing"):
+        bus.handles_of(got, "data[")
 
 
 def test_handles_of_a_bound_method() -> None:

@@ -43,3 +43,17 @@ def test_readme_commands_pin_torch_and_run_demo_and_tests() -> None:
     assert demo.group(1).endswith("python -m hookbus.demo")
     assert "torch==2.13.0" in tests.group(1)
     assert tests.group(1).endswith("pytest")
+
+
+def test_readme_quick_test_command_leaves_out_only_what_exists() -> None:
+    """The quick subset names a marker the suite defines and a test file that exists."""
+    root = README.parent
+    text = README.read_text()
+    quick = re.search(r"<!-- quick-test-command -->\n```bash\n(.*?)\n```", text, flags=re.S)
+    assert quick
+    command = quick.group(1)
+    assert command.startswith("pytest ")
+    for marker in re.findall(r"not (\w+)", command):
+        assert f'"{marker}:' in (root / "pyproject.toml").read_text(), marker
+    for ignored in re.findall(r"--ignore=(\S+)", command):
+        assert (root / ignored).is_file(), ignored

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import types
 from typing import Any, List
 
 import pytest
@@ -497,6 +498,70 @@ def test_an_object_without_hook_methods_is_refused() -> None:
         EventBus().subscribe(object())
 
 
+def test_a_marked_generator_method_is_an_around_hook() -> None:
+    """pluggy's wrapper=True implementation, in its plugin class: kind="around"."""
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("load")
+    def load(path: str) -> str:
+        return path.upper()
+
+    class Plugin:
+        @listens("formats")
+        def formats(self) -> str:
+            return "csv"
+
+        @listens("formats", kind="around")
+        def wrap_formats(self, ctx: Any) -> Any:
+            try:
+                yield
+            finally:
+                log.append("teardown")
+            ctx.result = [name.upper() for name in ctx.result]
+
+        @listens("load", kind="around")
+        def wrap_load(self, ctx: Any) -> Any:
+            ctx.args = (ctx.args[0] + ".txt",)
+            yield
+
+    plugin = bus.subscribe(Plugin())
+    assert bus.collect("formats") == ["CSV"]
+    assert load("a") == "A.TXT"
+    assert log == ["teardown"]
+    assert sorted(h.kind for h in plugin) == ["around", "around", "event"]
+    plugin.remove()
+    assert bus.collect("formats") == []
+    with pytest.raises(TypeError, match="generator"):  # an around hook must yield
+        bus.subscribe(
+            type("Bad", (), {"f": listens("formats", kind="around")(lambda s, ctx: 1)})()
+        )
+    assert bus.hooks() == []
+
+
+def test_the_refusal_says_list_the_events_not_declare_them() -> None:
+    """ "Declare" is @bus.event's word; hook_events lists the events methods are named after.
+
+    A class whose methods are named after declared events needs them listed: the
+    message says how, without sending the reader to @bus.event.
+    """
+    bus = EventBus()
+
+    @bus.event
+    def before_run(runner: object) -> None: ...
+
+    class Logger:
+        def before_run(self, runner: object) -> None: ...
+
+    for obj in (Logger(), types.ModuleType("plugin")):
+        with pytest.raises(ValueError, match="list the events") as refused:
+            bus.subscribe(obj)
+        message = str(refused.value).split(" has no ", 1)[1]  # after the object's name
+        assert "declare" not in message
+        assert "list the events" in message
+        assert "hook_events" in message
+
+
 def test_a_declared_set_that_matches_no_method_names_the_near_misses() -> None:
     class Typo:
         hook_events = ("after_train_iter", "before_run")
@@ -538,7 +603,7 @@ def test_a_bad_class_priority_names_the_attribute() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"event": "e", "kind": "around"}, ValueError, r"unknown hook kind 'around'.*'pre'"),
+        ({"event": "e", "kind": "wrapper"}, ValueError, r"unknown hook kind 'wrapper'.*'around'"),
         ({"event": "e", "priority": 1.5}, TypeError, r"priority must be an int"),
         ({"event": "e", "once": 1}, TypeError, r"once=\) takes True or False"),
         ({"event": ""}, ValueError, r"event name must be a non-empty string"),

@@ -75,7 +75,6 @@ def test_a_strict_bus_accepts_around_hooks_on_declared_events() -> None:
     assert ran == ["saved"]
 
 
-@pytest.mark.xfail(strict=True, reason="@listens(kind='around') is refused")
 def test_listens_marks_an_around_hook_that_subscribe_registers() -> None:
     """pluggy's ``wrapper=True`` lives in the plugin class beside the plain hooks; a hook
     class here must be able to hold its around hook too."""

@@ -183,9 +183,8 @@ class Cache(Mapping[str, CapturedCalls]):
                 ) from None
             if name in self._selected:
                 raise KeyError(f"module {name!r} was selected but not called") from None
-            raise KeyError(
-                f"module {name!r} was not captured; captured: {', '.join(self._records) or 'none'}"
-            ) from None
+            captured = ", ".join(map(repr, self._records)) or "none"  # names, quoted: '0'
+            raise KeyError(f"module {name!r} was not captured; captured: {captured}") from None
 
     def __getstate__(self) -> Dict[str, Any]:
         # A cache is data: it pickles (torch.save too).

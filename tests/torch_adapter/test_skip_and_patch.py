@@ -339,6 +339,20 @@ def test_patch_errors_name_the_module_and_shapes(net: Net) -> None:
     assert all("forward" not in vars(m) for m in net.modules())
 
 
+def test_patch_names_the_captured_modules_quoted_not_as_a_count() -> None:
+    """A module named "0" read as a count: 'captured: 0' said no module was captured."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
+    with hookbus.torch.capture(model, "0") as cache:
+        model(torch.ones(1, 2))
+    with pytest.raises(KeyError) as refused, hookbus.torch.patch(model, cache, "2"):
+        pass
+    assert "module '2' was not captured; captured: '0'" in str(refused.value)
+    with hookbus.torch.capture(model, ["0", "2"]) as both:
+        model(torch.ones(1, 2))
+    with pytest.raises(KeyError, match=r"captured: '0', '2'"):
+        both["1"]
+
+
 def test_a_data_parallel_replica_of_a_module_with_pre_hooks_runs_as_itself(
     net: Net, bus: hookbus.EventBus
 ) -> None:
