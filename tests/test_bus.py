@@ -361,7 +361,7 @@ def test_introspection_lists_hooks_with_priority_and_location() -> None:
     (top, *_rest) = bus.hooks("e")
     assert top.hook is first
     assert top.priority == 2
-    assert top.where.endswith(f"test_events.py:{first.__code__.co_firstlineno}")
+    assert top.where.endswith(f"test_bus.py:{first.__code__.co_firstlineno}")
     assert bus.events() == ["e", "e.*", "other"]
     assert [h.name for h in bus.hooks("e.x")] == ["e.*"]
     assert len(bus.hooks()) == 3

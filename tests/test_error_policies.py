@@ -92,7 +92,7 @@ def test_raise_policy_propagates_with_a_note_naming_hook_and_event() -> None:
     assert len(notes) == 1
     assert "broken" in notes[0]
     assert "'load'" in notes[0]
-    assert "test_reentrancy_and_errors.py" in notes[0]
+    assert "test_error_policies.py" in notes[0]
 
 
 def test_raise_policy_note_never_prints_argument_values() -> None:
