@@ -8,6 +8,7 @@ import warnings
 from typing import Any, List
 
 import pytest
+from async_helpers import LazyEvent, run
 
 from hookbus import EventBus
 
@@ -119,6 +120,51 @@ def test_decorator_registered_inside_a_scope_is_removed() -> None:
 
         assert len(bus.handles_of(react)) == 1
     assert bus.handles_of(react) == []
+
+
+def test_cancellation_inside_a_scope_removes_its_hooks() -> None:
+    bus = EventBus()
+    started = LazyEvent()
+
+    async def task_body() -> None:
+        with bus.scope():
+            bus.on("e", print)
+            started.set()
+            await asyncio.Event().wait()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(task_body())
+        await started.wait()
+        assert len(bus.hooks()) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+    assert bus.hooks() == []
+
+
+def test_scope_opened_in_one_task_does_not_capture_another_tasks_hooks() -> None:
+    bus = EventBus()
+    inside = LazyEvent()
+    done = LazyEvent()
+
+    async def scoped() -> None:
+        with bus.scope():
+            bus.on("scoped", print)
+            inside.set()
+            await done.wait()
+
+    async def other() -> None:
+        await inside.wait()
+        bus.on("other", print)
+        done.set()
+
+    async def main() -> None:
+        await asyncio.gather(scoped(), other())
+
+    run(main())
+    assert bus.events() == ["other"]
 
 
 # --- a scope exited somewhere else ------------------------------------------------------
