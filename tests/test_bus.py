@@ -9,21 +9,10 @@ import warnings
 from typing import Any, List
 
 import pytest
+from hook_helpers import labels, recorder
 
 import hookbus
-from hookbus import EventBus, Priority
-
-
-def recorder(log: List[Any], label: Any) -> Any:
-    def hook(*args: Any, **kwargs: Any) -> Any:
-        log.append((label, args, kwargs))
-        return label
-
-    return hook
-
-
-def labels(log: List[Any]) -> List[Any]:
-    return [entry[0] for entry in log]
+from hookbus import EventBus
 
 
 def test_emit_passes_exactly_what_was_emitted() -> None:
@@ -152,55 +141,6 @@ def test_without_dispatches_to_every_hook_but_those_left_out() -> None:
     assert "1 hook" in repr(left_out) or "2 hooks" in repr(left_out)
     with pytest.raises(TypeError, match=r"without\(\) takes handles.*got str 'json'"):
         bus.without("json")
-
-
-def test_higher_priority_first_and_ties_in_registration_order() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-    for label, priority in [("a", 0), ("b", 5), ("c", 0), ("d", 5), ("e", -3)]:
-        bus.on("e", recorder(log, label), priority=priority)
-    bus.emit("e")
-    assert labels(log) == ["b", "d", "a", "c", "e"]
-
-
-def test_priority_names_map_consistently_with_higher_first() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-    names = [
-        "LOWEST",
-        "VERY_LOW",
-        "LOW",
-        "BELOW_NORMAL",
-        "NORMAL",
-        "ABOVE_NORMAL",
-        "HIGH",
-        "VERY_HIGH",
-        "HIGHEST",
-    ]
-    for name in names:
-        bus.on("e", recorder(log, name), priority=name)
-    bus.emit("e")
-    assert labels(log) == list(reversed(names))
-    assert Priority.NORMAL == 0
-    assert Priority.HIGH > 10 > Priority.NORMAL  # an int and a name mix as expected
-
-
-def test_priority_accepts_enum_and_lowercase_name() -> None:
-    bus = EventBus()
-    assert bus.on("e", print, priority=Priority.LOW).priority == -20
-    assert bus.on("f", print, priority="very_high").priority == 40
-
-
-def test_once_hook_runs_exactly_once_and_is_removed() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-    handle = bus.on("e", recorder(log, "once"), once=True)
-    bus.on("e", recorder(log, "always"))
-    bus.emit("e")
-    bus.emit("e")
-    assert labels(log) == ["once", "always", "always"]
-    assert not handle.active
-    assert [h.name for h in bus.hooks("e")] == ["e"]
 
 
 def test_target_filters_on_the_sender() -> None:
@@ -409,27 +349,6 @@ def test_every_hook_called_once_per_emit(n: int) -> None:
     bus.emit("e")
     bus.emit("e")
     assert counts == [2] * n
-
-
-def test_with_name_passes_the_event_name_first() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-    bus.on("user.*", recorder(log, "named"), with_name=True)
-    bus.on("user.*", recorder(log, "plain"))
-    bus.emit("user.created", "ada", admin=True)
-    assert log == [
-        ("named", ("user.created", "ada"), {"admin": True}),
-        ("plain", ("ada",), {"admin": True}),
-    ]
-    assert bus.collect("user.deleted", "bob") == ["named", "plain"]
-    assert "with_name" in repr(bus.hooks("user.x")[0])
-
-
-def test_with_name_is_for_event_hooks_only() -> None:
-    bus = EventBus()
-    with pytest.raises(TypeError, match="with_name= is for event hooks"):
-        bus.pre("f", print, with_name=True)
-    assert bus.hooks() == []
 
 
 def test_unnamed_buses_get_names_that_tell_them_apart() -> None:

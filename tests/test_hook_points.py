@@ -183,20 +183,6 @@ def test_target_filter_on_instances() -> None:
     assert log == ["a"]
 
 
-def test_once_pre_hook() -> None:
-    bus = EventBus()
-    log: List[int] = []
-
-    @bus.hookable("f")
-    def f(x: int) -> int:
-        return x
-
-    bus.pre("f", lambda ctx: log.append(ctx.args[0]), once=True)
-    f(1)
-    f(2)
-    assert log == [1]
-
-
 def test_hook_points_share_hooks_by_name_and_pattern() -> None:
     bus = EventBus()
     log: List[str] = []
