@@ -787,6 +787,37 @@ def test_strict_refuses_unknown_names_at_once_with_close_names() -> None:
     assert forward(1) == 1
 
 
+# --- strict buses catch typos in emitted names -----------------------------------------
+
+
+def test_a_strict_bus_refuses_to_emit_an_unknown_name_with_close_names() -> None:
+    bus = EventBus(strict=True)
+
+    @bus.event
+    def order_paid(order: str) -> None: ...
+
+    for emit in (bus.emit, bus.collect, bus.first):
+        with pytest.raises(UnknownNameError, match="did you mean 'order_paid'"):
+            emit("order_payd", "o-1")
+
+
+def test_a_strict_bus_emits_declared_names_and_hook_point_names() -> None:
+    bus = EventBus(strict=True)
+
+    @bus.event
+    def ping() -> None: ...
+
+    @bus.hookable("load")
+    def load() -> None: ...
+
+    bus.emit("ping")
+    bus.emit("load")  # a hook point's name is known
+
+
+def test_a_non_strict_bus_still_emits_anything() -> None:
+    EventBus().emit("never.declared")
+
+
 # --- hook points: listing, and default names shared by accident -----------------------------
 
 
