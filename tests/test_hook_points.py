@@ -212,19 +212,6 @@ def test_hooks_registered_before_the_point_exists_apply() -> None:
     assert later() == "hooked"
 
 
-def test_paused_point_runs_the_callable_without_hooks() -> None:
-    bus = EventBus()
-
-    @bus.hookable("f")
-    def f() -> str:
-        return "plain"
-
-    bus.post("f", lambda ctx: setattr(ctx, "result", "hooked"))
-    with bus.paused("f"):
-        assert f() == "plain"
-    assert f() == "hooked"
-
-
 def test_removing_the_last_hook_restores_the_plain_call() -> None:
     bus = EventBus()
 
