@@ -164,25 +164,6 @@ def test_call_context_fields_and_per_call_data() -> None:
     assert "hunter" not in repr(CallContext("n", None, ("hunter2",), {}))
 
 
-def test_target_filter_on_instances() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-
-    class Model:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        @bus.hookable("forward")
-        def forward(self, x: int) -> int:
-            return x
-
-    a, b = Model("a"), Model("b")
-    bus.post("forward", lambda ctx: log.append(ctx.target.name), target=a)
-    a.forward(1)
-    b.forward(1)
-    assert log == ["a"]
-
-
 def test_hook_points_share_hooks_by_name_and_pattern() -> None:
     bus = EventBus()
     log: List[str] = []

@@ -1,10 +1,13 @@
-"""No user object is let go of while the bus lock is held.
+"""The registry: one registration per hook and name, and no user object let go of under its lock.
+
+The same callable registered twice on one name is refused (never silently run twice,
+never silently dropped), as pluggy and torch users expect.
 
 A hook, a ``target`` or a historic event's argument may have a finalizer
 (``__del__``, ``weakref.finalize``) that uses the bus: it registers a hook,
 lists them, or emits. If the last reference to such an object went while the
 bus's (non-reentrant) lock was held, that finalizer would deadlock the bus. Each
-test below drops the last reference through one removal path, with the garbage
+test of the lock drops the last reference through one removal path, with the garbage
 collector off (so reference counting frees the object at once, where it
 happens), in a thread with a timeout: a deadlock fails the test instead of
 hanging the suite.
@@ -19,7 +22,92 @@ from typing import Any, Callable, Iterator, List
 import pytest
 
 import hookbus
+from hookbus import EventBus
 from hookbus.pytest_plugin import isolate
+
+# --- the same callable twice on one name -------------------------------------------------
+
+
+def test_the_same_callable_twice_on_one_name_is_refused() -> None:
+    bus = EventBus()
+
+    def hook(x: Any) -> None: ...
+
+    first = bus.on("tick", hook)
+    with pytest.raises(ValueError, match="already registered") as raised:
+        bus.on("tick", hook, priority=5)
+    assert "partial" in str(raised.value)  # how to run it twice on purpose
+    assert bus.hooks() == [first]
+    bus.on("tock", hook)  # another name is another registration
+    first.remove()
+    bus.on("tick", hook)  # once the first is gone, it may come back
+
+
+def test_the_same_bound_method_twice_is_refused_and_two_objects_are_not() -> None:
+    class Plugin:
+        def tick(self) -> None: ...
+
+    bus = EventBus()
+    plugin = Plugin()
+    bus.on("tick", plugin.tick)
+    with pytest.raises(ValueError, match="already registered"):
+        bus.on("tick", plugin.tick)
+    bus.on("tick", Plugin().tick)
+
+
+def test_the_same_callable_for_two_targets_is_two_registrations() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    def hook(sender: Any) -> None:
+        seen.append(sender)
+
+    bus.on("sig", hook, target="a")
+    bus.on("sig", hook, target="b")
+    with pytest.raises(ValueError, match="already registered"):
+        bus.on("sig", hook, target="a")
+    bus.emit("sig", "a")
+    bus.emit("sig", "b")
+    assert seen == ["a", "b"]
+
+
+def test_the_same_hook_twice_on_a_pattern_or_a_point_is_refused() -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load() -> None: ...
+
+    def hook(ctx: Any) -> None: ...
+
+    bus.pre("load", hook)
+    with pytest.raises(ValueError, match="already registered"):
+        bus.pre("load", hook)
+    bus.on("a.*", print)
+    with pytest.raises(ValueError, match="already registered"):
+        bus.on("a.*", print)
+
+
+@pytest.mark.torch
+def test_a_torch_users_second_registration_is_refused_not_dropped() -> None:
+    torch = pytest.importorskip("torch")
+    import hookbus.torch
+
+    bus = EventBus()
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    hookbus.torch.attach(model, bus)
+    calls: List[str] = []
+
+    def hook(ctx: Any) -> None:
+        calls.append(ctx.name)
+
+    bus.post("0", hook)
+    with pytest.raises(ValueError, match="torch would run the hook twice"):
+        bus.post("0", hook)  # torch's register_forward_hook would run it twice
+    model(torch.zeros(1, 2))
+    assert calls == ["0"]
+
+
+# --- no user object is let go of while the lock is held ----------------------------------
 
 
 class UsesTheBusWhenFreed:

@@ -248,6 +248,33 @@ def test_weak_method_found_under_another_name_is_refused() -> None:
     assert handle.active
 
 
+def test_weak_true_on_a_lambda_is_refused() -> None:
+    bus = EventBus()
+    with pytest.raises(TypeError, match="lambda"):
+        bus.on("tick", lambda: None, weak=True)
+    assert bus.hooks() == []
+
+
+def test_weak_true_on_a_method_of_an_object_made_in_the_call_is_refused() -> None:
+    class Display:
+        def update(self, value: Any) -> None: ...
+
+    bus = EventBus()
+    with pytest.raises(TypeError, match="nothing else refers"):
+        bus.on("tick", Display().update, weak=True)
+    with pytest.raises(TypeError, match="nothing else refers"):
+        bus.on("tick", collections.deque().append, weak=True)
+    assert bus.hooks() == []
+    display = Display()  # held here: the weak hook lives as long as it does
+    handle = bus.on("tick", display.update, weak=True)
+    table = Table()
+    bus.on("tock", table.__setitem__, weak=True)
+    assert handle.active
+    del display
+    gc.collect()
+    assert not handle.active
+
+
 # --- strong registrations: nothing kept alive after remove() --------------------------------
 
 
