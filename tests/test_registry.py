@@ -1,4 +1,4 @@
-"""The registry: one registration per hook and name, and no user object let go of under its lock.
+"""The registry: one registration per hook and name, and no user code run under its lock.
 
 The same callable registered twice on one name is refused (never silently run twice,
 never silently dropped), as pluggy and torch users expect.
@@ -10,14 +10,14 @@ bus's (non-reentrant) lock was held, that finalizer would deadlock the bus. Each
 test of the lock drops the last reference through one removal path, with the garbage
 collector off (so reference counting frees the object at once, where it
 happens), in a thread with a timeout: a deadlock fails the test instead of
-hanging the suite.
+hanging the suite. A refusal formats the hook for its message outside the lock too.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
@@ -249,3 +249,85 @@ def test_a_restored_snapshot_lets_go_of_later_hooks_after_releasing_the_lock() -
     bus.exception("load", UsesTheBusWhenFreed(bus, log))
     _finishes(lambda: bus.registry.restore(snapshot))
     assert log == ["finalized"]
+
+
+# --- a refusal's message reads the hook outside the lock ---------------------------------
+
+
+class _AsyncHookThatUsesTheBus:
+    """An async callable whose attribute lookups take the bus lock (bus.hooks())."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+
+    async def __call__(self, ctx: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        self.bus.hooks()  # runs when hookbus reads __qualname__ / __name__ for a message
+        raise AttributeError(name)
+
+
+def _outcome_in_a_thread(call: Callable[[], Any]) -> Dict[str, Any]:
+    outcome: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "deadlocked: an error message read the hook under the lock"
+    return outcome
+
+
+def test_refusing_an_async_hook_on_a_sync_point_reads_the_hook_outside_the_lock() -> None:
+    # Issue 10, item 3's audit: the refusal's message formats the handle, which reads
+    # the user's callable; formatted under the bus lock, that deadlocked.
+    bus = EventBus()
+    size = bus.wrap(len, "size")  # kept: the bus holds hook points weakly
+    outcome = _outcome_in_a_thread(lambda: bus.pre("size", _AsyncHookThatUsesTheBus(bus)))
+    assert isinstance(outcome.get("error"), TypeError)
+    assert "async hook point" in str(outcome["error"])
+    assert bus.hooks() == []
+    assert size("abc") == 3
+
+
+def test_refusing_a_sync_point_that_an_async_hook_matches_reads_the_hook_outside_the_lock() -> (
+    None
+):
+    bus = EventBus()
+    hook = _AsyncHookThatUsesTheBus(bus)
+    bus.pre("size", hook)
+    outcome = _outcome_in_a_thread(lambda: bus.wrap(len, "size"))
+    assert isinstance(outcome.get("error"), TypeError)
+    assert "matches the async hook" in str(outcome["error"])
+
+
+class _HookThatUsesTheBus:
+    """A sync callable whose attribute lookups take a bus's lock (bus.hooks())."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+
+    def __call__(self, *args: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        self.bus.hooks()
+        raise AttributeError(name)
+
+
+def test_refusing_another_bus_s_handle_reads_the_hook_outside_the_lock() -> None:
+    # The registry's remove() refuses a handle of another bus with a message that
+    # formats the handle; formatted under the lock, a hook that uses the bus deadlocked.
+    mine, other = EventBus(), EventBus()
+    handle = other.on("saved", _HookThatUsesTheBus(mine))
+    outcome = _outcome_in_a_thread(lambda: mine.registry.remove([handle]))
+    assert isinstance(outcome.get("error"), ValueError)
+    assert "belongs to the bus" in str(outcome["error"])
+    assert handle.active
+    assert mine.hooks() == []
