@@ -321,24 +321,6 @@ def test_no_two_modules_share_a_stem() -> None:
     assert not pairs, f"module names a reader could confuse: {pairs}"
 
 
-def test_a_context_is_a_call_context_and_refuses_pickling_clearly() -> None:
-    import pickle
-
-    bus = EventBus()
-    seen: List[object] = []
-
-    @bus.hookable("load")
-    def load(key: str) -> str:
-        return key
-
-    bus.pre("load", seen.append)
-    load("a")
-    (ctx,) = seen
-    assert type(ctx) is hookbus.CallContext
-    with pytest.raises(TypeError, match=r"cannot be pickled.*ctx\.args, ctx\.kwargs"):
-        pickle.dumps(ctx)
-
-
 def _imports(path: Path) -> List[str]:
     names = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

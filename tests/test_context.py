@@ -1,4 +1,6 @@
-"""``ctx.skip(value)``: a pre hook short-circuits the call (a cache hit, a dry run)."""
+"""The call context: the fields every hook of one call shares, ``ctx.recover``, and
+``ctx.skip(value)``, with which a pre hook short-circuits the call (a cache hit, a dry run).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +9,68 @@ from typing import Any, Dict, List
 
 import pytest
 
+import hookbus
 from hookbus import CallContext, EventBus
+
+# --- the fields of a call, shared by its hooks ---------------------------------------------
+
+
+def test_call_context_fields_and_per_call_data() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    @bus.hookable("work")
+    def work(a: int, *, b: int) -> int:
+        return a + b
+
+    def before(ctx: CallContext) -> None:
+        ctx.data["token"] = ctx.call_index * 100
+
+    def after(ctx: CallContext) -> None:
+        seen.append((ctx.name, ctx.target, ctx.args, ctx.kwargs, ctx.result, ctx.data["token"]))
+
+    bus.pre("work", before)
+    bus.post("work", after)
+    work(1, b=2)
+    work(3, b=4)
+    assert seen == [
+        ("work", work.__wrapped__, (1,), {"b": 2}, 3, 0),  # type: ignore[attr-defined]
+        ("work", work.__wrapped__, (3,), {"b": 4}, 7, 100),  # type: ignore[attr-defined]
+    ]
+    assert "hunter" not in repr(CallContext("n", None, ("hunter2",), {}))
+
+
+def test_recover_outside_an_exception_hook_is_an_error() -> None:
+    bus = EventBus()
+
+    @bus.hookable("f")
+    def f() -> int:
+        return 1
+
+    bus.post("f", lambda ctx: ctx.recover(2))
+    with pytest.raises(RuntimeError, match="exception hooks"):
+        f()
+
+
+def test_a_context_is_a_call_context_and_refuses_pickling_clearly() -> None:
+    import pickle
+
+    bus = EventBus()
+    seen: List[object] = []
+
+    @bus.hookable("load")
+    def load(key: str) -> str:
+        return key
+
+    bus.pre("load", seen.append)
+    load("a")
+    (ctx,) = seen
+    assert type(ctx) is hookbus.CallContext
+    with pytest.raises(TypeError, match=r"cannot be pickled.*ctx\.args, ctx\.kwargs"):
+        pickle.dumps(ctx)
+
+
+# --- ctx.skip ------------------------------------------------------------------------------
 
 
 def make_point(bus: EventBus) -> Any:
