@@ -219,25 +219,3 @@ def test_no_two_modules_share_a_stem() -> None:
         if first == second or _confusable(first, second)
     ]
     assert not pairs, f"module names a reader could confuse: {pairs}"
-
-
-def _imports(path: Path) -> List[str]:
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = "." * node.level + (node.module or "")
-            names += [f"{base}.{alias.name}" for alias in node.names]
-    return names
-
-
-def test_the_example_adapter_uses_only_the_public_seam() -> None:
-    used = _imports(ROOT / "examples" / "method_hooks.py")
-    of_hookbus = sorted({name for name in used if name.startswith("hookbus")})
-    assert of_hookbus == [
-        "hookbus",
-        "hookbus.adapter",
-    ]  # import hookbus; from hookbus import adapter
-    private = [name for name in used if "._" in name]
-    assert not private, private
