@@ -1,17 +1,21 @@
-"""Event hooks: on / emit / collect, ordering, once, targets, patterns, pauses."""
+"""The bus: emit, collect, collect_pairs, first, without and clear; the decorator form; the
+module-level API on the default bus; a bus's name and repr."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import threading
-from typing import Any, List
+from typing import Any, Callable, List
 
 import pytest
 from hook_helpers import recorder
 
 import hookbus
 from hookbus import EventBus
+
+# --- emit, collect, first, without, clear --------------------------------------------------
 
 
 def test_emit_passes_exactly_what_was_emitted() -> None:
@@ -142,6 +146,61 @@ def test_without_dispatches_to_every_hook_but_those_left_out() -> None:
         bus.without("json")
 
 
+def test_first_returns_the_first_result_that_is_not_none_and_stops() -> None:
+    bus = EventBus()
+    ran: List[str] = []
+
+    def hook(label: str, result: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            ran.append(label)
+            return result
+
+        return run
+
+    bus.on("find", hook("a", None), priority=3)
+    bus.on("find", hook("b", 0), priority=2)
+    bus.on("find", hook("c", "never"), priority=1)
+    assert bus.first("find") == 0
+    assert ran == ["a", "b"]
+    assert bus.first("nobody") is None
+
+
+def test_first_works_with_once_and_the_error_policies() -> None:
+    bus = EventBus(errors="collect")
+    bus.on("find", lambda: 1 / 0, priority=5)
+    bus.on("find", lambda: "found", once=True)
+    with pytest.raises(hookbus.HookError):
+        bus.first("find")
+    assert bus.hooks("find")[0].priority == 5  # the once hook ran, and is gone
+    assert len(bus.hooks("find")) == 1
+
+
+def test_first_refuses_async_hooks_like_emit() -> None:
+    bus = EventBus()
+
+    async def hook() -> str:
+        return "x"
+
+    bus.on("find", hook)
+    with pytest.raises(TypeError, match="emit_async"):
+        bus.first("find")
+
+
+def test_clear_removes_everything_or_one_name() -> None:
+    bus = EventBus()
+    a = bus.on("a", print)
+    b = bus.on("b", print)
+    bus.clear("a")
+    assert (a.active, b.active) == (False, True)
+    bus.clear()
+    assert not b.active
+    assert bus.hooks() == []
+    bus.emit("b", "nothing printed")
+
+
+# --- the decorator form, and the module-level API on the default bus -----------------------
+
+
 def test_decorator_form_returns_the_function_and_its_handle_is_reachable() -> None:
     bus = EventBus()
 
@@ -186,6 +245,20 @@ def test_module_level_api_is_complete() -> None:
         assert callable(getattr(EventBus, name))
 
 
+def test_every_public_bus_method_is_a_module_level_function_on_the_default_bus() -> None:
+    methods = [
+        name
+        for name, value in inspect.getmembers(EventBus)
+        if not name.startswith("_") and callable(value)
+    ]
+    assert {"collect_async", "handles_of", "events", "trace", "event", "first"} <= set(methods)
+    for name in methods:
+        function = getattr(hookbus, name)
+        assert function == getattr(hookbus.default_bus, name), name
+        assert name in hookbus.__all__, name
+        assert inspect.signature(function) == inspect.signature(getattr(hookbus.default_bus, name))
+
+
 def test_import_hookbus_does_not_import_torch() -> None:
     import subprocess
     import sys
@@ -195,48 +268,7 @@ def test_import_hookbus_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_introspection_lists_hooks_with_priority_and_location() -> None:
-    bus = EventBus()
-
-    def first() -> None:
-        pass
-
-    bus.on("e", first, priority=2)
-    bus.on("e.*", print)
-    bus.on("other", print)
-    (top, *_rest) = bus.hooks("e")
-    assert top.hook is first
-    assert top.priority == 2
-    assert top.where.endswith(f"test_bus.py:{first.__code__.co_firstlineno}")
-    assert bus.events() == ["e", "e.*", "other"]
-    assert [h.name for h in bus.hooks("e.x")] == ["e.*"]
-    assert len(bus.hooks()) == 3
-    assert "3 hooks" in repr(bus)
-
-
-def test_hooks_of_a_pattern_lists_the_hooks_registered_under_that_pattern() -> None:
-    # docs/concepts.md: bus.hooks("train.*") lists the hooks registered under that pattern.
-    bus = EventBus()
-    low = bus.on("train.*", print)
-    high = bus.on("train.*", repr, priority=5)
-    bus.on("train.step", print)
-    bus.on("eval.*", print)
-    point_hook = bus.pre("train.*", lambda ctx: None)
-    assert bus.hooks("train.*") == [high, low, point_hook]  # kind by kind, dispatch order
-    assert bus.hooks("train.*", kind="event") == [high, low]
-    assert bus.hooks("nothing.*") == []
-
-
-def test_clear_removes_everything_or_one_name() -> None:
-    bus = EventBus()
-    a = bus.on("a", print)
-    b = bus.on("b", print)
-    bus.clear("a")
-    assert (a.active, b.active) == (False, True)
-    bus.clear()
-    assert not b.active
-    assert bus.hooks() == []
-    bus.emit("b", "nothing printed")
+# --- a bus's name and repr -----------------------------------------------------------------
 
 
 def test_unnamed_buses_get_names_that_tell_them_apart() -> None:

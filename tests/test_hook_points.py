@@ -1,15 +1,21 @@
-"""Hook points: pre/post/exception hooks around every kind of callable."""
+"""Hook points: any callable made a hook point (``hookable``, ``wrap``), its name, the hooks
+that reach it by name and pattern, and the hooks registered through the point itself."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
+import types
+import warnings
 from typing import Any, Dict, List
 
 import pytest
 
+import hookbus
 from hookbus import CallContext, EventBus
+
+# --- a point runs the hooks of its name ----------------------------------------------------
 
 
 def test_hook_points_share_hooks_by_name_and_pattern() -> None:
@@ -231,6 +237,51 @@ def test_metadata_and_signature_are_kept() -> None:
         assert getattr(wrapped, attribute) == getattr(documented, attribute)
     assert wrapped.__wrapped__ is documented  # type: ignore[attr-defined]
     assert inspect.signature(wrapped) == inspect.signature(documented)
+
+
+# --- a default name shared by accident warns -----------------------------------------------
+
+
+def _function_in_module(module_name: str, qualname: str) -> Any:
+    module = types.ModuleType(module_name)
+    exec(f"def {qualname}(x):\n    return x\n", module.__dict__)
+    fn = module.__dict__[qualname]
+    fn.__module__ = module_name
+    return fn
+
+
+def test_a_default_name_taken_by_another_modules_function_warns_naming_both() -> None:
+    bus = EventBus()
+    first = bus.hookable(_function_in_module("pkg.a", "forward"))
+    with pytest.warns(hookbus.SharedNameWarning) as caught:
+        second = bus.hookable(_function_in_module("pkg.b", "forward"))
+    message = str(caught[0].message)
+    assert "pkg.a" in message
+    assert "pkg.b" in message
+    assert "@hookable('forward')" in message  # the way to say sharing is meant
+    assert first(1) == second(1) == 1
+
+
+def test_no_warning_for_the_same_module_or_an_explicit_name() -> None:
+    bus = EventBus()
+    keep = [bus.hookable(_function_in_module("pkg.a", "forward"))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        keep.append(bus.hookable(_function_in_module("pkg.a", "forward")))  # a reload
+        keep.append(bus.hookable("forward")(_function_in_module("pkg.c", "forward")))
+    assert len(keep) == 3
+
+
+def test_the_shared_name_warning_as_an_error_leaves_nothing_half_registered() -> None:
+    bus = EventBus()
+    keep = bus.hookable(_function_in_module("pkg.a", "forward"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(hookbus.SharedNameWarning):
+            bus.hookable(_function_in_module("pkg.b", "forward"))
+    assert [p.where for p in bus.points()] == [p.where for p in bus.points()[:1]]
+    assert len(bus.points()) == 1
+    assert keep(2) == 2
 
 
 # --- async ----------------------------------------------------------------------------
