@@ -1,10 +1,12 @@
-"""Helpers of the core tests: hooks that log their calls, a declared event, where a hook is."""
+"""Helpers of the core tests: hooks and listeners that log their calls, a declared event, where
+a hook is, and a thorough garbage collection."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Callable, List
 
-from hookbus import Event, EventBus
+from hookbus import CallContext, Event, EventBus
 
 
 def recorder(log: List[Any], label: Any) -> Any:
@@ -29,3 +31,19 @@ def declare_user_created(bus: EventBus, name: str = "user.created") -> Event[Any
         """Emitted after a user row is committed."""
 
     return user_created
+
+
+class Listener:
+    def __init__(self, log: List[str]) -> None:
+        self.log = log
+
+    def on_event(self, *args: Any) -> None:
+        self.log.append("listener")
+
+    def on_call(self, ctx: CallContext) -> None:
+        self.log.append(f"listener {ctx.phase}")
+
+
+def collect_garbage() -> None:
+    for _ in range(3):  # PyPy-style generations and cycles: be thorough
+        gc.collect()
