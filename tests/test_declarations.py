@@ -14,6 +14,7 @@ from hook_helpers import declare_user_created, line_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hookbus
 from hookbus import EventBus, UnknownNameError
 
 # --- checking hooks at registration --------------------------------------------------------
@@ -476,3 +477,37 @@ def test_a_strict_bus_emits_declared_names_and_hook_point_names() -> None:
 
 def test_a_non_strict_bus_still_emits_anything() -> None:
     EventBus().emit("never.declared")
+
+
+# --- optional hooks (pluggy's optionalhook) -----------------------------------------------
+
+
+def test_an_optional_hook_is_not_reported_by_check_pending() -> None:
+    bus = EventBus()
+    handle = bus.on("maybe.someday", print, optional=True)
+    bus.check_pending()
+    assert handle.optional
+    bus.on("typo.here", print)
+    with pytest.raises(UnknownNameError) as raised:
+        bus.check_pending()
+    assert [h.name for h in raised.value.handles] == ["typo.here"]
+
+
+def test_an_optional_hook_is_accepted_by_a_strict_bus_and_checked_once_declared() -> None:
+    bus = EventBus(strict=True)
+    bus.on("plugin.loaded", lambda name: None, optional=True)
+    with pytest.raises(TypeError, match="does not accept"):
+
+        @bus.event("plugin.loaded")
+        def loaded(path: str) -> None: ...
+
+
+def test_listens_takes_optional() -> None:
+    class Plugin:
+        @hookbus.listens("other_plugin.ready", optional=True)
+        def ready(self) -> None: ...
+
+    bus = EventBus(strict=True)
+    (handle,) = bus.subscribe(Plugin())
+    assert handle.optional
+    bus.check_pending()

@@ -129,3 +129,18 @@ def test_historic_replay_and_live_emissions_reach_each_hook_exactly_once() -> No
     assert not thread.is_alive()
     for seen in hooks:
         assert sorted(seen) == list(range(len(seen))), "each emission exactly once"
+
+
+def test_a_historic_emission_gives_every_result_to_its_callback_late_hooks_included() -> None:
+    bus = EventBus()
+
+    @bus.event(historic=True)
+    def register_formats(registry: str) -> None: ...
+
+    bus.on("register_formats", lambda registry: f"csv for {registry}")
+    results: List[Any] = []
+    register_formats.emit_with_results(results.append, "main")
+    assert results == ["csv for main"]
+    bus.on("register_formats", lambda registry: f"json for {registry}")
+    bus.on("register_formats", lambda registry: None)  # None is no result, as in pluggy
+    assert results == ["csv for main", "json for main"]
