@@ -1,9 +1,9 @@
-"""A module's hook point is made when a hook may match it, not at attach (issue 22, Speed).
+"""Attaching a model: its modules' names on a bus, and their hook points.
 
-Attaching records the names; the point (and its native hooks) comes with the
-first hook that matches the module, whichever way it was registered: before
-attaching, after, by pattern, by a bus method or the attachment's, or brought
-back by ``Registry.restore``. Everything a user relies on stays as it was.
+``attach`` records the names (the root, a prefix); a module's point (and its native
+hooks) comes with the first hook that matches the module, whichever way it was
+registered: before attaching, after, by pattern, by a bus method or the attachment's,
+or brought back by ``Registry.restore``. Everything a user relies on stays as it was.
 """
 
 from __future__ import annotations
@@ -17,13 +17,71 @@ from typing import Any, List
 import pytest
 import torch
 from torch import nn
-from torch_helpers import TutorialNet, hook_state, native_hooks, tiny_gpt2
+from torch_helpers import Block, Encoder, TutorialNet, hook_state, native_hooks, tiny_gpt2
 
 import hookbus
 import hookbus.torch
 from hookbus import CallContext
 
-transformers = pytest.importorskip("transformers")
+# --- the attachment: names, one per bus, listed as points ---------------------------------
+
+
+def test_names_root_and_prefix() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    plain = hookbus.torch.attach(model, bus)
+    assert plain.names[0] == "<root>"
+    assert "layers.1.attn" in plain.names
+    plain.detach()
+    prefixed = hookbus.torch.attach(model, bus, prefix="enc")
+    assert prefixed.names[:2] == ["enc", "enc.layers"]
+    assert prefixed.name_of(model.layers[0].mlp) == "enc.layers.0.mlp"
+    prefixed.detach()
+
+
+def test_attaching_twice_to_one_bus_is_an_error() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus()
+    first = hookbus.torch.attach(model, bus)
+    with pytest.raises(ValueError, match="already attached"):
+        hookbus.torch.attach(model, bus)
+    first.detach()
+    hookbus.torch.attach(model, bus).detach()
+    with pytest.raises(TypeError, match=r"needs a torch\.nn\.Module"):
+        hookbus.torch.attach("model", bus)  # type: ignore[arg-type]
+
+
+def test_attachments_to_unnamed_buses_tell_the_buses_apart() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    first, second = hookbus.EventBus(), hookbus.EventBus()
+    with hookbus.torch.attach(model, first) as one, hookbus.torch.attach(model, second) as two:
+        assert f"on {first.name!r}" in repr(one)
+        assert f"on {second.name!r}" in repr(two)
+        assert repr(one) != repr(two)
+
+
+def test_bus_points_lists_modules_and_check_pending_knows_them() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    attachment = hookbus.torch.attach(model, bus)
+    listed = {point.name: point for point in bus.points()}
+    assert listed["layers.0.attn"].kind == "module"
+    code = Block.forward.__code__
+    assert listed["layers.0"].where == f"{code.co_filename}:{code.co_firstlineno}"
+    bus.post("layers.*.attn", lambda ctx: None)
+    attachment.backward("norm", lambda ctx: None)
+    assert bus.check_pending() is None
+    # A typo is refused at registration now (test_module_name_typos.py), and one
+    # registered before attaching is reported here.
+    with pytest.raises(ValueError, match=r"no module named 'layers\.0\.atn'"):
+        bus.post("layers.0.atn", lambda ctx: None)
+    assert bus.check_pending() is None
+    bus.clear()
+    attachment.detach()
+    assert [p.name for p in bus.points() if p.kind == "module"] == []
+
+
+# --- a module's point is made when a hook may match it ------------------------------------
 
 
 def gpt2() -> nn.Module:

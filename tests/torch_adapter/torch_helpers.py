@@ -84,3 +84,29 @@ def hook_state(model: nn.Module) -> Dict[str, tuple]:
         )
         for name, module in model.named_modules()
     }
+
+
+class Block(nn.Module):
+    """A transformer-shaped block: attn, then mlp, each a Linear(2, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.Linear(2, 2)
+        self.mlp = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.attn(x))
+
+
+class Encoder(nn.Module):
+    """Two Blocks in a ModuleList, then a LayerNorm: layers.0.attn ... layers.1.mlp, norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Block(), Block()])
+        self.norm = nn.LayerNorm(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
