@@ -6,16 +6,23 @@ hooks, and backward hooks."""
 
 from __future__ import annotations
 
-from typing import Any, List
+import gc
+import threading
+import warnings
+import weakref
+from typing import Any, Dict, List
 
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch_helpers import Encoder, TutorialNet, hook_state, native_hooks
 
 import hookbus
 import hookbus.torch
 from hookbus import CallContext
+
+# --- the bus's API on module calls, with native hooks only while hooks are there ----------
 
 
 def test_the_same_bus_api_applies_to_module_calls() -> None:
@@ -84,6 +91,9 @@ def test_paused_names_hold_no_native_hooks() -> None:
     assert native_hooks(model) == {"fc1": 1}
 
 
+# --- what each hook kind may do -----------------------------------------------------------
+
+
 def test_pre_hook_replaces_args_and_sees_kwargs_only_calls() -> None:
     class KwargsOnly(nn.Module):
         def forward(self, *, hidden_states: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -113,6 +123,69 @@ def test_returning_a_value_is_an_error_not_a_replacement() -> None:
         model(torch.ones(1, 2))
 
 
+def test_a_post_hook_setting_the_result_to_none_is_refused_not_dropped() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+
+    def drop(ctx: CallContext) -> None:
+        ctx.result = None
+
+    with net.post("0", drop), pytest.raises(TypeError, match=r"ctx\.result = None.*'0'"):
+        model(torch.ones(1, 2))
+    with net.pre("0", lambda ctx: None), net.post("0", drop), pytest.raises(TypeError):
+        model(torch.ones(1, 2))  # the other dispatch path too
+    # A module whose output is None keeps it: nothing was replaced.
+    none_module = nn.Module()
+    none_module.forward = lambda x: None  # type: ignore[method-assign]
+    with hookbus.torch.attach(none_module, hookbus.EventBus()) as other:
+        other.post("<root>", lambda ctx: None)
+        assert none_module(1) is None
+    net.detach()
+
+
+def test_async_hooks_are_refused_on_modules() -> None:
+    model = TutorialNet()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus)
+
+    async def hook(ctx: CallContext) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="async"):
+        bus.post("fc1", hook)
+    assert native_hooks(model) == {}
+
+
+def test_backward_pre_and_backward_hooks_replace_gradients() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2))
+    x = torch.randn(3, 2, requires_grad=True)
+    attached = hookbus.torch.attach(model, hookbus.EventBus())
+    model(x).sum().backward()
+    plain_w, plain_x = model[0].weight.grad.clone(), x.grad.clone()
+    model.zero_grad()
+    x.grad = None
+
+    def triple_grad_output(ctx: CallContext) -> None:
+        ctx.args = tuple(g * 3 for g in ctx.args)
+
+    def zero_grad_input(ctx: CallContext) -> None:
+        assert torch.equal(ctx.args[0], torch.full((3, 2), 3.0))
+        ctx.result = tuple(torch.zeros_like(g) for g in ctx.result)
+
+    with attached.backward_pre("0", triple_grad_output), attached.backward("0", zero_grad_input):
+        assert len(model[0]._backward_pre_hooks) == 1
+        assert len(model[0]._backward_hooks) == 1
+        model(x).sum().backward()
+    assert torch.allclose(model[0].weight.grad, 3 * plain_w)
+    assert torch.equal(x.grad, torch.zeros_like(plain_x))
+    assert native_hooks(model) == {}
+    assert model[0]._is_full_backward_hook is None  # torch's mark restored
+
+
+# --- options and the error policy ---------------------------------------------------------
+
+
 def test_hook_errors_follow_the_bus_policy() -> None:
     model = TutorialNet()
     bus = hookbus.EventBus(errors="collect")
@@ -138,6 +211,9 @@ def test_once_target_and_priority_options_work_on_modules() -> None:
     assert order[:5] == ["high fc1", "low fc1", "once", "high fc2", "low fc2"]
     assert order[5:7] == ["fc2 only", "high fc1"]
     assert order.count("once") == 1
+
+
+# --- exception hooks, under checkpointing too ---------------------------------------------
 
 
 def test_exception_hooks_observe_and_the_error_propagates_unchanged() -> None:
@@ -217,41 +293,209 @@ def test_a_pre_hook_error_reaches_the_exception_hooks_and_leaves_no_state() -> N
     assert native_hooks(model) == {}
 
 
-def test_backward_pre_and_backward_hooks_replace_gradients() -> None:
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_checkpointing_fires_no_exception_hook(reentrant: bool) -> None:
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU())
+    x = torch.randn(2, 4, requires_grad=True)
+    seen: List[Any] = []
+    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        net.exception("*", lambda ctx: seen.append((ctx.name, type(ctx.exception).__name__)))
+        checkpoint(model, x, use_reentrant=reentrant).sum().backward()
+    assert seen == []
+    assert x.grad is not None
+
+
+def test_an_error_during_recomputation_still_reaches_exception_hooks() -> None:
+    calls = {"n": 0}
+
+    class FailsSecondTime(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise ValueError("boom in recomputation")
+            return x * x  # saves x for backward, so the recomputation reaches it
+
+    model = nn.Sequential(nn.Linear(2, 2), FailsSecondTime())
+    seen: List[str] = []
+    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        net.exception("1", lambda ctx: seen.append(str(ctx.exception)))
+        out = checkpoint(model, torch.ones(1, 2, requires_grad=True), use_reentrant=False)
+        with pytest.raises(ValueError, match="boom"):
+            out.sum().backward()
+    assert seen == ["boom in recomputation"]
+
+
+# --- installing native hooks: with no bus lock held, all or nothing -----------------------
+
+
+def _model() -> nn.Module:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(2, 2))
-    x = torch.randn(3, 2, requires_grad=True)
-    attached = hookbus.torch.attach(model, hookbus.EventBus())
-    model(x).sum().backward()
-    plain_w, plain_x = model[0].weight.grad.clone(), x.grad.clone()
-    model.zero_grad()
-    x.grad = None
-
-    def triple_grad_output(ctx: CallContext) -> None:
-        ctx.args = tuple(g * 3 for g in ctx.args)
-
-    def zero_grad_input(ctx: CallContext) -> None:
-        assert torch.equal(ctx.args[0], torch.full((3, 2), 3.0))
-        ctx.result = tuple(torch.zeros_like(g) for g in ctx.result)
-
-    with attached.backward_pre("0", triple_grad_output), attached.backward("0", zero_grad_input):
-        assert len(model[0]._backward_pre_hooks) == 1
-        assert len(model[0]._backward_hooks) == 1
-        model(x).sum().backward()
-    assert torch.allclose(model[0].weight.grad, 3 * plain_w)
-    assert torch.equal(x.grad, torch.zeros_like(plain_x))
-    assert native_hooks(model) == {}
-    assert model[0]._is_full_backward_hook is None  # torch's mark restored
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
 
 
-def test_async_hooks_are_refused_on_modules() -> None:
-    model = TutorialNet()
+def _noop(ctx: CallContext) -> None:
+    pass
+
+
+def test_a_compile_warning_turned_error_undoes_the_registration() -> None:
+    # -W error on a compiled model: the warning is raised where the native hook is
+    # installed; the caller gets it, and neither the bus nor the model keep anything.
+    model = _model()
+    before = hook_state(model)
     bus = hookbus.EventBus()
-    hookbus.torch.attach(model, bus)
+    attached = hookbus.torch.attach(torch.compile(model, backend="eager"), bus)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hookbus.torch.CompiledModelWarning)
+        with pytest.raises(hookbus.torch.CompiledModelWarning):
+            attached.exception("0", _noop)  # torch skips them under compile: warned
+        with pytest.raises(hookbus.torch.CompiledModelWarning):
+            bus.exception("2", _noop)  # through the bus by name: the same
+    assert bus.hooks() == []
+    assert attached.hooks() == []
+    assert hook_state(model) == before
+    attached.detach()
 
-    async def hook(ctx: CallContext) -> None:
-        pass
 
-    with pytest.raises(TypeError, match="async"):
-        bus.post("fc1", hook)
-    assert native_hooks(model) == {}
+def test_the_compile_warning_runs_with_no_bus_lock_held() -> None:
+    # A warnings hook that registers on the same bus would deadlock under the lock.
+    model = _model()
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(torch.compile(model, backend="eager"), bus)
+    seen: List[str] = []
+
+    def show(message: Any, *args: Any, **kwargs: Any) -> None:
+        bus.on("warned", seen.append)
+        bus.emit("warned", str(message)[:8])
+
+    def register() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = show
+            attached.exception("0", _noop)
+
+    thread = threading.Thread(target=register, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "deadlocked: the warning was issued under the bus lock"
+    assert seen == ["hookbus."]
+    attached.detach()
+
+
+def test_the_compile_warning_points_at_the_callers_line() -> None:
+    model = _model()
+    attached = hookbus.torch.attach(torch.compile(model, backend="eager"), hookbus.EventBus())
+    with pytest.warns(hookbus.torch.CompiledModelWarning) as caught:
+        attached.exception("0", _noop)
+    assert caught[0].filename == __file__
+    attached.detach()
+
+
+def test_module_points_use_the_registry_plan_and_its_fast_path_rule() -> None:
+    model = _model()
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    calls: List[str] = []
+    bus.post("0", lambda ctx: calls.append("plain"))
+    bus.post("0", lambda ctx: calls.append("once"), once=True)
+    model(torch.ones(1, 4))
+    model(torch.ones(1, 4))
+    assert calls == ["plain", "once", "plain"]
+    with bus.trace() as trace:  # tracing leaves the fast path, and comes back after
+        model(torch.ones(1, 4))
+    assert [record.name for record in trace.records] == ["0"]
+    attached.detach()
+    assert hook_state(model) == hook_state(_model())
+
+
+def _compiled() -> Any:
+    return torch.compile(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), backend="eager")
+
+
+def test_a_warning_handler_that_uses_the_bus_does_not_deadlock() -> None:
+    compiled = _compiled()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(compiled, bus)
+    handled: List[str] = []
+
+    def showwarning(message: Any, *args: Any, **kwargs: Any) -> None:
+        handled.append(repr(bus))  # takes the bus lock
+
+    outcome: Dict[str, Any] = {}
+
+    def register() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = showwarning
+            outcome["handle"] = net.exception("0", lambda ctx: None)
+
+    thread = threading.Thread(target=register, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "registering deadlocked: a warning was issued under the lock"
+    assert len(handled) == 1
+    assert outcome["handle"].active
+    net.detach()
+
+
+@pytest.mark.filterwarnings("error")
+def test_registration_on_a_compiled_model_is_all_or_nothing_under_warnings_as_errors() -> None:
+    compiled = _compiled()
+    before = hook_state(compiled._orig_mod)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(compiled, bus)
+    with pytest.raises(hookbus.torch.CompiledModelWarning):
+        net.exception("0", lambda ctx: None)  # torch skips them under compile: warned
+    assert bus.hooks() == []
+    assert hook_state(compiled._orig_mod) == before
+    with pytest.raises(hookbus.torch.CompiledModelWarning):
+        bus.exception("1", lambda ctx: None)  # on the bus directly, by name: the same
+    assert bus.hooks() == []
+    assert hook_state(compiled._orig_mod) == before
+    net.detach()
+
+
+# --- nothing keeps a module's input after its call ----------------------------------------
+
+
+def _input_is_freed(run: Any) -> bool:
+    x = torch.randn(3, 2)
+    ref = weakref.ref(x)
+    run(x)
+    del x
+    gc.collect()
+    gc.disable()
+    try:
+        return ref() is None
+    finally:
+        gc.enable()
+
+
+def test_a_once_pre_hook_next_to_a_post_hook_leaves_no_input_behind() -> None:
+    net = TutorialNet()
+    data: List[Any] = []
+    with hookbus.torch.attach(net, hookbus.EventBus()) as attached:
+        attached.pre("fc1", lambda ctx: ctx.data.update(mark=1), once=True)
+        attached.post("fc1", lambda ctx: data.append(dict(ctx.data)))
+        assert _input_is_freed(net)
+        net(torch.ones(1, 2))
+    assert data == [{"mark": 1}, {}]  # the once hook's call shared its context
+
+
+def test_a_keyboard_interrupt_in_forward_leaves_no_input_behind() -> None:
+    class Interrupted(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise KeyboardInterrupt
+
+    model = nn.Sequential(nn.Linear(2, 2), Interrupted())
+    seen: List[str] = []
+    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        net.pre("*", lambda ctx: None)
+        net.post("*", lambda ctx: seen.append(ctx.name))
+
+        def run(x: torch.Tensor) -> None:
+            with pytest.raises(KeyboardInterrupt):
+                model(x)
+
+        assert _input_is_freed(run)
+        model[0](torch.ones(1, 2))  # the next calls share contexts as usual
+    assert seen == ["0", "0"]
