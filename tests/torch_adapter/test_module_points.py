@@ -2,7 +2,7 @@
 
 The bus's API on module calls, native hooks installed lazily (one per phase, gone with
 the last hook), what each hook kind may do, options and the error policy, exception
-hooks, and backward hooks."""
+hooks, backward hooks, and ``ctx.arguments`` bound to ``forward``'s parameters."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torch_helpers import Encoder, TutorialNet, hook_state, native_hooks
+from torch_helpers import Encoder, Scaled, TutorialNet, hook_state, native_hooks
 
 import hookbus
 import hookbus.torch
@@ -181,6 +181,82 @@ def test_backward_pre_and_backward_hooks_replace_gradients() -> None:
     assert torch.equal(x.grad, torch.zeros_like(plain_x))
     assert native_hooks(model) == {}
     assert model[0]._is_full_backward_hook is None  # torch's mark restored
+
+
+# --- ctx.arguments: forward's parameters --------------------------------------------------
+
+
+def test_arguments_bind_against_forward_however_they_were_passed() -> None:
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Scaled())
+    hookbus.torch.attach(model, bus)
+    seen: List[Any] = []
+
+    def read(ctx: CallContext) -> None:
+        seen.append(
+            (float(ctx.arguments["x"].sum()), ctx.arguments["scale"], ctx.arguments["shift"])
+        )
+
+    bus.pre("0", read)
+    inner = model[0]
+    x = torch.ones(2)
+    inner(x)
+    inner(x, 2.0)
+    inner(x=x, scale=3.0, shift=1.0)
+    assert seen == [(2.0, 1.0, 0.0), (2.0, 2.0, 0.0), (2.0, 3.0, 1.0)]
+
+
+def test_writing_an_argument_changes_the_forward() -> None:
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Scaled())
+    hookbus.torch.attach(model, bus)
+    bus.pre("0", lambda ctx: ctx.arguments.__setitem__("scale", 10.0))
+    assert torch.equal(model[0](torch.ones(1)), torch.full((1,), 10.0))
+    assert torch.equal(model[0](torch.ones(1), 2.0), torch.full((1,), 10.0))
+
+
+def test_builtin_modules_bind_their_forward_parameter_names() -> None:
+    bus = hookbus.EventBus()
+    model = nn.Sequential(nn.Linear(2, 2))
+    hookbus.torch.attach(model, bus)
+    seen: List[Any] = []
+    bus.pre("0", lambda ctx: seen.append((list(ctx.arguments), ctx.target is model[0])))
+    model(torch.ones(1, 2))
+    assert seen == [(["input"], True)]
+
+
+def test_module_args_leave_out_the_module() -> None:
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Scaled())
+    hookbus.torch.attach(model, bus)
+    seen: List[Any] = []
+
+    def unpack(ctx: CallContext) -> None:
+        (_x,) = ctx.args
+        seen.append(ctx.target)
+
+    bus.pre("0", unpack)
+    model(torch.ones(1))
+    assert seen == [model[0]]
+
+
+def test_arguments_of_a_wrapped_module_are_its_forwards() -> None:
+    class Scale(torch.nn.Module):
+        def forward(self, x: Any, factor: float = 2.0) -> Any:
+            return x * factor
+
+    bus = hookbus.EventBus()
+    model = bus.wrap(Scale(), "scale")
+    seen: List[Dict[str, Any]] = []
+
+    def halve(ctx: hookbus.CallContext) -> None:
+        seen.append({name: type(value).__name__ for name, value in ctx.arguments.items()})
+        ctx.arguments["factor"] = 0.5
+
+    bus.pre("scale", halve)
+    out = model(torch.ones(2))
+    assert torch.equal(out, torch.full((2,), 0.5))
+    assert seen == [{"x": "Tensor", "factor": "float"}]
 
 
 # --- options and the error policy ---------------------------------------------------------
