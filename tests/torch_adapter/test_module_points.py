@@ -91,6 +91,42 @@ def test_paused_names_hold_no_native_hooks() -> None:
     assert native_hooks(model) == {"fc1": 1}
 
 
+@pytest.mark.filterwarnings("ignore:hookbus.torch. capture:RuntimeWarning")  # ran nothing
+def test_calling_module_forward_directly_bypasses_hooks() -> None:
+    net = TutorialNet()
+    with hookbus.torch.capture(net, "fc1") as cache:
+        net.fc1.forward(torch.ones(1, 2))
+    assert len(cache) == 0
+    with hookbus.torch.capture(net, "fc1") as cache:
+        net.fc1(torch.ones(1, 2))
+    assert len(cache) == 1
+
+
+def test_dataparallel_style_replicas_fire_under_the_name_bound_at_registration() -> None:
+    # DataParallel replicas share the original's hook dicts and run on worker threads;
+    # torch passes the replica to the hook. Replicate as DataParallel does (CPU here).
+    net = TutorialNet()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(net, bus)
+    seen: List[Any] = []
+    lock = threading.Lock()
+
+    def record(ctx: CallContext) -> None:
+        with lock:
+            seen.append((ctx.name, ctx.target))
+
+    bus.post("fc1", record)
+    replica_fc1 = net.fc1._replicate_for_data_parallel()
+    # replicate() then sets each parameter on the replica, as a plain tensor:
+    replica_fc1.weight = net.fc1.weight.detach().clone()
+    replica_fc1.bias = net.fc1.bias.detach().clone()
+    thread = threading.Thread(target=lambda: replica_fc1(torch.ones(1, 2)))
+    thread.start()
+    thread.join(timeout=60)
+    assert seen == [("fc1", replica_fc1)]
+    assert replica_fc1 is not net.fc1
+
+
 # --- what each hook kind may do -----------------------------------------------------------
 
 
@@ -289,7 +325,7 @@ def test_once_target_and_priority_options_work_on_modules() -> None:
     assert order.count("once") == 1
 
 
-# --- exception hooks, under checkpointing too ---------------------------------------------
+# --- exception hooks, and activation checkpointing ---------------------------------------
 
 
 def test_exception_hooks_observe_and_the_error_propagates_unchanged() -> None:
@@ -399,6 +435,20 @@ def test_an_error_during_recomputation_still_reaches_exception_hooks() -> None:
         with pytest.raises(ValueError, match="boom"):
             out.sum().backward()
     assert seen == ["boom in recomputation"]
+
+
+def test_activation_checkpointing_fires_forward_hooks_again_in_backward() -> None:
+    block = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    model = nn.ModuleDict({"block": block})
+    x = torch.ones(1, 2, requires_grad=True)
+    with hookbus.torch.capture(model, "block.0") as cache:
+        out = checkpoint(block, x, use_reentrant=False)
+        assert len(cache["block.0"]) == 1
+        out.sum().backward()
+    # The recomputation in backward is a second call, with the same values.
+    assert len(cache["block.0"]) == 2
+    first, again = cache["block.0"].outputs
+    assert torch.equal(first, again)
 
 
 # --- installing native hooks: with no bus lock held, all or nothing -----------------------
