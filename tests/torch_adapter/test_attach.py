@@ -256,3 +256,111 @@ def test_selection_and_names_work_without_any_point() -> None:
     with pytest.raises(ValueError, match=r"close names: 'm\.1'"):
         net.select("m.2")
     assert native_hooks(model) == {}
+
+
+# --- detaching, and what an attachment keeps ----------------------------------------------
+
+
+def test_detach_restores_the_hook_dicts_exactly_with_users_own_hooks_kept() -> None:
+    net = TutorialNet()
+    own = net.fc1.register_forward_hook(lambda m, i, o: None)
+    before = hook_state(net)
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(net, bus)
+    attached.pre("*", lambda ctx: None)
+    attached.post("*", lambda ctx: None)
+    attached.exception("*", lambda ctx: None)
+    attached.grad(nn.Linear, lambda ctx: None)
+    attached.backward_pre("fc2", lambda ctx: None)
+    attached.backward("fc2", lambda ctx: None)
+    bus.post("relu", lambda ctx: None)  # registered on the bus directly, by name
+    net(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert native_hooks(net)
+    attached.detach()
+    assert hook_state(net) == before
+    attached.detach()  # idempotent
+    assert [h.name for h in bus.hooks()] == ["relu"]
+    own.remove()
+
+
+def test_handle_removal_and_attachment_context_manager() -> None:
+    net = TutorialNet()
+    before = hook_state(net)
+    with hookbus.torch.attach(net, hookbus.EventBus()) as attached:
+        with attached.post("fc1", lambda ctx: None):
+            assert native_hooks(net) == {"fc1": 1}
+        assert hook_state(net) == before
+        attached.post("fc2", lambda ctx: None)
+    assert hook_state(net) == before
+
+
+def test_an_attachment_dropped_without_detach_keeps_working_then_dies_with_the_model() -> None:
+    bus = hookbus.EventBus()
+    net = TutorialNet()
+    hookbus.torch.attach(net, bus)  # the Attachment object is dropped at once
+    gc.collect()
+    calls: List[str] = []
+    bus.post("fc1", lambda ctx: calls.append(ctx.name))
+    net(torch.ones(1, 2))
+    assert calls == ["fc1"]
+    model_ref = weakref.ref(net)
+    del net
+    gc.collect()
+    assert model_ref() is None
+    assert bus.registry.points("fc1") == []
+
+
+def test_a_removed_hook_is_not_kept_by_its_attachment() -> None:
+    # Issue 10, item 2: `with net.post(...)`, the documented way to hook for a while,
+    # left every hook (and what its closure holds) in the attachment until detach().
+    net = TutorialNet()
+    attached = hookbus.torch.attach(net, hookbus.EventBus())
+
+    class Payload:
+        pass
+
+    refs = []
+    for selector in ("fc1", net.fc2, nn.Linear, ["relu", "fc1"]):
+        payload = Payload()
+        refs.append(weakref.ref(payload))
+
+        def hook(ctx: CallContext, payload: Payload = payload) -> None:
+            pass
+
+        with attached.post(selector, hook):
+            net(torch.ones(1, 2))
+        del hook, payload
+    gc.disable()
+    try:
+        assert [ref() for ref in refs] == [None] * 4
+    finally:
+        gc.enable()
+    assert attached.active
+    attached.detach()
+
+
+def test_temporary_hooks_on_an_attachment_do_not_grow_memory() -> None:
+    import tracemalloc
+
+    net = TutorialNet()
+    attached = hookbus.torch.attach(net, hookbus.EventBus())
+
+    def cycle() -> None:
+        ballast = bytearray(256)
+        with attached.post("fc1", lambda ctx, ballast=ballast: None):
+            pass
+
+    for _ in range(200):  # warm-up: caches and interned names
+        cycle()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(5_000):
+            cycle()
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert growth < 64 * 1024, f"{growth} bytes kept over 5,000 temporary hooks"
+    attached.detach()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 import warnings
+import weakref
 from collections import namedtuple
 from typing import Any, Dict
 
@@ -11,6 +14,7 @@ import torch
 from torch import nn
 from torch_helpers import TutorialNet, hook_state
 
+import hookbus
 import hookbus.torch
 
 Pair = namedtuple("Pair", ["first", "second"])
@@ -205,3 +209,54 @@ def test_a_capture_on_a_compiled_model_warns_nothing_and_leaves_no_hook() -> Non
     assert list(cache) == ["fc1", "fc2"]
     assert hook_state(net) == before
     assert "forward" not in vars(net.fc1)
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_a_capture_keeps_neither_the_model_nor_activations_once_dropped(inputs: bool) -> None:
+    net = TutorialNet()
+    x = torch.ones(1, 2)
+    capture = hookbus.torch.capture(net, inputs=inputs)
+    with capture as cache:
+        out = net(x)
+    stored = weakref.ref(cache["fc1"].output)
+    model_ref, x_ref = weakref.ref(net), weakref.ref(x)
+    gc.disable()  # freed by reference counting alone: no cycle holds them
+    try:
+        del net, out
+        assert model_ref() is None  # the ended capture holds no module
+        del cache, capture, x
+        assert stored() is None
+        assert x_ref() is None
+    finally:
+        gc.enable()
+
+
+def test_a_graph_kept_after_a_grads_capture_holds_no_record_and_records_no_grad() -> None:
+    net = TutorialNet()
+    with hookbus.torch.capture(net, "fc1", grads=True) as cache:
+        out = net(torch.ones(1, 2, requires_grad=True))
+    stored = weakref.ref(cache["fc1"].output)
+    out.sum().backward(retain_graph=True)  # after the capture ended
+    assert cache["fc1"].grad is None
+    gc.disable()
+    try:
+        del cache
+        assert stored() is None  # the graph, still alive, kept none of the capture's records
+    finally:
+        gc.enable()
+    assert out.grad_fn is not None
+
+
+def test_threads_capture_one_model_concurrently_like_dataparallel_replicas() -> None:
+    net = TutorialNet()
+    with hookbus.torch.capture(net, "fc2") as cache:
+        threads = [
+            threading.Thread(target=lambda: [net(torch.ones(1, 2)) for _ in range(100)])
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(cache["fc2"]) == 200
+    assert [call.index for call in cache["fc2"].calls] == list(range(200))

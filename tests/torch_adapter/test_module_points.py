@@ -127,6 +127,25 @@ def test_dataparallel_style_replicas_fire_under_the_name_bound_at_registration()
     assert replica_fc1 is not net.fc1
 
 
+def test_leaving_a_scope_removes_native_hooks_even_when_forward_raises() -> None:
+    net = TutorialNet()
+    before = hook_state(net)
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(net, bus)
+
+    def run_in_scope() -> None:
+        with bus.scope():
+            bus.pre("fc1", lambda ctx: None)
+            attached.post(nn.Linear, lambda ctx: None)
+            attached.exception("*", lambda ctx: None)
+            net(torch.ones(1, 3))  # wrong shape
+
+    with pytest.raises(RuntimeError):
+        run_in_scope()
+    assert hook_state(net) == before
+    assert bus.hooks() == []
+
+
 # --- what each hook kind may do -----------------------------------------------------------
 
 
@@ -580,7 +599,37 @@ def test_registration_on_a_compiled_model_is_all_or_nothing_under_warnings_as_er
     net.detach()
 
 
-# --- nothing keeps a module's input after its call ----------------------------------------
+# --- nothing keeps a module or its input after removal or a call --------------------------
+
+
+def test_no_references_to_modules_or_activations_after_removal() -> None:
+    net = TutorialNet()
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(net, bus)
+    refs: List[Any] = []
+
+    def keep_ref(ctx: CallContext) -> None:
+        refs.append(weakref.ref(ctx.result))
+
+    attached.pre("*", lambda ctx: None)
+    attached.post("*", keep_ref)
+    attached.grad("*", lambda ctx: None)
+    attached.exception("*", lambda ctx: None)
+    attached.backward("fc1", lambda ctx: None)
+    out = net(torch.ones(1, 2, requires_grad=True))
+    out.sum().backward()
+    with pytest.raises(RuntimeError):
+        net(torch.ones(1, 3))  # an error mid-forward leaves no per-call state behind
+    with hookbus.torch.capture(net, "*", inputs=True, grads=True) as cache:
+        net(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert len(cache) == 5
+    attached.detach()
+    module_refs = [weakref.ref(m) for m in net.modules()]
+    del net, out, cache, attached
+    gc.collect()
+    assert all(ref() is None for ref in module_refs)
+    assert refs
+    assert all(ref() is None for ref in refs)
 
 
 def _input_is_freed(run: Any) -> bool:
@@ -625,3 +674,41 @@ def test_a_keyboard_interrupt_in_forward_leaves_no_input_behind() -> None:
         assert _input_is_freed(run)
         model[0](torch.ones(1, 2))  # the next calls share contexts as usual
     assert seen == ["0", "0"]
+
+
+# --- threads ------------------------------------------------------------------------------
+
+
+def test_two_threads_run_separate_models_attached_to_one_bus() -> None:
+    bus = hookbus.EventBus()
+    models = [TutorialNet(), TutorialNet()]
+    for index, model in enumerate(models):
+        hookbus.torch.attach(model, bus, prefix=f"m{index}")
+    counts = {"m0.fc1": 0, "m1.fc1": 0}
+    lock = threading.Lock()
+
+    def count(ctx: CallContext) -> None:
+        with lock:
+            counts[ctx.name] += 1
+        ctx.result = ctx.result * 1.0
+
+    bus.pre("m*.fc2", lambda ctx: None)
+    bus.post("m*.fc1", count)
+    errors: List[BaseException] = []
+
+    def run(model: nn.Module) -> None:
+        try:
+            for _ in range(200):
+                out = model(torch.full((1, 2), 0.1))
+                assert abs(out.item() - 3.4) < 1e-5
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    assert counts == {"m0.fc1": 200, "m1.fc1": 200}
