@@ -364,3 +364,17 @@ def test_temporary_hooks_on_an_attachment_do_not_grow_memory() -> None:
         tracemalloc.stop()
     assert growth < 64 * 1024, f"{growth} bytes kept over 5,000 temporary hooks"
     attached.detach()
+
+
+def test_the_detached_attachment_says_it_is_detached() -> None:
+    model = TutorialNet()
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    net.detach()
+    for call in (
+        lambda: net.module("fc1"),
+        lambda: net.select("fc1"),
+        lambda: net.name_of(nn.Linear(1, 1)),
+        lambda: net.post("fc1", lambda ctx: None),
+    ):
+        with pytest.raises(RuntimeError, match=r"attachment of TutorialNet .* is detached"):
+            call()

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torch_helpers import Encoder, Scaled, TutorialNet, hook_state, native_hooks
+from torch_helpers import Encoder, Scaled, TutorialNet, hook_state, native_hooks, tiny_gpt2
 
 import hookbus
 import hookbus.torch
@@ -211,6 +211,9 @@ def test_async_hooks_are_refused_on_modules() -> None:
     assert native_hooks(model) == {}
 
 
+# --- backward hooks: their gradients, by name too -----------------------------------------
+
+
 def test_backward_pre_and_backward_hooks_replace_gradients() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 2))
@@ -236,6 +239,84 @@ def test_backward_pre_and_backward_hooks_replace_gradients() -> None:
     assert torch.equal(x.grad, torch.zeros_like(plain_x))
     assert native_hooks(model) == {}
     assert model[0]._is_full_backward_hook is None  # torch's mark restored
+
+
+def _gpt2() -> Any:
+    return tiny_gpt2()
+
+
+def test_backward_hooks_see_the_gradients_under_their_own_names() -> None:
+    net = TutorialNet()
+    bus = hookbus.EventBus()
+    seen: List[Any] = []
+
+    def pre(ctx: hookbus.CallContext) -> None:
+        seen.append(("backward_pre", list(ctx.arguments), ctx.arguments["grad_output"]))
+        with pytest.raises(KeyError, match="grad_output"):
+            ctx.arguments["input"]
+
+    def post(ctx: hookbus.CallContext) -> None:
+        seen.append(("backward", list(ctx.arguments), ctx.arguments["grad_output"]))
+        with pytest.raises(KeyError, match="grad_output"):
+            ctx.arguments["input"]
+
+    with hookbus.torch.attach(net, bus) as attached:
+        attached.backward_pre("fc2", pre)
+        attached.backward("fc2", post)
+        x = torch.full((1, 2), 0.1, requires_grad=True)
+        (net(x) * 3).sum().backward()
+    assert [(phase, names) for phase, names, _ in seen] == [
+        ("backward_pre", ["grad_output"]),
+        ("backward", ["grad_output"]),
+    ]
+    for _, _, grads in seen:
+        assert isinstance(grads, tuple)
+        assert len(grads) == 1
+        assert torch.allclose(grads[0], torch.tensor([[3.0]]))  # d(3 * relu6(fc2)) / d fc2
+
+
+def test_gpt2_backward_hooks_arguments_equal_hand_written_full_backward_hooks() -> None:
+    model = _gpt2().train()
+    model.config.use_cache = False
+    for module in model.modules():  # dropout off, so both passes are the same function
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    ids = torch.randint(0, 100, (1, 6))
+    mlp = model.transformer.h[1].mlp
+    native: List[Any] = []
+    handle = mlp.register_full_backward_pre_hook(lambda m, g: native.append(g[0].clone()))
+    model(ids, labels=ids).loss.backward()
+    handle.remove()
+    model.zero_grad()
+    ours: List[Any] = []
+
+    def read(ctx: hookbus.CallContext) -> None:
+        ours.append(ctx.arguments["grad_output"][0].clone())
+
+    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        net.backward_pre("transformer.h.1.mlp", read)
+        net.backward("transformer.h.1.mlp", read)
+        model(ids, labels=ids).loss.backward()
+    assert len(ours) == 2
+    for grad in ours:
+        assert torch.allclose(grad, native[0], atol=1e-6)
+
+
+def test_a_backward_pre_hook_replaces_the_gradient_through_arguments() -> None:
+    lin = nn.Linear(2, 1)
+    model = nn.Sequential(lin)
+    bus = hookbus.EventBus()
+
+    def double(ctx: hookbus.CallContext) -> None:
+        (grad,) = ctx.arguments["grad_output"]
+        ctx.arguments["grad_output"] = (grad * 2,)
+
+    x = torch.ones(1, 2, requires_grad=True)
+    with hookbus.torch.attach(model, bus) as attached:
+        attached.backward_pre("0", double)
+        model(x).sum().backward()
+    assert x.grad is not None
+    assert torch.allclose(x.grad, 2 * lin.weight.detach(), atol=1e-6)
 
 
 # --- ctx.arguments: forward's parameters --------------------------------------------------

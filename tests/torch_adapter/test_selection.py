@@ -3,7 +3,10 @@ and the close names that a selector matching nothing lists."""
 
 from __future__ import annotations
 
+from typing import Any, List
+
 import pytest
+import torch
 from torch import nn
 from torch_helpers import Block, Encoder, native_hooks
 
@@ -46,3 +49,52 @@ def test_type_selection_returns_a_group_of_exact_names() -> None:
     assert set(native_hooks(model)) == {f"layers.{i}.{n}" for i in (0, 1) for n in ("attn", "mlp")}
     group.remove()
     assert native_hooks(model) == {}
+
+
+# --- a name that holds glob characters is matched literally -------------------------------
+
+
+def _glob_named() -> nn.ModuleDict:
+    return nn.ModuleDict({"a[0]": nn.Linear(2, 2), "a0": nn.Linear(2, 3), "b*": nn.Identity()})
+
+
+def test_capture_records_modules_whose_names_hold_glob_characters() -> None:
+    model = _glob_named()
+    with hookbus.torch.capture(model, nn.Linear) as cache:
+        model["a[0]"](torch.ones(1, 2))
+        model["a0"](torch.ones(1, 2))
+    assert list(cache) == ["a[0]", "a0"]
+    assert [len(cache["a[0]"]), len(cache["a0"])] == [1, 1]
+    assert [cache["a[0]"].output.shape, cache["a0"].output.shape] == [(1, 2), (1, 3)]
+
+
+@pytest.mark.parametrize("selector", ["a[0]", "module", "type"])
+def test_a_name_from_the_model_is_matched_literally(selector: str) -> None:
+    model = _glob_named()
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    seen: List[str] = []
+    chosen: Any = {"a[0]": "a[0]", "module": model["a[0]"], "type": [model["a[0]"]]}[selector]
+    net.post(chosen, lambda ctx: seen.append(ctx.name))
+    model["a0"](torch.ones(1, 2))
+    model["a[0]"](torch.ones(1, 2))
+    assert seen == ["a[0]"]
+    assert net.select("b*") == ["b*"]  # the name, not every name starting with b
+    assert net.select("a?") == ["a0"]  # a pattern that is no name still matches names
+    net.detach()
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [("a[0]", ["a[0]"]), ("a?", ["a0"]), ("*", ["a[0]", "a0", "b*"]), ("b*", ["b*"])],
+)
+def test_a_capture_by_name_or_glob_records_exactly_what_it_selects(
+    selector: str, expected: List[str]
+) -> None:
+    model = _glob_named()
+    with hookbus.torch.capture(model, selector, grads=True) as cache:
+        model["a[0]"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+        model["a0"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+        model["b*"](torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert list(cache) == expected
+    assert all(cache[name].grad is not None for name in expected)
+    assert not any(m._forward_hooks for m in model.modules())
