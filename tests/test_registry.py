@@ -176,7 +176,7 @@ def test_a_removed_handles_target_goes_after_the_lock_is_released() -> None:
 
 
 def test_forget_lets_go_of_past_arguments_after_releasing_the_lock() -> None:
-    # Issue 20, item 16: forget() dropped the history under the lock.
+    # forget() once dropped the history under the lock.
     bus, log = hookbus.EventBus(), []
 
     @bus.event(historic=True)
@@ -188,7 +188,7 @@ def test_forget_lets_go_of_past_arguments_after_releasing_the_lock() -> None:
 
 
 def test_isolate_lets_go_of_the_tests_hooks_after_releasing_the_lock() -> None:
-    # Issue 20, item 17: isolate() (the default_bus fixture) restored under the lock.
+    # isolate() (the default_bus fixture) once restored its snapshot under the lock.
     bus, log = hookbus.EventBus(), []
 
     def a_test() -> None:
@@ -285,8 +285,8 @@ def _outcome_in_a_thread(call: Callable[[], Any]) -> Dict[str, Any]:
 
 
 def test_refusing_an_async_hook_on_a_sync_point_reads_the_hook_outside_the_lock() -> None:
-    # Issue 10, item 3's audit: the refusal's message formats the handle, which reads
-    # the user's callable; formatted under the bus lock, that deadlocked.
+    # The refusal's message formats the handle, which reads the user's callable;
+    # formatted under the bus lock, that deadlocked.
     bus = EventBus()
     size = bus.wrap(len, "size")  # kept: the bus holds hook points weakly
     outcome = _outcome_in_a_thread(lambda: bus.pre("size", _AsyncHookThatUsesTheBus(bus)))

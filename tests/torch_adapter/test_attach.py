@@ -311,8 +311,8 @@ def test_an_attachment_dropped_without_detach_keeps_working_then_dies_with_the_m
 
 
 def test_a_removed_hook_is_not_kept_by_its_attachment() -> None:
-    # Issue 10, item 2: `with net.post(...)`, the documented way to hook for a while,
-    # left every hook (and what its closure holds) in the attachment until detach().
+    # `with net.post(...)`, the documented way to hook for a while, once left every
+    # hook (and what its closure holds) in the attachment until detach().
     net = TutorialNet()
     attached = hookbus.torch.attach(net, hookbus.EventBus())
 

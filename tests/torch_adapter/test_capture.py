@@ -214,7 +214,7 @@ def test_a_call_under_way_when_the_capture_ends_records_nothing() -> None:
 def test_a_capture_never_entered_installs_nothing_and_records_nothing() -> None:
     net = TutorialNet()
     before = hook_state(net)
-    cache = hookbus.torch.capture(net, "*", inputs=True).cache  # the idiom of the issue
+    cache = hookbus.torch.capture(net, "*", inputs=True).cache  # .cache, never entered
     assert hook_state(net) == before
     net(torch.ones(1, 2))
     assert len(cache) == 0

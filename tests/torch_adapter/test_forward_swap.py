@@ -43,7 +43,7 @@ def bus() -> hookbus.EventBus:
 
 
 def test_skip_on_a_module_returns_the_value_without_running_forward() -> None:
-    # Issue 22, section 2: it raised (torch runs forward whatever its hooks do).
+    # It once raised: torch runs forward whatever its hooks do.
     bus = hookbus.EventBus()
     model = nn.Sequential(Scaled())
     hookbus.torch.attach(model, bus)

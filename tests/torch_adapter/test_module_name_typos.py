@@ -1,4 +1,4 @@
-"""A bus-level hook whose name is a typo of an attached module's name is refused (issue 22 §5).
+"""A bus-level hook whose name is a typo of an attached module's name is refused.
 
 ``net.post("h.1.atn", ...)`` and ``capture(model, "h.1.atn")`` always refused a
 name that no module has; ``bus.post("h.1.atn", ...)`` was accepted and never

@@ -1,4 +1,4 @@
-"""Generation steps (``hookbus.torch.steps``): the index of the model's forward, issue 22 §4."""
+"""Generation steps (``hookbus.torch.steps``): the index of the model's forward."""
 
 from __future__ import annotations
 
