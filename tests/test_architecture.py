@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -219,3 +220,66 @@ def test_no_two_modules_share_a_stem() -> None:
         if first == second or _confusable(first, second)
     ]
     assert not pairs, f"module names a reader could confuse: {pairs}"
+
+
+# --- no tracker numbers ---------------------------------------------------------------------
+
+# A tracker number (the word issue, item or section followed by a number, or the section sign
+# before one) means nothing to a reader of the code, the tests or the docs: a comment or a
+# page says the behaviour instead.
+TRACKER_REFERENCE = re.compile(
+    r"\b[Ii]ssues?\s*#?\d+|§\s*\d|\b[Ii]tems?\s+\d+|\b[Ss]ections?\s+\d+\b"
+)
+_SEARCHED_FOLDERS = ("hookbus", "tests", "docs", "examples", "benchmarks", "tools")
+_SEARCHED_FILES = ("pyproject.toml", "README.md", "CONTRIBUTING.md", "conftest.py", "mkdocs.yml")
+_TEXT_SUFFIXES = (".py", ".md", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".txt")
+
+
+def _searched_files() -> List[Path]:
+    files = [ROOT / name for name in _SEARCHED_FILES] + [ROOT / ".ci" / "run"]
+    for folder in _SEARCHED_FOLDERS:
+        files += [
+            path
+            for path in sorted((ROOT / folder).rglob("*"))
+            if path.suffix in _TEXT_SUFFIXES and "__pycache__" not in path.parts
+        ]
+    return [path for path in files if path.is_file()]
+
+
+def tracker_references(text: str) -> List[str]:
+    return [match.group(0) for match in TRACKER_REFERENCE.finditer(text)]
+
+
+def test_no_tracker_numbers_in_the_code_the_tests_or_the_docs() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _searched_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if tracker_references(line)
+    ]
+    assert not found, "tracker numbers, which a reader cannot resolve: say the behaviour\n" + (
+        "\n".join(found)
+    )
+
+
+# The spaces and section signs are escapes, so that this file names no tracker number itself.
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        ("(issue\N{SPACE}22)", ["issue\N{SPACE}22"]),
+        ("Issue\N{SPACE}10, item\N{SPACE}3's audit", ["Issue\N{SPACE}10", "item\N{SPACE}3"]),
+        ("after issues\N{SPACE}18 and 22", ["issues\N{SPACE}18"]),
+        ("Issue\N{SPACE}20.3: a NaN", ["Issue\N{SPACE}20"]),
+        ("issue\N{SPACE}#7", ["issue\N{SPACE}#7"]),
+        ("issue\N{SPACE}22 \N{SECTION SIGN}5", ["issue\N{SPACE}22", "\N{SECTION SIGN}5"]),
+        ("\N{SECTION SIGN} 2", ["\N{SECTION SIGN} 2"]),
+        ("items\N{SPACE}10, 11 and 12", ["items\N{SPACE}10"]),
+        ("(section\N{SPACE}1)", ["section\N{SPACE}1"]),
+        ("a warning it issues", []),
+        ("https://github.com/hookbus/hookbus/issues/12", []),
+        ("the idiom of the issue", []),
+        ("row 8, 3 items, the sections of a page", []),
+    ],
+)
+def test_the_tracker_check_finds_each_form(line: str, found: List[str]) -> None:
+    assert tracker_references(line) == found
