@@ -216,7 +216,7 @@ def test_decorator_form_returns_the_function_and_its_handle_is_reachable() -> No
     assert bus.collect("e", 5) == []
 
 
-def test_default_bus_module_functions() -> None:
+def test_the_module_level_functions_act_on_the_default_bus() -> None:
     log: List[Any] = []
     with hookbus.scope():
         hookbus.on("tests.default", recorder(log, "x"))

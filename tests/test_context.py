@@ -209,7 +209,7 @@ def test_skip_with_rare_options_on_the_general_path() -> None:
     assert calls == [3]
 
 
-def test_dry_run_by_kwargs() -> None:
+def test_a_dry_run_skips_a_call_that_would_delete() -> None:
     bus = EventBus()
     deleted: Dict[str, bool] = {}
 

@@ -295,7 +295,7 @@ def test_hook_removed_during_emission_still_gets_that_emission() -> None:
     assert log == ["later"]
 
 
-def test_nested_emission() -> None:
+def test_an_emission_nested_in_a_hook_runs_before_the_next_hook() -> None:
     bus = EventBus()
     log: List[str] = []
     bus.on("outer", lambda: (log.append("outer"), bus.emit("inner")))

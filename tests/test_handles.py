@@ -75,7 +75,7 @@ def test_group_removes_together_across_buses() -> None:
     group.remove()  # idempotent
 
 
-def test_group_as_context_manager() -> None:
+def test_a_group_used_as_a_context_manager_removes_its_handles_on_exit() -> None:
     bus = EventBus()
     with HandleGroup() as group:
         group.add(bus.on("a", print))

@@ -180,7 +180,7 @@ def test_wrap_leaves_the_original_unchanged() -> None:
     assert Widget.unit() == 1
 
 
-def test_wrap_a_callable_object() -> None:
+def test_a_wrapped_callable_object_is_the_target_and_keeps_its_signature() -> None:
     bus = EventBus()
 
     class Adder:
@@ -198,7 +198,7 @@ def test_wrap_a_callable_object() -> None:
     assert list(inspect.signature(wrapped).parameters) == ["a", "b"]
 
 
-def test_wrap_builtins() -> None:
+def test_wrapped_builtins_run_their_hooks_and_keep_their_name() -> None:
     bus = EventBus()
     hooked_len = bus.wrap(len, "len")
     hooked_sorted = bus.wrap(sorted, "sorted")
@@ -209,7 +209,7 @@ def test_wrap_builtins() -> None:
     assert hooked_len.__name__ == "len"
 
 
-def test_wrap_a_partial() -> None:
+def test_a_wrapped_partial_runs_its_hooks() -> None:
     bus = EventBus()
     double = bus.wrap(functools.partial(pow, exp=2), "square")
     bus.post("square", lambda ctx: setattr(ctx, "result", -ctx.result))

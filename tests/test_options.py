@@ -59,7 +59,7 @@ def test_once_hook_runs_exactly_once_and_is_removed() -> None:
     assert [h.name for h in bus.hooks("e")] == ["e"]
 
 
-def test_once_pre_hook() -> None:
+def test_a_once_pre_hook_runs_at_the_first_call_only() -> None:
     bus = EventBus()
     log: List[int] = []
 

@@ -182,7 +182,7 @@ def test_argument_failures_show_the_wanted_and_the_recorded_arguments() -> None:
     )
 
 
-def test_result_and_error_assertions() -> None:
+def test_result_and_error_assertions_list_each_call_s_outcome() -> None:
     bus = hookbus.EventBus()
 
     @bus.hookable("div")
@@ -210,7 +210,7 @@ def test_result_and_error_assertions() -> None:
     )
 
 
-def test_order_assertions() -> None:
+def test_order_assertions_accept_patterns_and_say_what_was_recorded() -> None:
     bus = hookbus.EventBus()
 
     @bus.hookable("step")

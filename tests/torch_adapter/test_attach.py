@@ -26,7 +26,7 @@ from hookbus import CallContext
 # --- the attachment: names, one per bus, listed as points ---------------------------------
 
 
-def test_names_root_and_prefix() -> None:
+def test_module_names_start_at_the_root_or_at_a_prefix() -> None:
     model = Encoder()
     bus = hookbus.EventBus()
     plain = hookbus.torch.attach(model, bus)

@@ -191,7 +191,7 @@ def test_prefixes_and_several_models_on_one_bus(bus: hookbus.EventBus) -> None:
     second.detach()
 
 
-def test_operation_point_names(bus: hookbus.EventBus) -> None:
+def test_operation_point_names_are_checked_like_module_names(bus: hookbus.EventBus) -> None:
     model = Net()
     net = hookbus.torch.attach(model, bus)
     seen: List[str] = []
