@@ -99,8 +99,10 @@ def run_phase(
     """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
 
     In the exception phase every hook runs, until one recovers: a hook that
-    raises replaces the error (``ctx.exception``) for the hooks after it, and the
-    caller raises whatever error is left. The async variant awaits async hooks.
+    raises replaces the error (``ctx.exception``) for the hooks after it, and a
+    recovery it made before raising is void; the caller raises whatever error is
+    left. Every other phase runs every hook, after a recovery too. The async
+    variant awaits async hooks.
     """
     phase = ctx.phase
     policy = registry.errors
@@ -118,7 +120,7 @@ def run_phase(
         except Exception as error:
             if phase == "exception":  # raising is how an exception hook replaces the error
                 add_note(error, describe(handle, ctx.name))
-                replace_error(ctx, error)
+                replace_error(ctx, error)  # a recovery the hook made first is void
                 continue
             if policy == "raise":
                 add_note(error, describe(handle, ctx.name))
@@ -128,7 +130,7 @@ def run_phase(
         finally:
             if tracer is not None:
                 tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-        if ctx._recovered:
+        if ctx._recovered and phase == "exception":  # the post hooks then run on the value
             break
     raise_collected(errors, ctx.name)
 
@@ -158,12 +160,14 @@ def recover_or_raise(
             run_phase(registry, plan.post, ctx)
     finally:
         left, ctx._exception = ctx._exception, None
-    if not ctx._recovered:
-        try:
+    try:
+        if not ctx._recovered:
             raise cast(BaseException, left)
-        finally:
-            del error, left  # this frame is in the error's traceback: no cycle through it
-    return ctx._result
+        return ctx._result
+    finally:
+        # This frame is in the tracebacks of the errors the hooks raised (their frames
+        # point back to it), recovered or not: no cycle through it.
+        del error, left
 
 
 def call_with_hooks(
