@@ -74,30 +74,34 @@ async def dispatch_event_async(
     # sync only: if async_hooks:
     # sync only:     raise sync_emit_refusal(event, async_hooks)
     sender = args[0] if args else NO_SENDER
-    for handle in handles:
-        hook = handle.runner(sender, event)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            result = hook(*args, **kwargs)
-            if inspect.isawaitable(result):  # async only
-                result = await result  # async only
-            # sync only: if result is not None:
-            # sync only:     check_event_result(result, event)
-        except Exception as error:
-            if policy == "raise":
-                add_note(error, describe(handle, event))
-                raise
-            handle_error(policy, error, handle, event, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(event, "event", handle, perf_counter_ns() - start)
-        if results is not None and result is not NOT_COLLECTED:
-            results.append((handle, result) if pairs else result)
-            if first and result is not None:
-                break
+    try:
+        for handle in handles:
+            hook = handle.runner(sender, event)
+            if hook is None:
+                continue
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                result = hook(*args, **kwargs)
+                if inspect.isawaitable(result):  # async only
+                    result = await result  # async only
+                # sync only: if result is not None:
+                # sync only:     check_event_result(result, event)
+            except Exception as error:
+                if policy == "raise":
+                    add_note(error, describe(handle, event))
+                    raise
+                handle_error(policy, error, handle, event, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(event, "event", handle, perf_counter_ns() - start)
+            if results is not None and result is not NOT_COLLECTED:
+                results.append((handle, result) if pairs else result)
+                if first and result is not None:
+                    break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, event)
 
 
@@ -120,8 +124,12 @@ async def dispatch_concurrently(  # async only
     policy = registry.errors
     tracer = registry.tracer
     sender = args[0] if args else NO_SENDER
-    # (handle, its result, its awaitable or its error, whether it raised), in hook order
-    called: List[Tuple[Handle, Any, bool]] = []
+    # (handle, what it returned or raised, whether it raised, when it was called)
+    called: List[Tuple[Handle, Any, bool, int]] = []
+    errors: List[Exception] = []
+    awaited = False
+    outcomes: Any = None
+    outcome: Any = None
     try:
         for handle in handles:
             hook = handle.runner(sender, event)
@@ -130,39 +138,47 @@ async def dispatch_concurrently(  # async only
             start = perf_counter_ns() if tracer is not None else 0
             try:
                 value = hook(*args, **kwargs)
-            except Exception as error:  # a sync hook raised before anything was awaited
+            except BaseException as error:  # a sync hook raised before anything was awaited
                 if tracer is not None:
                     tracer._record(event, "event", handle, perf_counter_ns() - start)
+                if not isinstance(error, Exception):
+                    raise  # interrupted: no policy applies
                 if policy == "raise":
                     add_note(error, describe(handle, event))
                     raise
-                called.append((handle, error, True))
+                called.append((handle, error, True, start))
                 continue
-            if tracer is not None:
-                if inspect.isawaitable(value):  # recorded once it is done
-                    value = _traced(value, tracer, event, handle, start)
-                else:
-                    tracer._record(event, "event", handle, perf_counter_ns() - start)
-            called.append((handle, value, False))
+            if tracer is not None and not inspect.isawaitable(value):
+                tracer._record(event, "event", handle, perf_counter_ns() - start)
+            called.append((handle, value, False, start))
+        pending = [
+            value if tracer is None else _traced(value, tracer, event, handle, start)
+            for handle, value, raised, start in called
+            if not raised and inspect.isawaitable(value)
+        ]
+        awaited = True
+        outcomes = iter(await asyncio.gather(*pending, return_exceptions=True))
+        for handle, value, raised, _ in called:
+            outcome = next(outcomes) if not raised and inspect.isawaitable(value) else value
+            if raised or isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome  # cancelled, interrupted: no policy applies
+                if policy == "raise":
+                    add_note(outcome, describe(handle, event))
+                    raise outcome
+                handle_error(policy, outcome, handle, event, errors)
+            elif results is not None and outcome is not NOT_COLLECTED:
+                results.append(outcome)
     except BaseException:
-        for _, started, _ in called:
-            if inspect.iscoroutine(started):
-                started.close()  # never awaited: no warning, no work left behind
+        if not awaited:
+            for _, started, _, _ in called:
+                if inspect.iscoroutine(started):
+                    started.close()  # never awaited: no warning, no work left behind
+        # What the hooks raised holds this frame in its traceback: no cycle through it.
+        called.clear()
+        errors.clear()
+        outcomes = outcome = None
         raise
-    pending = [value for _, value, raised in called if not raised and inspect.isawaitable(value)]
-    outcomes = iter(await asyncio.gather(*pending, return_exceptions=True))
-    errors: List[Exception] = []
-    for handle, value, raised in called:
-        outcome = next(outcomes) if not raised and inspect.isawaitable(value) else value
-        if raised or isinstance(outcome, BaseException):
-            if not isinstance(outcome, Exception):
-                raise outcome  # cancelled, interrupted: no policy applies
-            if policy == "raise":
-                add_note(outcome, describe(handle, event))
-                raise outcome
-            handle_error(policy, outcome, handle, event, errors)
-        elif results is not None and outcome is not NOT_COLLECTED:
-            results.append(outcome)
     raise_collected(errors, event)
 
 
@@ -196,32 +212,36 @@ async def run_phase_async(
     policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
-    for handle in handles:
-        hook = handle.runner(ctx.target, ctx.name)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            returned = hook(ctx)
-            if inspect.isawaitable(returned):  # async only
-                returned = await returned  # async only
-            if returned is not None:
-                reject_returned(handle, ctx, returned)
-        except Exception as error:
-            if phase == "exception":  # raising is how an exception hook replaces the error
-                add_note(error, describe(handle, ctx.name))
-                replace_error(ctx, error)  # a recovery the hook made first is void
+    try:
+        for handle in handles:
+            hook = handle.runner(ctx.target, ctx.name)
+            if hook is None:
                 continue
-            if policy == "raise":
-                add_note(error, describe(handle, ctx.name))
-                raise
-            handle_error(policy, error, handle, ctx.name, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-        if ctx._recovered and phase == "exception":  # the post hooks then run on the value
-            break
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                returned = hook(ctx)
+                if inspect.isawaitable(returned):  # async only
+                    returned = await returned  # async only
+                if returned is not None:
+                    reject_returned(handle, ctx, returned)
+            except Exception as error:
+                if phase == "exception":  # raising is how an exception hook replaces the error
+                    add_note(error, describe(handle, ctx.name))
+                    replace_error(ctx, error)  # a recovery the hook made first is void
+                    continue
+                if policy == "raise":
+                    add_note(error, describe(handle, ctx.name))
+                    raise
+                handle_error(policy, error, handle, ctx.name, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
+            if ctx._recovered and phase == "exception":  # the post hooks run on the value
+                break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, ctx.name)
 
 

@@ -63,28 +63,32 @@ def dispatch_event(
     if async_hooks:
         raise sync_emit_refusal(event, async_hooks)
     sender = args[0] if args else NO_SENDER
-    for handle in handles:
-        hook = handle.runner(sender, event)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            result = hook(*args, **kwargs)
-            if result is not None:
-                check_event_result(result, event)
-        except Exception as error:
-            if policy == "raise":
-                add_note(error, describe(handle, event))
-                raise
-            handle_error(policy, error, handle, event, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(event, "event", handle, perf_counter_ns() - start)
-        if results is not None and result is not NOT_COLLECTED:
-            results.append((handle, result) if pairs else result)
-            if first and result is not None:
-                break
+    try:
+        for handle in handles:
+            hook = handle.runner(sender, event)
+            if hook is None:
+                continue
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                result = hook(*args, **kwargs)
+                if result is not None:
+                    check_event_result(result, event)
+            except Exception as error:
+                if policy == "raise":
+                    add_note(error, describe(handle, event))
+                    raise
+                handle_error(policy, error, handle, event, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(event, "event", handle, perf_counter_ns() - start)
+            if results is not None and result is not NOT_COLLECTED:
+                results.append((handle, result) if pairs else result)
+                if first and result is not None:
+                    break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, event)
 
 
@@ -108,30 +112,34 @@ def run_phase(
     policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
-    for handle in handles:
-        hook = handle.runner(ctx.target, ctx.name)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            returned = hook(ctx)
-            if returned is not None:
-                reject_returned(handle, ctx, returned)
-        except Exception as error:
-            if phase == "exception":  # raising is how an exception hook replaces the error
-                add_note(error, describe(handle, ctx.name))
-                replace_error(ctx, error)  # a recovery the hook made first is void
+    try:
+        for handle in handles:
+            hook = handle.runner(ctx.target, ctx.name)
+            if hook is None:
                 continue
-            if policy == "raise":
-                add_note(error, describe(handle, ctx.name))
-                raise
-            handle_error(policy, error, handle, ctx.name, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-        if ctx._recovered and phase == "exception":  # the post hooks then run on the value
-            break
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                returned = hook(ctx)
+                if returned is not None:
+                    reject_returned(handle, ctx, returned)
+            except Exception as error:
+                if phase == "exception":  # raising is how an exception hook replaces the error
+                    add_note(error, describe(handle, ctx.name))
+                    replace_error(ctx, error)  # a recovery the hook made first is void
+                    continue
+                if policy == "raise":
+                    add_note(error, describe(handle, ctx.name))
+                    raise
+                handle_error(policy, error, handle, ctx.name, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
+            if ctx._recovered and phase == "exception":  # the post hooks run on the value
+                break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, ctx.name)
 
 
