@@ -282,7 +282,8 @@ def other_namespace(
         "; 'load' is a hook point: use pre, post or around"
     """
     if kind not in EVENT_RUNS and name in set(events):
-        return f"; {name!r} is an event: use {methods(EVENT_RUNS)}"
+        ordered = [each for each in _hook_kinds if each in EVENT_RUNS]  # the table's order
+        return f"; {name!r} is an event: use {methods(ordered)}"
     kinds = points.get(name)
     if kinds is not None and kind not in kinds:
         ordered = [each for each in _hook_kinds if each in kinds]  # the table's order

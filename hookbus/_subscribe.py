@@ -19,6 +19,7 @@ from typing import (
     Dict,
     Iterable,
     List,
+    Literal,
     Mapping,
     NamedTuple,
     Optional,
@@ -98,6 +99,17 @@ def listens(
 
 @overload
 def listens(
+    event: Event[Any],
+    *,
+    kind: Literal["around"],
+    priority: Optional[PriorityLike] = None,
+    once: bool = False,
+    optional: bool = False,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def listens(
     event: str,
     *,
     priority: Optional[PriorityLike] = None,
@@ -133,7 +145,9 @@ def listens(
     ``event`` may be a declared :class:`Event` (what ``@bus.event`` returns)
     instead of its name: type checkers then check the method's parameters after
     ``self`` against the event's spec, and the bus that declares it checks them
-    when the object is subscribed, as for any hook of a declared event.
+    when the object is subscribed, as for any hook of a declared event. With
+    ``kind="around"`` the method is the event's around hook (a declared event runs
+    event and around hooks only).
 
     Example:
         >>> import hookbus
