@@ -20,14 +20,27 @@ This module imports nothing of hookbus: every layer may read it.
 from __future__ import annotations
 
 import threading
-from typing import Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import (
+    AbstractSet,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Set,
+    Tuple,
+)
 
 __all__ = [
+    "AT_POINTS",
     "CORE_HOOK_KINDS",
     "DECLARED_EVENT",
     "EVENT",
     "EVENT_RUNS",
     "GENERATOR",
+    "HOOK_KINDS",
     "PLAIN",
     "HookKind",
     "PointKind",
@@ -114,6 +127,13 @@ _EVENTS = ("event", "declared event")  # the rows of events: every other row is 
 _hook_kinds: Dict[str, HookKind] = {}
 _point_kinds: Dict[str, PointKind] = {}
 _at_points: Set[str] = set()  # hook kinds that some point kind other than an event's runs
+
+HOOK_KINDS: Mapping[str, HookKind] = _hook_kinds
+"""Every hook kind declared so far, by name: the registry's slow path reads it directly (a
+miss is refused through :func:`hook_kind`). Read only; declare with :func:`add_hook_kind`."""
+AT_POINTS: AbstractSet[str] = _at_points
+"""The hook kinds some kind of hook point runs (not an event): :func:`runs_at_points`, for
+the registry's slow path. Read only; it grows with :func:`add_point_kind`."""
 
 
 def _add(table: Dict[str, NamedTuple], row: NamedTuple, what: str) -> None:

@@ -73,15 +73,16 @@ from ._declarations import (
 from ._errors import ErrorPolicy, HookError, raise_collected
 from ._handle import MARKED_COROUTINES, Handle, Owner, hook_name, is_async_callable, where_defined
 from ._kinds import (
+    AT_POINTS,
     DECLARED_EVENT,
     EVENT,
     EVENT_RUNS,
     GENERATOR,
+    HOOK_KINDS,
     hook_kind,
     known_names,
     methods,
     other_namespace,
-    runs_at_points,
     where_it_runs,
 )
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
@@ -431,10 +432,10 @@ class Registry:
         """:meth:`register` of every case but the common one: specs, strict names,
         scopes, patterns, async hooks, and hook points to tell of the change."""
         kind, name, match = handle.kind, handle.name, handle.match
-        row = hook_kind(kind)  # an unknown kind is refused, naming the known ones
         hook = handle.hook
-        at_points = runs_at_points(kind)
-        if hook is not None:
+        at_points = kind in AT_POINTS
+        if kind != "event" and hook is not None:  # an event hook's shape was told already
+            row = HOOK_KINDS.get(kind) or hook_kind(kind)  # an unknown kind: refused, named
             if row.shape == GENERATOR:  # register's common case told a plain function
                 handle.is_async = _checked_shape(kind, hook)
             if row.takes_context:
@@ -1237,7 +1238,7 @@ class Registry:
             else:
                 self.event_plans.clear()
                 self._event_hooks.clear()
-        if not runs_at_points(kind):
+        if kind not in AT_POINTS:
             return
         points = self._points
         if match is None:
