@@ -156,12 +156,13 @@ def add_hook_kind(kind: HookKind) -> HookKind:
     Idempotent for an equal row; a different row under a known name is a ``ValueError``.
 
     Example:
-        >>> from hookbus._kinds import PLAIN, HookKind, add_hook_kind, hook_kind
-        >>> tick = add_hook_kind(
-        ...     HookKind("tick", "tick", PLAIN, True, frozenset({"priority"}), "hook(ctx)")
-        ... )
-        >>> hook_kind("tick") is tick
+        >>> from hookbus._kinds import add_hook_kind, hook_kind
+        >>> pre = hook_kind("pre")
+        >>> add_hook_kind(pre) is pre  # declared again, the same: harmless
         True
+        >>> add_hook_kind(pre._replace(method="before"))
+        Traceback (most recent call last):
+        ValueError: hook kind 'pre' is declared already, differently: ...
     """
     if kind.shape not in (PLAIN, GENERATOR):
         raise ValueError(f"unknown hook shape {kind.shape!r}; accepted: {PLAIN!r}, {GENERATOR!r}")
@@ -176,12 +177,12 @@ def add_point_kind(kind: PointKind) -> PointKind:
     different row under a known name is a ``ValueError``.
 
     Example:
-        >>> from hookbus._kinds import PointKind, add_point_kind, point_kind
-        >>> job = add_point_kind(PointKind(
-        ...     "job", ("pre", "post"), "a job", "the job", None, "yes", "never", False
-        ... ))
-        >>> point_kind("job").runs
-        ('pre', 'post')
+        >>> from hookbus._kinds import add_point_kind, point_kind
+        >>> add_point_kind(point_kind("method")).runs  # declared again, the same
+        ('around', 'pre', 'post', 'exception')
+        >>> add_point_kind(point_kind("method")._replace(runs=("tick",)))
+        Traceback (most recent call last):
+        ValueError: point kind 'method' runs hook kinds that are not declared: 'tick'; ...
     """
     unknown = [name for name in kind.runs if name not in _hook_kinds]
     if unknown:

@@ -36,6 +36,11 @@ kind (exact names by name, patterns in one list), the live hook points by name
 checking a hook against the specs and a strict bus's names before it is
 registered, declaring, replaying a historic event's past emissions to a new
 hook, and listing the hooks that match nothing (``check_pending()``).
+
+What is valid where is not decided here: the table (``_kinds.py``) says which hook
+kinds exist and what shape each takes (``_checked_shape``), which kinds an event's
+plan resolves (``_WRAPPING_EVENTS``) and which reach points (``AT_POINTS``), and the
+one rule a strict bus and ``check_pending()`` share (``known_names``).
 """
 
 from __future__ import annotations

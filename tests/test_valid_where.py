@@ -8,6 +8,7 @@ registered.
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 from typing import Any, AsyncGenerator, Generator, Iterator, List, Tuple
@@ -318,9 +319,13 @@ def test_with_name_is_refused_for_a_hook_kind_that_does_not_take_it() -> None:
         bus.pre("load", lambda ctx: None, with_name=True)  # type: ignore[call-arg]
 
 
-def test_an_adapter_row_is_declared_once() -> None:
+def test_an_adapter_row_is_declared_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module imported again declares its rows again: harmless when they are equal, a
     ValueError when a different row would take the name."""
+    from hookbus import _kinds
+
+    for table in ("_hook_kinds", "_point_kinds", "_at_points"):  # this test's rows go after it
+        monkeypatch.setattr(_kinds, table, copy.copy(getattr(_kinds, table)))
     row = HookKind("tick", "tick", PLAIN, True, frozenset({"priority"}), "`hook(ctx)`")
     assert add_hook_kind(row) is row
     assert add_hook_kind(row) is row
