@@ -21,7 +21,7 @@ PACKAGE = ROOT / "hookbus"
 # Bottom first. Each layer is a list of module paths under hookbus/ (globs allowed):
 # a module imports only from layers below its own.
 LAYERS: List[List[str]] = [
-    ["_names.py"],  # names, glob patterns
+    ["_names.py", "_kinds.py"],  # names, glob patterns; the table of what is valid where
     ["_spec.py"],  # event specs: binders, by-name callers
     ["_context.py"],  # the CallContext of one call
     ["_handle.py"],  # one registration, groups of them, and the store they know
@@ -48,7 +48,7 @@ LAYERS: List[List[str]] = [
     # The torch adapter, on hookbus and hookbus.adapter alone. Where warnings point, outside
     # hookbus; then foundations with no hooks: tensors in nested outputs, wrapper names,
     # exact statistics.
-    ["torch/_user_line.py"],
+    ["torch/_user_line.py", "torch/_module_kinds.py"],
     ["torch/_tree.py", "torch/_unwrap.py", "torch/_moments.py"],
     # Mechanisms, each alone: which module call a frame runs, an owner's native hooks in a
     # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives.

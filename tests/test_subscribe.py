@@ -757,5 +757,5 @@ def test_listens_to_a_declared_event_takes_event_hooks_only() -> None:
     @bus.event
     def order_paid(order_id: int) -> None: ...
 
-    with pytest.raises(ValueError, match="event hooks only"):
+    with pytest.raises(ValueError, match="on or around hooks only"):
         listens(order_paid, kind="post")  # type: ignore[call-overload]

@@ -48,8 +48,8 @@ from ..adapter import (
     matcher_for,
     where_defined,
 )
+from ._module_kinds import OPERATION_POINT
 from ._operations import (
-    OPERATION_KINDS,
     OperationSelection,
     OperationSite,
     operation_key,
@@ -767,10 +767,10 @@ class Attachment(Removable):
     def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
         if isinstance(selector, str) and ":" in selector and selector not in self._modules:
             self._check_attached()
-            if kind not in OPERATION_KINDS:
+            if kind not in OPERATION_POINT.runs and OPERATION_POINT.refuses_others:
                 raise ValueError(
                     f"{kind} hooks do not apply to operation points such as {selector!r}; "
-                    f"accepted there: {', '.join(OPERATION_KINDS)} hooks"
+                    f"accepted there: {', '.join(OPERATION_POINT.runs)} hooks"
                 )
             key = operation_key(
                 selector,
