@@ -61,6 +61,7 @@ from typing import (
     TypeVar,
 )
 
+from ._arounds import may_return_a_value
 from ._declarations import (
     Declarations,
     Declared,
@@ -148,8 +149,9 @@ def _sync_point_error(point_name: str, handle: Handle) -> TypeError:
     )
 
 
-def _around_is_async(handle: Handle) -> bool:
-    """Whether the around hook of ``handle`` is an async generator; refuse any other shape.
+def _around_shape(handle: Handle) -> Tuple[bool, bool]:
+    """Whether the around hook of ``handle`` is an async generator, and whether it may
+    return a value (``_arounds.may_return_a_value``); refuse any other shape.
 
     Checked at registration: an around hook that cannot yield would fail only at
     the first call of what it wraps.
@@ -161,9 +163,9 @@ def _around_is_async(handle: Handle) -> bool:
     if not inspect.isfunction(inner) and not inspect.ismethod(inner) and callable(inner):
         inner = type(inner).__call__  # a callable object: its method says
     if inspect.isasyncgenfunction(inner):
-        return True
+        return True, False  # an async generator cannot return a value
     if inspect.isgeneratorfunction(inner):
-        return False
+        return False, may_return_a_value(inner)
     raise TypeError(
         f"around() needs a generator function, got {hook_name(hook)} "
         f"({type(hook).__name__}); an around hook yields once, where the call runs:\n"
@@ -394,7 +396,7 @@ class Registry:
         scopes, patterns, async hooks, and hook points to tell of the change."""
         kind, name, match = handle.kind, handle.name, handle.match
         if kind == "around":
-            handle.is_async = _around_is_async(handle)
+            handle.is_async, handle.may_return_value = _around_shape(handle)
         hook = handle.hook
         if kind != "event" and hook is not None:
             written = context_mismatch(hook)

@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+from ._arounds import Started
 from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
 from ._errors import add_note, describe
@@ -63,6 +64,7 @@ __all__ = [
     "PointPlan",
     "PointSource",
     "Removable",
+    "Started",
     "add_note",
     "call_with_hooks",
     "check_name",
