@@ -27,6 +27,7 @@ from ._errors import add_note
 if TYPE_CHECKING:
     from ._context import CallContext
     from ._handle import Handle
+    from ._trace import Tracer
 
 __all__ = [
     "FINISHED",
@@ -37,10 +38,12 @@ __all__ = [
     "yielded_twice",
 ]
 
-Started = Tuple["Handle", Any, int]
-"""One around hook a call started: its handle, its generator, and how long its set-up
-ran in nanoseconds (for a trace; 0 when none was open). A plain tuple in a plain list,
-kept by whatever started it: an object per call would cost 5% of an around hook's call."""
+Started = Tuple["Handle", Any, Optional["Tracer"], int]
+"""One around hook a call started: its handle, its generator, the tracer open when it
+started (``None``: none was) and how long its set-up ran, in nanoseconds. Its teardown
+is recorded into that tracer, as a dispatch records into the traces open when it began.
+A plain tuple in a plain list, kept by whatever started it: an object per call would
+cost 5% of an around hook's call."""
 
 # ``next(generator, FINISHED)`` tells a finished around hook without a StopIteration:
 # raising and catching one, with its traceback, cost a third of an around hook's call.

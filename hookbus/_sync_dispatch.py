@@ -226,9 +226,9 @@ def call_with_hooks(
     except BaseException as error:
         if not started:
             raise
-        return resume_arounds(registry, started, ctx, None, error)  # 5.
+        return resume_arounds(started, ctx, None, error)  # 5.
     if started:
-        return resume_arounds(registry, started, ctx, result, None)  # 5.
+        return resume_arounds(started, ctx, result, None)  # 5.
     return result
 
 
@@ -245,6 +245,7 @@ def start_arounds(
     ``around_hooks``). ``started`` is the caller's to keep: it resumes them
     (:func:`resume_arounds`) after the call, or with the error if a set-up
     here raised (which carries a note naming its hook), whatever is removed meanwhile.
+    Each entry holds the tracer open now, which records the hook once it is resumed.
     """
     tracer = registry.tracer
     for position, handle in enumerate(handles):
@@ -263,11 +264,11 @@ def start_arounds(
             if tracer is not None:
                 tracer._record(ctx.name, "around", handle, perf_counter_ns() - start)
             raise
-        started.append((handle, around, perf_counter_ns() - start if tracer is not None else 0))
+        set_up_ns = perf_counter_ns() - start if tracer is not None else 0
+        started.append((handle, around, tracer, set_up_ns))
 
 
 def resume_arounds(
-    registry: DispatchSettings,
     started: List[Started],
     ctx: CallContext,
     result: Any,
@@ -280,11 +281,10 @@ def resume_arounds(
     error; one that calls ``ctx.recover(value)`` swallows an ``Exception``
     (a ``BaseException`` always goes on). Every started hook is resumed exactly
     once, whatever the others do: one that yields again is closed, and if even
-    that fails, the outer ones still get the error. A trace records each hook
-    once, with its set-up's and teardown's time.
+    that fails, the outer ones still get the error. The trace open when a hook
+    started records it, once, with its set-up's and teardown's time.
     """
-    tracer = registry.tracer
-    for handle, around, set_up_ns in reversed(started):
+    for handle, around, tracer, set_up_ns in reversed(started):
         start = perf_counter_ns() if tracer is not None else 0
         try:
             if error is None:

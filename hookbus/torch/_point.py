@@ -444,7 +444,7 @@ class ModulePoint:
         except BaseException as error:
             self._land()
             if started:
-                resume_arounds(self.registry, started, ctx, None, error)
+                resume_arounds(started, ctx, None, error)
             raise
         if not started:
             self._land()
@@ -468,7 +468,7 @@ class ModulePoint:
             if not started:
                 continue
             self._land()
-            for handle, around, _ in reversed(started):
+            for handle, around, _, _ in reversed(started):
                 try:
                     around.close()
                 except Exception as error:
@@ -488,7 +488,7 @@ class ModulePoint:
         """
         entry = self._pop_shared((id(caller),))
         if entry is not None and entry[1] is not None and entry[2]:
-            resume_arounds(self.registry, entry[2], entry[1], None, error)
+            resume_arounds(entry[2], entry[1], None, error)
 
     def _run(self, handles: _Hooks, ctx: CallContext) -> None:
         # One module call's pre or post hooks: the core's phase loop (an inline copy
@@ -625,10 +625,10 @@ class ModulePoint:
         except BaseException as error:
             if not started:
                 raise
-            resume_arounds(self.registry, started, ctx, None, error)  # raises what is left
+            resume_arounds(started, ctx, None, error)  # raises what is left
         else:
             if started:
-                ctx.result = resume_arounds(self.registry, started, ctx, ctx.result, None)
+                ctx.result = resume_arounds(started, ctx, ctx.result, None)
         result = ctx.result
         if self._grad:
             handles = self._grad_handles  # kept to remove at uninstall()
@@ -683,7 +683,7 @@ class ModulePoint:
                 if ctx is None:
                     return  # an around hook's set-up raised: nothing else started
         if isinstance(error, INTERNAL_STOPS):
-            for _, around, _ in reversed(started):
+            for _, around, _, _ in reversed(started):
                 around.close()  # not an error of the call (checkpointing): finally blocks run
             return
         if ctx is None:
@@ -696,12 +696,12 @@ class ModulePoint:
                 run_phase(self.registry, self._exception, ctx)  # every exception hook runs
             except BaseException as interrupt:  # no Exception: those replace the error
                 if started:
-                    resume_arounds(self.registry, started, ctx, None, interrupt)
+                    resume_arounds(started, ctx, None, interrupt)
                 raise
         replaced = ctx.exception
         if started:
             try:
-                resume_arounds(self.registry, started, ctx, None, replaced)
+                resume_arounds(started, ctx, None, replaced)
             except Exception as left:  # a BaseException goes on, through torch
                 replaced = left
             else:
