@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from typing import Callable, Generator, List
 
 import pytest
@@ -289,16 +290,17 @@ def test_detach_during_a_forward_closes_the_around_hooks_it_started() -> None:
 
 
 def test_around_hooks_finish_in_their_calls_while_another_thread_adds_and_removes_them() -> None:
-    """Bounded stress: one thread calls the model while another registers and removes
-    around hooks on it; every set-up a call ran is torn down before that call returns,
-    and once all is removed no native hook is left."""
+    """Bounded stress: one thread calls the model while another registers around hooks
+    (``once`` or not) and removes them; every set-up a call ran is torn down before that
+    call returns, and once all is removed no native hook is left."""
     model = nn.Sequential(nn.Linear(2, 2))
     net = hookbus.torch.attach(model, hookbus.EventBus())
     open_spans = threading.local()
-    leaked: List[int] = []
+    set_ups: List[int] = []
     stop = threading.Event()
 
     def span(ctx: CallContext) -> Around:
+        set_ups.append(1)
         open_spans.count = getattr(open_spans, "count", 0) + 1
         try:
             yield
@@ -310,23 +312,27 @@ def test_around_hooks_finish_in_their_calls_while_another_thread_adds_and_remove
         while not stop.is_set():
             once = not once
             handle = net.around("0", span, once=once)
+            time.sleep(0.0002)  # calls start it meanwhile; the removal lands mid-call
             handle.remove()
 
     switching = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # threads take turns often: removals land mid-call
+    sys.setswitchinterval(1e-5)  # threads take turns often
     worker = threading.Thread(target=churn)
     worker.start()
+    left_open = 0
     try:
         x = torch.ones(1, 2)
-        for _ in range(300):
+        for _ in range(20_000):
             model(x)
-            if getattr(open_spans, "count", 0):
-                leaked.append(open_spans.count)
+            left_open = getattr(open_spans, "count", 0)
+            if left_open or len(set_ups) >= 200:
+                break
     finally:
         stop.set()
         worker.join(10)
         sys.setswitchinterval(switching)
     assert not worker.is_alive()
-    assert leaked == []
+    assert set_ups, "no call ran the around hook: the stress did not happen"
+    assert left_open == 0, "a call returned before the teardown of an around hook it started"
     assert _native_hooks(model) == 0
     net.detach()
