@@ -384,8 +384,10 @@ class ModulePoint:
         dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
         ``_call_frames.call_keys``). So a post dispatcher takes the context of its own
         call whatever other hooks did to the args, and a call that never reached
-        its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
-        push drops. A stored context holds no argument of its call (see ``_on_pre``).
+        its post dispatcher (a ``KeyboardInterrupt`` nothing of ours saw) leaves an
+        entry that the next push drops, closing the around hooks it holds. A stored
+        context holds no argument of its call (see ``_on_pre``); an entry with around
+        hooks holds the call's frame (see ``_Entry``).
         """
         try:
             stack: List[_Entry] = self._local.stack
