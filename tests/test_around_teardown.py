@@ -327,3 +327,58 @@ def test_an_around_hook_removed_during_the_call_finishes_in_that_call(
     call()
     assert log == ["set-up", "removed", "teardown"]
     assert not handle.active
+
+
+def _returns_a_constant(ctx: CallContext) -> Generator[None, None, Any]:
+    yield
+    return 2
+
+
+def _returns_through_or(ctx: CallContext) -> Generator[None, None, Any]:
+    yield
+    return ctx.result or None  # a jump to the return: the value is not the None before it
+
+
+def _returns_a_conditional(ctx: CallContext) -> Generator[None, None, Any]:
+    yield
+    return 2 if ctx.result else None
+
+
+def _returns_what_was_sent(ctx: CallContext) -> Generator[None, None, Any]:
+    return (yield)  # hookbus sends None: returns None, fine
+
+
+class _CallableSpan:
+    def __call__(self, ctx: CallContext) -> Generator[None, None, Any]:
+        yield
+        return ctx.result
+
+
+@pytest.mark.parametrize(
+    ("hook", "refused"),
+    [
+        (_returns_a_constant, True),
+        (_returns_through_or, True),
+        (_returns_a_conditional, True),
+        (_returns_what_was_sent, False),
+        (_CallableSpan(), True),
+    ],
+    ids=["constant", "x or None", "conditional", "the sent None", "callable object"],
+)
+def test_a_value_returned_after_the_yield_is_refused_whatever_the_return_looks_like(
+    hook: Callable[[CallContext], Any], refused: bool
+) -> None:
+    """The check is read from the hook's code once; every way to return a value is caught,
+    on every Python version the code is compiled by (CI runs this on each)."""
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load() -> int:
+        return 1
+
+    bus.around("load", hook)
+    if refused:
+        with pytest.raises(TypeError, match="returned int after its yield"):
+            load()
+    else:
+        assert load() == 1
