@@ -138,6 +138,8 @@ class Handle(Removable):
         optional: whether its name may never exist (pluggy's ``optionalhook``).
         by_name: for each declared event whose spec it takes a subset of, by name,
             what makes its caller (``None`` when it takes every spec as it is).
+        may_return_value: for an around hook, whether its code may return a value
+            after its ``yield`` (then refused at the call; read at registration).
 
     Example:
         >>> import hookbus
@@ -162,6 +164,7 @@ class Handle(Removable):
         "is_async",
         "kind",
         "match",
+        "may_return_value",
         "name",
         "once",
         "optional",
@@ -200,6 +203,7 @@ class Handle(Removable):
         self.with_name = with_name
         self.optional = optional
         self.by_name: Optional[Dict[str, CallerFactory]] = None
+        self.may_return_value = False
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
         self._target = None if target is None else _Sender(target, self)
@@ -241,6 +245,7 @@ class Handle(Removable):
         handle.with_name = False
         handle.optional = False
         handle.by_name = None
+        handle.may_return_value = False
         handle._registered = False
         handle._hook = hook
         handle._target = None

@@ -66,6 +66,7 @@ from typing import (
     TypeVar,
 )
 
+from ._arounds import may_return_a_value
 from ._declarations import (
     Declarations,
     Declared,
@@ -136,16 +137,20 @@ _SHAPED_CODE = CO_COROUTINE | _GENERATOR_CODE
 _WRAPPING_EVENTS = tuple(kind for kind in EVENT.runs if kind != "event")
 
 
-def _generator_of(hook: Any) -> Optional[str]:
-    """``"generator"`` or ``"async generator"`` when calling ``hook`` makes one, else None.
-
-    A ``functools.partial`` says what it wraps; a callable object, its ``__call__``.
-    """
+def _hook_function(hook: Any) -> Any:
+    """The function that runs when ``hook`` is called: a ``functools.partial``'s own,
+    a callable object's ``__call__``."""
     inner = hook
     while isinstance(inner, functools.partial):
         inner = inner.func
     if not inspect.isfunction(inner) and not inspect.ismethod(inner) and callable(inner):
-        inner = type(inner).__call__  # a callable object: its method says
+        inner = type(inner).__call__
+    return inner
+
+
+def _generator_of(hook: Any) -> Optional[str]:
+    """``"generator"`` or ``"async generator"`` when calling ``hook`` makes one, else None."""
+    inner = _hook_function(hook)
     if inspect.isasyncgenfunction(inner):
         return "async generator"
     if inspect.isgeneratorfunction(inner):
@@ -443,6 +448,10 @@ class Registry:
             row = HOOK_KINDS.get(kind) or hook_kind(kind)  # an unknown kind: refused, named
             if row.shape == GENERATOR:  # register's common case told a plain function
                 handle.is_async = _checked_shape(kind, hook)
+                # An async generator cannot return a value; a generator's code says.
+                handle.may_return_value = not handle.is_async and may_return_a_value(
+                    _hook_function(hook)
+                )
             if row.takes_context:
                 written = context_mismatch(hook)
                 if written is not None:

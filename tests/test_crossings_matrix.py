@@ -37,10 +37,8 @@ It registers the hooks, dispatches twice, and checks the bus. The invariants:
    as the table says;
 7. once the handles are removed, nothing keeps a hook or a call's argument alive.
 
-``test_crossings_hold_outside_the_known_broken_ones`` runs with documented waivers for
-crossings that are broken today (:data:`WAIVERS`); ``test_crossings_hold_everywhere``
-runs with none and is an expected failure, pinned by one ``@example`` per waiver so that
-it fails deterministically. A fix removes its waiver; the last removes the ``xfail`` mark.
+``test_crossings_hold_everywhere`` draws scenarios; ``test_crossings_that_once_broke_hold``
+runs, every time, one pinned scenario for each crossing that was once broken.
 
 Profiles (the environment variable ``HOOKBUS_HYPOTHESIS_PROFILE``, as for the state
 machine; CI runs ``ci``): ``dev`` runs 200 examples of the green test, ``ci`` 1,000; the
@@ -366,11 +364,9 @@ class Model:
         scenario: Scenario,
         specs: List[HookSpec],
         registered: List[int],
-        waive: FrozenSet[str] = frozenset(),
     ) -> None:
         self.scenario = scenario
         self.driver = DRIVERS[scenario.point_kind]
-        self.waive = waive
         self.specs = specs  # the scenario's hooks, then those the lifecycle adds
         self.registered = registered  # indices, in registration order
         self.paused = False
@@ -557,9 +553,8 @@ class _Logged(logging.Handler):
 class Bench:
     """One scenario on a real bus: the point, the hooks, and what they saw."""
 
-    def __init__(self, scenario: Scenario, waive: FrozenSet[str] = frozenset()) -> None:
+    def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.waive = waive
         self.driver = DRIVERS[scenario.point_kind]
         self.bus = EventBus(strict=scenario.strict, errors=scenario.errors)  # type: ignore[arg-type]
         self.specs: List[HookSpec] = list(scenario.hooks)
@@ -766,31 +761,22 @@ class Bench:
 
 # --- the invariants ----------------------------------------------------------------------
 
-WAIVERS: Dict[str, str] = {
-    "trace_around": "bus.trace() never records around hooks",
-    "setup_note": "an around hook's set-up error gets no note naming it",
-}
-"""Crossings broken today, each waived narrowly by the test that runs green; a fix removes
-its entry (and the code that reads it)."""
-
-
-def _check_notes(waive: FrozenSet[str], specs: List[HookSpec], got: Outcome, notes: Any) -> None:
+def _check_notes(got: Outcome, notes: Any) -> None:
     """Invariant 2's notes: each error a hook raised names that hook."""
     if got.error is None or _is_interrupt(got.error):
         return
     indices = got.error[1] if isinstance(got.error, tuple) else (got.error,)
     for index, member_notes in zip(indices, notes):
-        if index == CALL or ("setup_note" in waive and specs[index].behaviour == "setup_raise"):
-            continue
-        assert any(f"hook_{index}" in note for note in member_notes), member_notes
+        if index != CALL:
+                assert any(f"hook_{index}" in note for note in member_notes), member_notes
 
 
-def check(scenario: Scenario, waive: FrozenSet[str]) -> None:
-    """Run ``scenario`` and check every invariant, except the waived ones."""
-    bench = Bench(scenario, waive)
+def check(scenario: Scenario) -> None:
+    """Run ``scenario`` and check every invariant."""
+    bench = Bench(scenario)
     registered = bench.register()
     lifecycle = scenario.lifecycle
-    model = Model(scenario, bench.specs, list(registered), waive)
+    model = Model(scenario, bench.specs, list(registered))
 
     # The first dispatch: invariants 2, 3, 5.
     trace: Optional[Trace] = None
@@ -813,13 +799,10 @@ def check(scenario: Scenario, waive: FrozenSet[str]) -> None:
     model.paused = False
     assert got == expected, f"ran/error/result/logged {got} != model {expected}"
     assert bench.finished == list(reversed(bench.started)), "around hooks finished out of order"
-    _check_notes(waive, bench.specs, got, bench.notes)
+    _check_notes(got, bench.notes)
     if trace is not None:
         recorded = sorted(bench.handles.index(r.handle) for r in trace.records)
-        waived_kinds = {"around"} if "trace_around" in waive else set()
-        ran = sorted(
-            bench.registered.index(i) for i in got.ran if bench.specs[i].kind not in waived_kinds
-        )
+        ran = sorted(bench.registered.index(i) for i in got.ran)
         assert recorded == ran, "the trace missed hooks that ran"
         del trace
 
@@ -861,12 +844,6 @@ def check(scenario: Scenario, waive: FrozenSet[str]) -> None:
 # --- the tests -----------------------------------------------------------------------------
 
 
-@settings(settings.get_profile(PROFILE))
-@given(scenarios())
-def test_crossings_hold_outside_the_known_broken_ones(scenario: Scenario) -> None:
-    check(scenario, frozenset(WAIVERS))
-
-
 def _one(kind: str, behaviour: str = "ok", **options: Any) -> HookSpec:
     fields: Dict[str, Any] = dict(
         kind=kind,
@@ -897,8 +874,11 @@ def _pinned(point: str, hooks: Tuple[HookSpec, ...], **options: Any) -> Scenario
     return Scenario(**fields)
 
 
-# The crossings fixed so far, pinned: each once broke the matrix.
-_FIXED = (
+# The crossings that once broke the matrix, pinned.
+_ONCE_BROKEN = (
+    _pinned("function", (_one("around", "ok"),), lifecycle="trace"),
+    _pinned("event", (_one("around", "ok"),), lifecycle="trace"),
+    _pinned("function", (_one("around", "setup_raise"),)),
     _pinned("event", (_one("event", "ok"),), dispatch="gather", lifecycle="trace"),
     _pinned("event", (_one("around", "ok"),)),
     _pinned("declared_event", (_one("around", "ok"),), strict=True),
@@ -923,20 +903,13 @@ _FIXED = (
 )
 
 
-@pytest.mark.parametrize("scenario", _FIXED)
-def test_crossings_fixed_so_far_hold(scenario: Scenario) -> None:
-    check(scenario, frozenset())
+@pytest.mark.parametrize("scenario", _ONCE_BROKEN)
+def test_crossings_that_once_broke_hold(scenario: Scenario) -> None:
+    check(scenario)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the crossings in WAIVERS are broken today: traces miss around hooks, and an "
-    "around hook's set-up error has no note",
-)
 @settings(settings.get_profile(PROFILE))
 @given(scenarios())
-@example(_pinned("function", (_one("around", "ok"),), lifecycle="trace"))
-@example(_pinned("function", (_one("around", "setup_raise"),)))
 def test_crossings_hold_everywhere(scenario: Scenario) -> None:
-    """The whole matrix, no waiver. Each ``@example`` pins one waived crossing."""
-    check(scenario, frozenset())
+    """The whole matrix: every invariant, for every scenario drawn."""
+    check(scenario)

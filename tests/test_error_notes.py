@@ -33,11 +33,6 @@ def _fails_at_set_up(ctx: CallContext) -> Generator[None, None, None]:
     yield  # a generator function: an around hook
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the error of an around hook's set-up gets no note naming the hook (its "
-    "teardown's error does)",
-)
 @pytest.mark.parametrize("where", ["point", "async point", "event"])
 def test_the_error_of_an_around_hook_s_set_up_names_the_hook(where: str) -> None:
     """Every other hook's error, an around hook's teardown included, carries a note naming

@@ -29,7 +29,8 @@ LAYERS: List[List[str]] = [
     ["_trace.py"],  # traces and their records
     ["_declarations.py"],  # declared events and what a bus knows of names
     ["_plan.py"],  # plans, and the point seam
-    ["_dispatch.py"],  # the map of every loop, and what both variants share
+    # The map of every loop, and what both variants share; around hooks as generators.
+    ["_dispatch.py", "_arounds.py"],
     ["_async_dispatch.py", "_sync_dispatch.py"],  # the loops: the source, and the generated
     ["_registry.py"],  # the store: hooks, points, declarations, the lock
     ["_scope.py", "_hookpoint.py", "_event.py"],
