@@ -678,10 +678,10 @@ def refuse_unheld_hook(hook: Any) -> None:
         return
     if unheld(hook):
         raise TypeError(
-            f"weak=True on {hook_name(hook)}, a {kind.__name__} that nothing else refers "
-            f"to (one made in the call, say): it would be collected as soon as the "
-            f"registration returns and never run; keep it somewhere first (a variable, an "
-            f"attribute), or register it strongly (the default)"
+            f"weak=True on {hook_name(hook)} (a {kind.__name__}), which nothing else refers "
+            f"to (made in the call, say): it would be collected as soon as the registration "
+            f"returns and never run; keep it somewhere first (a variable, an attribute), or "
+            f"register it strongly (the default)"
         )
 
 
