@@ -631,9 +631,10 @@ _C_METHODS = (BuiltinMethodType, MethodWrapperType)
 # is referred to by the frames of the registration alone, and dies as it returns. Its
 # reference count says so, once the references those frames hold are taken off: the
 # hookbus frames' locals are read (the user's frames never are: reading a frame's
-# locals may keep them alive), and what the calls themselves hold (the caller's stack
-# on Python 3.10 and before, the counting function's own) is measured at import
-# through the same code, as _OWNER_ALONE is.
+# locals may keep them alive), and what the calls themselves hold (the caller's stack,
+# on Python 3.10 and before, or under a PEP 523 frame evaluator such as torch.compile's,
+# and the counting's own) is measured at each check, through the same code, as
+# _OWNER_ALONE is: how CPython counts can change within a process.
 
 
 def unheld(value: Any) -> bool:
@@ -654,10 +655,11 @@ def unheld(value: Any) -> bool:
         >>> unheld(kept)
         False
     """
-    if _PASSED_REFS is None:  # an interpreter that counts differently: never refuse
+    total, held, passed = _references(value)  # first: the calibration reads this frame
+    per_call, own = _calibrate()
+    if per_call is None:  # an interpreter that counts otherwise: never refuse
         return False
-    total, held, passed = _references(value)
-    return total - held - _PASSED_REFS * passed <= _OWN_REFS
+    return total - held - per_call * passed <= own
 
 
 def refuse_unheld_hook(hook: Any) -> None:
@@ -690,7 +692,7 @@ def _references(value: Any) -> Tuple[int, int, int]:
     caller's caller up; and how many of those frames got it as a parameter."""
     total = sys.getrefcount(value)
     held = passed = 0
-    frame: Any = sys._getframe(2)  # the caller's locals hold it: counted in _OWN_REFS
+    frame: Any = sys._getframe(2)  # the caller's locals hold it: counted in its own
     while frame is not None and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
         module = frame.f_globals.get("__name__")
         if not isinstance(module, str) or not (
@@ -722,8 +724,8 @@ def _through_none(value: Any) -> Tuple[int, int, int]:
 
 def _calibrate() -> Tuple[Optional[int], int]:
     """What the calls hold: per frame that got the value as a parameter (its caller's
-    stack, before Python 3.11), and of the counting itself. ``None`` if the counts
-    don't fit that model (then nothing is ever refused)."""
+    stack, where calls don't hand their arguments over), and of the counting itself.
+    ``None`` if the counts don't fit that model (then nothing is ever refused)."""
     total_1, held_1, passed_1 = _through_none(_Fresh())
     total_2, held_2, passed_2 = _through_one(_Fresh())
     if passed_2 - passed_1 != 1 or held_2 - held_1 != 1:
@@ -733,9 +735,6 @@ def _calibrate() -> Tuple[Optional[int], int]:
     if per_call not in (0, 1) or own < 1:
         return None, 0
     return per_call, own
-
-
-_PASSED_REFS, _OWN_REFS = _calibrate()
 
 
 def tie_to(handle: Handle, owner: object) -> None:
