@@ -39,7 +39,7 @@ from ._declarations import Declared, UnknownNameError
 from ._dispatch import check_event_result, note_fast_error
 from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
-from ._handle import Handle, HandleGroup
+from ._handle import Handle, HandleGroup, same_callable
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
@@ -532,7 +532,8 @@ class EventBus:
         hook may take a subset of its spec, by name). ``target=obj`` makes it fire
         only when ``obj`` is the first positional argument (the sender, as in blinker:
         built-in values compare by value, other objects by identity, held weakly). A
-        callable is registered once per name and target: a second registration raises.
+        callable is registered once per name and sender: a second registration raises
+        (one for any sender and one for a given sender included).
         ``with_name=True`` passes the event's name first, ``hook(event, *args,
         **kwargs)``, for hooks that watch many events through a pattern.
 
@@ -722,7 +723,9 @@ class EventBus:
         name), each method named like one of them. Methods without a priority of
         their own take ``priority=``, else the object's ``hook_priority`` (an int
         or a :class:`Priority` name, mmengine's included), else 0. ``weak=True``
-        holds the methods weakly: when ``obj`` is collected, its hooks go too.
+        holds the methods weakly: when ``obj`` is collected, its hooks go too, its
+        static and class methods included; an ``obj`` that nothing else refers to is
+        refused (``TypeError``), as its hooks would go at once.
         ``target`` applies to every method. All are registered, or none; an object
         subscribed already is refused (``ValueError``). A module subscribes its
         functions marked with :func:`hookbus.listens` (pluggy's plugin modules).
@@ -990,7 +993,8 @@ class EventBus:
         """Drop the past emissions of the historic event ``name``, releasing their arguments.
 
         Hooks registered from now on are called only with later emissions; the event
-        stays historic and records again from here.
+        stays historic and records again from here. ``name`` may be an enum member, as
+        wherever a name is taken.
 
         Example:
             >>> import hookbus
@@ -1111,7 +1115,9 @@ class EventBus:
         ``name``, only the registrations that :meth:`hooks` lists for it: those that run
         for that name (a pattern's included), or, for a pattern, those registered under
         it. pyee's ``remove_listener(event, f)`` is ``remove()`` on each of
-        ``bus.handles_of(f, event)``.
+        ``bus.handles_of(f, event)``. A registration is of ``hook`` when it holds that
+        object, or the same method of the same object (``obj.method``, ``log.append``),
+        as the duplicate rule says; no hook's own ``__eq__`` is called.
 
         Example:
             >>> import hookbus
@@ -1127,7 +1133,8 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "handles_of() name", allow_pattern=True)
-        return [handle for handle in self.registry.hooks(name) if handle.hook == hook]
+        # Not ==: one hook whose __eq__ raises (a mock, a proxy) would break it for all.
+        return [h for h in self.registry.hooks(name) if same_callable(h.hook, hook)]
 
     # --- handles, scopes, pauses ---------------------------------------------------
 

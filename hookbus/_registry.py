@@ -77,7 +77,15 @@ from ._declarations import (
     unknown_emitted,
 )
 from ._errors import ErrorPolicy, HookError, raise_collected
-from ._handle import MARKED_COROUTINES, Handle, Owner, hook_name, is_async_callable, where_defined
+from ._handle import (
+    MARKED_COROUTINES,
+    Handle,
+    Owner,
+    hook_name,
+    is_async_callable,
+    refuse_unheld_hook,
+    where_defined,
+)
 from ._kinds import (
     AT_POINTS,
     DECLARED_EVENT,
@@ -242,14 +250,22 @@ class _Duplicate(Exception):
 
 
 def _duplicate_error(handle: Handle, existing: Handle) -> ValueError:
-    """The error for a second registration of one callable on one name (and target)."""
+    """The error for a second registration of one callable on one name, for targets
+    that one sender can match (no target matches every sender)."""
+    overlap = ""
+    if handle.targeted != existing.targeted:
+        overlap = (
+            " One registration is for any sender and the other for one sender: both "
+            "would run for that sender."
+        )
     return ValueError(
         f"{hook_name(handle.hook)} is already registered for {handle.kind} {handle.name!r} "
         f"on bus {handle.registry.bus.name!r}: {existing!r}. A callable is registered once per "
-        f"name (and target). blinker and pyee would ignore a second registration and "
-        f"torch would run the hook twice; hookbus refuses it, so that neither happens "
-        f"silently. To change its options, remove the first (handle.remove()) and "
-        f"register again; to run it twice on purpose, register functools.partial(hook)"
+        f"name and sender (no target: every sender).{overlap} blinker and pyee would ignore "
+        f"a second registration and torch would run the hook twice; hookbus refuses it, so "
+        f"that neither happens silently. To change its options, remove the first "
+        f"(handle.remove()) and register again; to run it twice on purpose, register "
+        f"functools.partial(hook)"
     )
 
 
@@ -371,6 +387,8 @@ class Registry:
             is_async = _checked_shape(kind, hook)
         if options:
             priority, once, target, weak, with_name, optional = parse_options(kind, options)
+            if weak:  # counted here, before the handle's call adds references to it
+                refuse_unheld_hook(hook)
             handle = Handle(
                 self, kind, name, hook, priority, 0, once, target, weak, is_async, match,
                 with_name, optional,
@@ -659,7 +677,10 @@ class Registry:
         """Put hooks, error policy, trace and pauses back as :meth:`snapshot` saw them.
 
         Hooks added since are unregistered, hooks removed since come back, except
-        weakly held ones whose object died meanwhile.
+        those that can never run again: a weakly held hook, or a weakly held target,
+        collected meanwhile. Like every removal, it lets go of those handles (which
+        may hold the last reference to a strongly held target) once the lock is
+        released.
         """
         (exact, patterns), errors, traces, pauses = snapshot
         back: List[Handle] = []  # point hooks brought back: their sources make points
@@ -672,7 +693,10 @@ class Registry:
                 handle._registered = False
             buckets = [*(b for names in exact.values() for b in names.values())]
             for bucket in [*buckets, *patterns.values()]:
-                bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
+                kept = [h for h in bucket if h.alive]
+                if len(kept) != len(bucket):
+                    self._dropped.append(bucket[:])  # those left out go after the lock
+                    bucket[:] = kept
                 for handle in bucket:
                     if handle.kind != "event" and id(handle) not in present:
                         back.append(handle)
@@ -941,7 +965,8 @@ class Registry:
         return found, lines
 
     def forget(self, name: str) -> None:
-        """Drop the past emissions of the historic event ``name``."""
+        """Drop the past emissions of the historic event ``name`` (or its enum member)."""
+        name = check_name(name, "event name", allow_pattern=False)
         with self._changing:
             self._dropped.append(self.declarations.forget(name))  # the user's arguments
 
