@@ -54,6 +54,7 @@ from ._operations import (
     OperationSite,
     operation_key,
     operation_name,
+    unreached_operation,
 )
 from ._point import KINDS, ModulePoint
 from ._selection import (
@@ -288,7 +289,11 @@ class Attachment(Removable):
             self._make(names)
             return True
         module, colon, _ = name.rpartition(":")
-        return bool(colon and module and self._matching(module, _matcher(module, match)))
+        if not (colon and module and self._matching(module, _matcher(module, match))):
+            return False
+        # An operation point's name: the model's, unless it names a call that the
+        # discovery forward did not reach (refuse_unmatched then refuses it).
+        return match is not None or unreached_operation(name, self._operation_sites()) is None
 
     def refuse_unmatched(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Refuse a bus-level hook whose name is a typo of one of this model's names.
@@ -318,7 +323,13 @@ class Attachment(Removable):
             >>> _ = bus.post("saved", print)  # far from every name: a point to come
         """
         modules = self._modules
-        if kind not in KINDS or not modules or name in self._far:
+        if kind not in KINDS or not modules:
+            return
+        if match is None:
+            unreached = unreached_operation(name, self._operation_sites())
+            if unreached is not None:
+                raise ValueError(unreached)
+        if name in self._far:
             return
         module, colon, _ = name.rpartition(":")
         target = module if colon and module else name
@@ -799,6 +810,7 @@ class Attachment(Removable):
                 selector,
                 self._operation_sites(),
                 lambda known, name: close_or_first_names(dict.fromkeys(known), name),
+                optional=bool(options.get("optional")),
             )
             handle = self.bus.registry.register(kind, key, hook, options)
             self._handles.add(handle)

@@ -9,19 +9,61 @@ again (:func:`call_keys`). :func:`running_calls` tells the keys of every
 module call under way in this thread, so that an entry left by a call that
 ended early can be dropped, and :func:`forward_raised` whether the post hook
 runs on forward's error path.
+
+Frames also tell the forward's own work from its hooks': hookbus's native hooks
+are marked (:func:`runs_hooks`), and :func:`where_called` says whether code runs
+in a module call's forward, in one of those hooks inside it, or after the call
+ended (operation points count the forward's torch calls only).
 """
 
 from __future__ import annotations
 
+import enum
 import sys
-from typing import Any, Optional, Set, Tuple
+from typing import Any, Callable, Optional, Set, Tuple, TypeVar
 
 import torch
 
-__all__ = ["call_keys", "forward_raised", "running_calls"]
+__all__ = ["Where", "call_keys", "forward_raised", "running_calls", "runs_hooks", "where_called"]
 
 _MODULE_CLASS: Any = torch.nn.Module
 _CALL_IMPL = _MODULE_CLASS._call_impl.__code__
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_HOOK_CODES: Set[Any] = set()  # filled at import by runs_hooks, read only afterwards
+
+
+class Where(enum.Enum):
+    """Where :func:`where_called` found its caller, relative to a module call."""
+
+    FORWARD = "forward"  # in the call's forward (its submodules' forwards included)
+    HOOKS = "hooks"  # in a hookbus native hook run inside the call
+    ENDED = "ended"  # the call is not running (it ended without its post hook)
+
+
+def runs_hooks(function: _F) -> _F:
+    """Mark ``function``, a native torch hook of hookbus's, as running hooks, not forward.
+
+    Torch calls made under it (by the bus hooks it runs, or by itself) are not the
+    forward's own: :func:`where_called` says ``Where.HOOKS`` for them.
+    """
+    _HOOK_CODES.add(function.__code__)
+    return function
+
+
+def where_called(frame: Any, call: Any) -> Where:
+    """Where ``frame`` runs relative to the module call whose hooks run from ``call``
+    (torch's frame, as the pre hooks saw it): walks up from ``frame`` to ``call``."""
+    hooks = _HOOK_CODES
+    while frame is not None:
+        if frame is call:
+            return Where.FORWARD
+        if frame.f_code in hooks:
+            while frame is not None and frame is not call:  # inside the call, or ended?
+                frame = frame.f_back
+            return Where.ENDED if frame is None else Where.HOOKS
+        frame = frame.f_back
+    return Where.ENDED
 
 
 def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:

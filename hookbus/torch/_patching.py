@@ -28,6 +28,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..adapter import Removable, is_pattern
 from ._cache import Cache, CapturedCalls
+from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, Replacement
 
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
@@ -276,6 +277,7 @@ class _PositionPatch:
         self.positions = positions
         self.dim = dim
 
+    @runs_hooks
     def __call__(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
         stored = self.stored
         if isinstance(output, torch.Tensor):

@@ -58,7 +58,7 @@ from ..adapter import (
     start_arounds,
     where_defined,
 )
-from ._call_frames import call_keys, forward_raised, running_calls
+from ._call_frames import call_keys, forward_raised, running_calls, runs_hooks
 from ._call_starts import STARTS, start_call
 from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
@@ -390,6 +390,7 @@ class ModulePoint:
         # here saved nothing measurable on a real forward).
         run_phase(self.registry, handles, ctx)
 
+    @runs_hooks
     def _on_pre(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Any = _WITHOUT_KWARGS
     ) -> Any:
@@ -462,6 +463,7 @@ class ModulePoint:
         replaced = self._on_pre(module, args, {})
         return None if replaced is None else replaced[0]
 
+    @runs_hooks
     def _on_post(
         self,
         module: torch.nn.Module,
