@@ -24,10 +24,34 @@ from typing import Any, Callable, Optional, Set, Tuple, TypeVar
 
 import torch
 
-__all__ = ["Where", "call_keys", "forward_raised", "running_calls", "runs_hooks", "where_called"]
+__all__ = [
+    "CALL_FAILED",
+    "Where",
+    "call_keys",
+    "forward_raised",
+    "handled_error",
+    "running_calls",
+    "runs_hooks",
+    "where_called",
+]
 
 _MODULE_CLASS: Any = torch.nn.Module
 _CALL_IMPL = _MODULE_CLASS._call_impl.__code__
+
+CALL_FAILED: Any = _CALL_IMPL
+"""The code of the frame that calls a post hook when the call failed.
+
+torch calls forward hooks from its ``inner`` closure when the call went well, and
+the ``always_call`` ones it has not called yet from ``_call_impl``'s except clause
+when forward, a pre hook or an earlier forward hook raised: a post dispatcher whose
+caller's ``f_code`` is this one runs on the call's error (:data:`handled_error`).
+Test :data:`handled_error` first: it is cheaper than materializing the caller's frame.
+"""
+
+handled_error: Callable[[], Optional[BaseException]] = getattr(
+    sys, "exception", lambda: sys.exc_info()[1]
+)
+"""The error being handled (``sys.exception()``, Python 3.11+), else ``None``."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _HOOK_CODES: Set[Any] = set()  # filled at import by runs_hooks, read only afterwards

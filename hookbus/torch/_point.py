@@ -58,7 +58,7 @@ from ..adapter import (
     start_arounds,
     where_defined,
 )
-from ._call_frames import call_keys, forward_raised, running_calls, runs_hooks
+from ._call_frames import CALL_FAILED, call_keys, handled_error, running_calls, runs_hooks
 from ._call_starts import STARTS, start_call
 from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
@@ -473,11 +473,14 @@ class ModulePoint:
     ) -> Any:
         if output is _WITHOUT_KWARGS:  # see _WITHOUT_KWARGS: (module, args, output)
             kwargs, output = {}, kwargs
-        if output is None:
+        error = handled_error()
+        if error is not None:  # rare: torch's except clause, or a call in an except block
             caller = sys._getframe(1)
-            if forward_raised(caller):
-                # torch calls always_call hooks from the except clause of _call_impl.
-                self._on_exception(module, args, kwargs, sys.exc_info()[1], caller)
+            if caller.f_code is CALL_FAILED:
+                # The call failed: forward, a pre hook, or a forward hook torch ran
+                # before this one (a plain torch hook's error is the call's too,
+                # whatever forward returned). Exception hooks then, post hooks never.
+                self._on_exception(module, args, kwargs, error, caller)
                 return None
         fast = self._post_alone
         if fast is not None:
