@@ -57,6 +57,7 @@ __all__ = [
 Replacement = Callable[[nn.Module, Tuple[Any, ...], Dict[str, Any]], Any]
 """``replacement(module, args, kwargs)``: what a swapped forward returns instead of running."""
 
+_SLOW_FORWARD: Any = nn.Module._slow_forward.__code__  # forward's caller while tracing
 _swaps: weakref.WeakKeyDictionary[nn.Module, ForwardSwap] = weakref.WeakKeyDictionary()
 _swaps_lock = threading.Lock()  # acquire/release only; no user code runs under it
 
@@ -197,6 +198,10 @@ class ForwardSwap:
         pending = self._local.__dict__.get("pending")
         found: Optional[Tuple[Any, Optional[nn.Module], Any]] = None
         if pending:
+            if caller.f_code is _SLOW_FORWARD:
+                # Under torch.jit.trace, torch's frame calls _slow_forward, which calls
+                # forward: a skip is keyed by torch's frame, and traced as it runs.
+                caller = caller.f_back
             with self._lock:
                 for position in range(len(pending) - 1, -1, -1):
                     if pending[position][0] is caller:  # torch's frame that ran the pre hooks
