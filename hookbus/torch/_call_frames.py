@@ -54,7 +54,9 @@ handled_error: Callable[[], Optional[BaseException]] = getattr(
 """The error being handled (``sys.exception()``, Python 3.11+), else ``None``."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_HOOK_CODES: Set[Any] = set()  # filled at import by runs_hooks, read only afterwards
+# The ids of the marked functions' code objects (kept alive by those functions): a
+# code object's own hash is computed from its contents at every lookup.
+_HOOK_CODES: Set[int] = set()  # filled at import by runs_hooks, read only afterwards
 
 
 class Where(enum.Enum):
@@ -71,23 +73,28 @@ def runs_hooks(function: _F) -> _F:
     Torch calls made under it (by the bus hooks it runs, or by itself) are not the
     forward's own: :func:`where_called` says ``Where.HOOKS`` for them.
     """
-    _HOOK_CODES.add(function.__code__)
+    _HOOK_CODES.add(id(function.__code__))
     return function
+
+
+_FORWARD, _HOOKS, _ENDED = Where.FORWARD, Where.HOOKS, Where.ENDED  # an enum lookup costs
 
 
 def where_called(frame: Any, call: Any) -> Where:
     """Where ``frame`` runs relative to the module call whose hooks run from ``call``
     (torch's frame, as the pre hooks saw it): walks up from ``frame`` to ``call``."""
     hooks = _HOOK_CODES
+    if frame.f_back is call and id(frame.f_code) not in hooks:
+        return _FORWARD  # the common case: called by the module's forward itself
     while frame is not None:
         if frame is call:
-            return Where.FORWARD
-        if frame.f_code in hooks:
+            return _FORWARD
+        if id(frame.f_code) in hooks:
             while frame is not None and frame is not call:  # inside the call, or ended?
                 frame = frame.f_back
-            return Where.ENDED if frame is None else Where.HOOKS
+            return _ENDED if frame is None else _HOOKS
         frame = frame.f_back
-    return Where.ENDED
+    return _ENDED
 
 
 def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:

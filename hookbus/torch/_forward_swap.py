@@ -57,7 +57,8 @@ __all__ = [
 Replacement = Callable[[nn.Module, Tuple[Any, ...], Dict[str, Any]], Any]
 """``replacement(module, args, kwargs)``: what a swapped forward returns instead of running."""
 
-_SLOW_FORWARD: Any = nn.Module._slow_forward.__code__  # forward's caller while tracing
+_MODULE_CLASS: Any = nn.Module  # partly untyped in torch
+_SLOW_FORWARD: Any = _MODULE_CLASS._slow_forward.__code__  # forward's caller while tracing
 _swaps: weakref.WeakKeyDictionary[nn.Module, ForwardSwap] = weakref.WeakKeyDictionary()
 _swaps_lock = threading.Lock()  # acquire/release only; no user code runs under it
 

@@ -63,6 +63,7 @@ from ._script_refusal import hold_script_refusal, release_script_refusal
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
+_FORWARD = Where.FORWARD  # read per selected operation call: an enum member is a lookup
 
 __all__ = [
     "OPERATION_KINDS",
@@ -156,11 +157,6 @@ class OperationMode(TorchFunctionMode):
                 return True
             frame = frame.f_back
         return False
-
-    def where(self) -> Where:
-        """Where its caller's caller runs: in the forward of the module call that pushed
-        this mode, in a hook of hookbus's inside it, or after that call ended."""
-        return where_called(sys._getframe(2), self.call)
 
 
 def _remove_mode(mode: OperationMode) -> None:
@@ -360,7 +356,10 @@ class OperationSite:
         submodule (a logging hook's ``torch.tanh`` must not become ``tanh.0``), nor
         those under a mode left by an interrupted call.
         """
-        if mode.where() is not Where.FORWARD:
+        # The code that called the operation (run <- __torch_function__ <- it): in the
+        # forward of the call that pushed the mode, in a hook of hookbus's inside it, or
+        # under a mode left by a call that ended.
+        if where_called(sys._getframe(2), mode.call) is not _FORWARD:
             return func(*args, **kwargs)
         name: str = func.__name__
         index = mode.counts.get(name, 0)
