@@ -8,8 +8,9 @@ counts; the every-module pre dispatcher calls :func:`start_call` first, with the
 frame that runs the call's hooks (torch's ``inner`` closure in ``_call_impl``), and
 the counter's own hook, called from that same frame, then knows the call is counted.
 
-Nothing is registered unless a ``steps()`` block is open: :data:`STARTS` is then
-empty, which the dispatcher tests before anything else.
+Nothing is registered unless a ``steps()`` block is open: :data:`ANY_STARTS` is then
+false, which the dispatcher tests before anything else (a plain read, unlike the
+length of a ``WeakKeyDictionary``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from typing import Any, Callable, Tuple
 
 from torch import nn
 
-__all__ = ["STARTS", "CallStart", "add_call_start", "remove_call_start", "start_call"]
+__all__ = ["ANY_STARTS", "CallStart", "add_call_start", "remove_call_start", "start_call"]
 
 CallStart = Callable[[Any], None]
 """``start(frame)``: a module call runs its hooks from ``frame``; called once or more."""
 
-STARTS: weakref.WeakKeyDictionary[nn.Module, Tuple[CallStart, ...]] = weakref.WeakKeyDictionary()
-"""The call starts of each module (empty: nothing to do)."""
+_starts: weakref.WeakKeyDictionary[nn.Module, Tuple[CallStart, ...]] = weakref.WeakKeyDictionary()
+
+ANY_STARTS = [False]
+"""``ANY_STARTS[0]``: whether a call start may be registered (a module that died with its
+starts leaves it true: :func:`start_call` then finds none)."""
 
 _lock = threading.Lock()  # changes only; no user code runs under it
 
@@ -34,20 +38,22 @@ _lock = threading.Lock()  # changes only; no user code runs under it
 def add_call_start(module: nn.Module, start: CallStart) -> None:
     """Call ``start(frame)`` when ``module`` is called, before hookbus's global pre hooks."""
     with _lock:
-        STARTS[module] = (*STARTS.get(module, ()), start)
+        _starts[module] = (*_starts.get(module, ()), start)
+        ANY_STARTS[0] = True
 
 
 def remove_call_start(module: nn.Module, start: CallStart) -> None:
     """Undo :func:`add_call_start`; one not added is ignored."""
     with _lock:
-        kept = tuple(s for s in STARTS.get(module, ()) if s != start)  # a bound method: ==
+        kept = tuple(s for s in _starts.get(module, ()) if s != start)  # a bound method: ==
         if kept:
-            STARTS[module] = kept
+            _starts[module] = kept
         else:
-            STARTS.pop(module, None)
+            _starts.pop(module, None)
+        ANY_STARTS[0] = bool(_starts)
 
 
 def start_call(module: nn.Module, frame: Any) -> None:
     """Run the call starts of ``module``, whose call runs its hooks from ``frame``."""
-    for start in STARTS.get(module, ()):
+    for start in _starts.get(module, ()):
         start(frame)

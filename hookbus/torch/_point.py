@@ -59,7 +59,7 @@ from ..adapter import (
     where_defined,
 )
 from ._call_frames import CALL_FAILED, call_keys, handled_error, running_calls, runs_hooks
-from ._call_starts import STARTS, start_call
+from ._call_starts import ANY_STARTS, start_call
 from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
 from ._native_hooks import remove_dispatchers
@@ -458,7 +458,7 @@ class ModulePoint:
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).
-        if STARTS:  # a global pre hook (every_module's) runs before the module's own:
+        if ANY_STARTS[0]:  # a global pre hook (every_module's) runs before the module's own:
             start_call(module, sys._getframe(2))  # a step counter counts the call first
         replaced = self._on_pre(module, args, {})
         return None if replaced is None else replaced[0]

@@ -113,3 +113,20 @@ def test_post_hooks_still_run_when_a_plain_forward_hook_torch_runs_after_them_ra
         model(torch.ones(1, 2))
     assert log == ["post"]
     net.detach()
+
+
+def test_a_module_called_while_an_error_is_handled_runs_its_post_hooks() -> None:
+    """An error being handled around the call (a model called in an ``except`` block) is
+    not the call's: its post hooks run, its exception hooks don't."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    log: List[Any] = []
+    net.post("0", lambda ctx: log.append("post"))
+    net.exception("0", lambda ctx: log.append("exception"))
+    try:
+        raise KeyError("elsewhere")
+    except KeyError:
+        out = model(torch.ones(1, 2))
+    assert log == ["post"]
+    assert torch.allclose(out, model[0](torch.ones(1, 2)), atol=1e-6, rtol=0)
+    net.detach()
