@@ -55,6 +55,7 @@ LAYERS: List[List[str]] = [
     # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives.
     [
         "torch/_call_frames.py",
+        "torch/_call_starts.py",
         "torch/_native_hooks.py",
         "torch/_selection.py",
         "torch/_grad.py",

@@ -54,6 +54,7 @@ from ._operations import (
     OperationSite,
     operation_key,
     operation_name,
+    unreached_operation,
 )
 from ._point import KINDS, ModulePoint
 from ._selection import (
@@ -288,7 +289,11 @@ class Attachment(Removable):
             self._make(names)
             return True
         module, colon, _ = name.rpartition(":")
-        return bool(colon and module and self._matching(module, _matcher(module, match)))
+        if not (colon and module and self._matching(module, _matcher(module, match))):
+            return False
+        # An operation point's name: the model's, unless it names a call that the
+        # discovery forward did not reach (refuse_unmatched then refuses it).
+        return match is not None or unreached_operation(name, self._operation_sites()) is None
 
     def refuse_unmatched(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Refuse a bus-level hook whose name is a typo of one of this model's names.
@@ -298,7 +303,9 @@ class Attachment(Removable):
         on the bus. It raises the ``ValueError`` that :meth:`select` raises when
         the name, or an operation point's module part (before the ``":"``), is
         close to a module's name (``difflib`` ratio at least :data:`TYPO_CUTOFF`),
-        or names one once this attachment's prefix is put before it.
+        names one once this attachment's prefix is put before it, or is a module's
+        path and a dot followed by a child that module does not have
+        (``"0.weigth_typo"``): a module's names are the attachment's to give.
 
         Example:
             >>> import hookbus, hookbus.torch
@@ -310,17 +317,28 @@ class Attachment(Removable):
             >>> bus.post("encodr", print)
             Traceback (most recent call last):
             ValueError: no module named 'encodr'; close names: 'encoder'
+            >>> bus.post("encoder.wieght", print)  # no child of 'encoder' has that name
+            Traceback (most recent call last):
+            ValueError: no module named 'encoder.wieght'; close names: 'encoder'
             >>> _ = bus.post("saved", print)  # far from every name: a point to come
         """
         modules = self._modules
-        if kind not in KINDS or not modules or name in self._far:
+        if kind not in KINDS or not modules:
+            return
+        if match is None:
+            unreached = unreached_operation(name, self._operation_sites())
+            if unreached is not None:
+                raise ValueError(unreached)
+        if name in self._far:
             return
         module, colon, _ = name.rpartition(":")
         target = module if colon and module else name
         pattern = match is not None and is_pattern(target)
         prefixed = f"{self.prefix}.{target}" if self.prefix else None
-        if not difflib.get_close_matches(target, list(modules), n=1, cutoff=TYPO_CUTOFF) and not (
-            prefixed is not None and self._matching(prefixed, _matcher(prefixed, match))
+        if (
+            not difflib.get_close_matches(target, list(modules), n=1, cutoff=TYPO_CUTOFF)
+            and not (prefixed is not None and self._matching(prefixed, _matcher(prefixed, match)))
+            and (pattern or not self._under_a_module(target, prefixed))
         ):
             if len(self._far) >= 4096:
                 self._far.clear()
@@ -331,6 +349,22 @@ class Attachment(Removable):
                 f"no module name matches {target!r}{close_or_first_names(modules, target)}"
             )
         raise ValueError(f"no module named {target!r}{close_or_first_names(modules, target)}")
+
+    def _under_a_module(self, target: str, prefixed: Optional[str]) -> bool:
+        """Whether ``target`` (or ``prefixed``) is a module's path, a dot and more: a
+        descendant that module does not have (the caller knows no module has the name).
+
+        For ``prefixed`` (``target`` missing this attachment's prefix), the prefix's own
+        module does not count: every name is under it.
+        """
+        modules = self._modules
+        for name, top in ((target, None), (prefixed, self.prefix)):
+            parent, dot, _ = (name or "").rpartition(".")
+            while dot and parent and parent != top:
+                if parent in modules:
+                    return True
+                parent, dot, _ = parent.rpartition(".")
+        return False
 
     def _matching(self, name: str, match: Optional[Matcher]) -> List[str]:
         """The names of this model's modules that ``name`` (a pattern if ``match``) matches."""
@@ -776,6 +810,7 @@ class Attachment(Removable):
                 selector,
                 self._operation_sites(),
                 lambda known, name: close_or_first_names(dict.fromkeys(known), name),
+                optional=bool(options.get("optional")),
             )
             handle = self.bus.registry.register(kind, key, hook, options)
             self._handles.add(handle)

@@ -52,6 +52,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ._cache import Cache, Call, CapturedCalls
+from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
 from ._grad import hook_output_grads
 from ._native_hooks import remove_dispatchers
@@ -91,6 +92,7 @@ class CaptureHook:
         self.name = name
         self.record = record
 
+    @runs_hooks
     def on_output(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> None:
         """The hook of a capture without inputs: ``register_forward_hook(on_output)``."""
         record = self.record
@@ -99,6 +101,7 @@ class CaptureHook:
             return
         record(self.name, None, None, output)
 
+    @runs_hooks
     def on_call(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Any, output: Any = _WITHOUT_KWARGS
     ) -> None:

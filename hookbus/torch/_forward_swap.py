@@ -63,6 +63,8 @@ __all__ = [
 Replacement = Callable[[nn.Module, Tuple[Any, ...], Dict[str, Any]], Any]
 """``replacement(module, args, kwargs)``: what a swapped forward returns instead of running."""
 
+_MODULE_CLASS: Any = nn.Module  # partly untyped in torch
+_SLOW_FORWARD: Any = _MODULE_CLASS._slow_forward.__code__  # forward's caller while tracing
 Watcher = Callable[[Any, BaseException], None]
 """``watcher(caller, error)``: told of a ``BaseException`` leaving the forward (see ``watch``)."""
 
@@ -224,6 +226,10 @@ class ForwardSwap:
         pending = self._local.__dict__.get("pending")
         found: Optional[Tuple[Any, Optional[nn.Module], Any]] = None
         if pending:
+            if caller.f_code is _SLOW_FORWARD:
+                # Under torch.jit.trace, torch's frame calls _slow_forward, which calls
+                # forward: a skip is keyed by torch's frame, and traced as it runs.
+                caller = caller.f_back
             with self._lock:
                 for position in range(len(pending) - 1, -1, -1):
                     if pending[position][0] is caller:  # torch's frame that ran the pre hooks

@@ -28,6 +28,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..adapter import Removable, is_pattern
 from ._cache import Cache, CapturedCalls
+from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, Replacement
 
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
@@ -67,9 +68,10 @@ def patch(
       updated is not updated).
     * ``positions=`` an index along ``dim`` (default ``1``, the sequence of a
       ``[batch, seq, ...]`` activation): the forward runs, and only those
-      positions of its output are replaced by the stored ones (of a tuple or
-      list output, each tensor whose stored counterpart has its shape; shapes
-      that differ raise a ``ValueError`` naming the module and both shapes).
+      positions of its output are replaced by the stored ones (of a tuple,
+      namedtuple or list output, each tensor item the stored output has too,
+      and the output keeps its type; shapes that differ raise a ``ValueError``
+      naming the module and both shapes).
 
     Without positions a call returns the stored object itself, as a hand-written
     replacement would: capture with ``clone=True`` if later in-place ops would
@@ -275,6 +277,7 @@ class _PositionPatch:
         self.positions = positions
         self.dim = dim
 
+    @runs_hooks
     def __call__(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
         stored = self.stored
         if isinstance(output, torch.Tensor):
@@ -287,7 +290,11 @@ class _PositionPatch:
                     item = self._patched((i,), item, kept[i])
                 new.append(item)
             kind: Any = output.__class__
-            return tuple(new) if kind is tuple else kind(new)
+            if kind is tuple:
+                return tuple(new)
+            if hasattr(output, "_fields"):  # a namedtuple takes its fields as arguments
+                return kind(*new)
+            return kind(new)  # a list, or a tuple type built from one (torch.return_types)
         raise TypeError(
             f"patch(positions=...) on module {self.name!r}: its output is "
             f"{type(output).__name__} and the stored one {type(stored).__name__}; positions "

@@ -74,7 +74,8 @@ from ..adapter import (
     start_arounds,
     where_defined,
 )
-from ._call_frames import call_keys, forward_raised, running_calls
+from ._call_frames import CALL_FAILED, call_keys, handled_error, running_calls, runs_hooks
+from ._call_starts import ANY_STARTS, start_call
 from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
 from ._module_kinds import MODULE_POINT
@@ -498,6 +499,7 @@ class ModulePoint:
         # here saved nothing measurable on a real forward).
         run_phase(self.registry, handles, ctx)
 
+    @runs_hooks
     def _on_pre(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Any = _WITHOUT_KWARGS
     ) -> Any:
@@ -564,9 +566,12 @@ class ModulePoint:
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).
+        if ANY_STARTS[0]:  # a global pre hook (every_module's) runs before the module's own:
+            start_call(module, sys._getframe(2))  # a step counter counts the call first
         replaced = self._on_pre(module, args, {})
         return None if replaced is None else replaced[0]
 
+    @runs_hooks
     def _on_post(
         self,
         module: torch.nn.Module,
@@ -576,11 +581,14 @@ class ModulePoint:
     ) -> Any:
         if output is _WITHOUT_KWARGS:  # see _WITHOUT_KWARGS: (module, args, output)
             kwargs, output = {}, kwargs
-        if output is None:
+        error = handled_error()
+        if error is not None:  # rare: torch's except clause, or a call in an except block
             caller = sys._getframe(1)
-            if forward_raised(caller):
-                # torch calls always_call hooks from the except clause of _call_impl.
-                self._on_exception(module, args, kwargs, sys.exc_info()[1], caller)
+            if caller.f_code is CALL_FAILED:
+                # The call failed: forward, a pre hook, or a forward hook torch ran
+                # before this one (a plain torch hook's error is the call's too,
+                # whatever forward returned). Exception hooks then, post hooks never.
+                self._on_exception(module, args, kwargs, error, caller)
                 return None
         fast = self._post_alone
         if fast is not None:

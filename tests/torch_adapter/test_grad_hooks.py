@@ -84,7 +84,8 @@ def test_grad_hooks_skip_outputs_under_no_grad() -> None:
     assert seen == []
     with torch.no_grad():
         frozen = torch.ones(2) * 2
-    assert not hookbus.torch.on_grad(frozen, lambda ctx: None).active
+    with pytest.raises(ValueError, match="requires_grad"):
+        hookbus.torch.on_grad(frozen, lambda ctx: None)
 
 
 # --- a parameter's accumulated gradient: on_accumulated_grad ------------------------------

@@ -7,7 +7,7 @@ errors of the same call, and hookbus's hooks must see them the same way.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import pytest
 import torch
@@ -15,6 +15,7 @@ from torch import nn
 
 import hookbus
 import hookbus.torch
+from hookbus import CallContext
 
 pytestmark = pytest.mark.torch
 
@@ -23,11 +24,6 @@ def _raise(*args: Any) -> None:
     raise ValueError("a plain torch hook failed")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="when a plain torch forward hook registered before hookbus's raises, hookbus's "
-    "post hooks run as if the call succeeded and no exception hook fires",
-)
 def test_a_plain_torch_forward_hook_s_error_reaches_exception_hooks_not_post_hooks() -> None:
     """As for a failing hookbus post hook: the exception hooks see the error, and the post
     hooks after it do not run on an output the call never returned."""
@@ -54,4 +50,83 @@ def test_a_plain_torch_pre_hook_s_error_reaches_exception_hooks() -> None:
     with pytest.raises(ValueError, match="plain torch hook"):
         model(torch.ones(1, 2))
     assert log == [("exception", "ValueError")]
+    net.detach()
+
+
+def test_a_plain_torch_forward_hook_s_error_reaches_the_call_s_own_context() -> None:
+    """With pre and around hooks, the call's context goes on to the exception hooks (what a
+    pre hook stored is there), and the around hook's teardown gets the error at its
+    ``yield``, as for a failing hookbus post hook."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    plain = model[0].register_forward_hook(_raise)
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    log: List[Any] = []
+
+    def span(ctx: CallContext) -> Iterator[None]:
+        try:
+            yield
+        except ValueError as error:
+            log.append(("around", str(error)))
+            raise
+
+    net.pre("0", lambda ctx: ctx.data.__setitem__("mark", 1))
+    net.around("0", span)
+    net.post("0", lambda ctx: log.append("post"))
+    net.exception("0", lambda ctx: log.append(("exception", ctx.data.get("mark"))))
+    with pytest.raises(ValueError, match="plain torch hook"):
+        model(torch.ones(1, 2))
+    assert log == [("exception", 1), ("around", "a plain torch hook failed")]
+    plain.remove()
+    log.clear()
+    model(torch.ones(1, 2))
+    assert log == ["post"]
+    net.detach()
+
+
+def test_a_plain_global_forward_hook_s_error_reaches_every_module_s_exception_hooks() -> None:
+    """torch's global forward hooks run before a module's own; one registered before
+    every_module's dispatcher that raises is an error of that module's call."""
+    model = nn.Linear(2, 2)
+    plain = torch.nn.modules.module.register_module_forward_hook(_raise)
+    log: List[Any] = []
+    try:
+        with hookbus.torch.every_module(hookbus.EventBus()) as every:
+            every.post(lambda ctx: log.append("post"))
+            every.exception(lambda ctx: log.append(("exception", type(ctx.target).__name__)))
+            with pytest.raises(ValueError, match="plain torch hook"):
+                model(torch.ones(1, 2))
+    finally:
+        plain.remove()
+    assert log == [("exception", "Linear")]
+
+
+def test_post_hooks_still_run_when_a_plain_forward_hook_torch_runs_after_them_raises() -> None:
+    """A plain torch hook registered after hookbus's dispatcher runs after hookbus's hooks
+    finished: they saw a call that succeeded, and its error propagates."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    log: List[Any] = []
+    net.post("0", lambda ctx: log.append("post"))
+    net.exception("0", lambda ctx: log.append("exception"))
+    model[0].register_forward_hook(_raise)  # after hookbus's dispatcher
+    with pytest.raises(ValueError, match="plain torch hook"):
+        model(torch.ones(1, 2))
+    assert log == ["post"]
+    net.detach()
+
+
+def test_a_module_called_while_an_error_is_handled_runs_its_post_hooks() -> None:
+    """An error being handled around the call (a model called in an ``except`` block) is
+    not the call's: its post hooks run, its exception hooks don't."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    log: List[Any] = []
+    net.post("0", lambda ctx: log.append("post"))
+    net.exception("0", lambda ctx: log.append("exception"))
+    try:
+        raise KeyError("elsewhere")
+    except KeyError:
+        out = model(torch.ones(1, 2))
+    assert log == ["post"]
+    assert torch.allclose(out, model[0](torch.ones(1, 2)), atol=1e-6, rtol=0)
     net.detach()

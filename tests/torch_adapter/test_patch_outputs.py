@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import pytest
 import torch
@@ -20,11 +21,6 @@ class ReturnsNamedTuple(nn.Module):
         return Output(x * 2, x * 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="patch(positions=...) on a module that returns a namedtuple raises TypeError on "
-    "every forward",
-)
 def test_patching_positions_keeps_a_namedtuple_output() -> None:
     """Many models return namedtuples; patching some positions must return the same
     namedtuple type with those positions replaced, as for a tuple."""
@@ -36,3 +32,27 @@ def test_patching_positions_keeps_a_namedtuple_output() -> None:
     assert type(out) is Output
     assert out.hidden[0, :, 0].tolist() == [2.0, 0.0, 0.0]
     assert out.attention[0, :, 0].tolist() == [3.0, 0.0, 0.0]
+
+
+class ReturnsMax(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.max(x, dim=-1)  # a torch.return_types.max: values and indices
+
+
+def test_patching_positions_keeps_a_torch_return_type_output() -> None:
+    """A structseq output (``torch.max(..., dim=)``) keeps its type and its field names, with
+    the positions patched in each of its tensors as in raw torch indexing."""
+    model = nn.Sequential(ReturnsMax())
+    clean = torch.arange(12.0).reshape(1, 3, 4)
+    corrupt = -clean
+    with hookbus.torch.capture(model, "0") as cache:
+        clean_out = model(clean)
+    with hookbus.torch.patch(model, cache, "0", positions=[1]):
+        out = model(corrupt)
+    expected_values = torch.max(corrupt, dim=-1).values.clone()
+    expected_values[:, 1] = clean_out.values[:, 1]
+    expected_indices = torch.max(corrupt, dim=-1).indices.clone()
+    expected_indices[:, 1] = clean_out.indices[:, 1]
+    assert type(out) is type(clean_out)
+    assert torch.allclose(out.values, expected_values, atol=1e-6, rtol=0)
+    assert torch.equal(out.indices, expected_indices)
