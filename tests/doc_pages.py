@@ -9,6 +9,8 @@ first.*": ``continues`` holds those anchors.
 
 from __future__ import annotations
 
+import ast
+import doctest
 import re
 import unicodedata
 from pathlib import Path
@@ -77,3 +79,16 @@ def sections(page: Path) -> List[Section]:
 
 def blocks(page: Path) -> List[Block]:
     return [block for section in sections(page) for block in section.blocks]
+
+
+def imported_modules(console: str) -> List[str]:
+    """The top-level modules a console block (``>>>`` lines) imports, in order: every
+    module of ``import a, b``, and ``x`` of ``from x.y import z``."""
+    names = []
+    for example in doctest.DocTestParser().get_examples(console):
+        for node in ast.walk(ast.parse(example.source)):
+            if isinstance(node, ast.Import):
+                names += [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.append(node.module.split(".")[0])
+    return names

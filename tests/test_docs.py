@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from doc_pages import DOCS, PAGES, ROOT, Block, Section, blocks, sections
+from doc_pages import DOCS, PAGES, ROOT, Block, Section, blocks, imported_modules, sections
 
 
 def _page_url(page: Path) -> Path:
@@ -223,7 +223,7 @@ def test_getting_started_shows_the_readme_commands(marker: str) -> None:
 
 # --- the console examples on the pages, in page order and each section alone -------------
 
-_IMPORT = re.compile(r"^>>> (?:import|from) ([\w]+)", re.M)
+_IMPORT = re.compile(r"^>>> (?:import|from) ", re.M)
 
 
 def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
@@ -245,7 +245,7 @@ def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
     with isolate(hookbus.default_bus):
         for line, block in blocks:
             missing = sorted(
-                {m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)}
+                {m for m in imported_modules(block) if not importlib.util.find_spec(m)}
             )
             continues_skipped = skipped_last and not _IMPORT.match(block)
             skipped_last = bool(missing) or continues_skipped
@@ -260,6 +260,22 @@ def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
     failed, attempted = runner.summarize(verbose=False)
     assert failed == 0, f"{failed} of {attempted} examples failed on {page.name} (output above)"
     return ran, skipped
+
+
+def test_a_block_is_skipped_when_any_module_it_imports_is_missing(tmp_path: Path) -> None:
+    """``import asyncio, a_peer``: the peer missing skips the block and what goes on from it."""
+    page = tmp_path / "page.md"
+    console = [
+        (1, ">>> import asyncio, a_peer_that_is_not_installed\n"),
+        (5, ">>> a_peer_that_is_not_installed.Signal()\n"),
+        (9, ">>> import hookbus\n>>> hookbus.EventBus().emit('ready')\n"),
+    ]
+    ran, skipped = _run_examples(page, [Block(line, source) for line, source in console])
+    assert ran == 1
+    assert skipped == [
+        "line 1 (needs a_peer_that_is_not_installed)",
+        "line 5 (needs the block before)",
+    ]
 
 
 @pytest.mark.parametrize(
