@@ -1,6 +1,6 @@
 """The dispatch loops, written once: the async variants, from which the sync ones are made.
 
-``tools/unasync.py`` writes ``_sync_dispatch.py`` from this file (a test checks that
+``.ci/unasync.py`` writes ``_sync_dispatch.py`` from this file (a test checks that
 it is current, ``tests/test_dispatch_variants.py`` that both give the same
 outcomes): ``async def`` becomes ``def``, ``await`` goes, ``name_async`` becomes
 ``name``, a line that ends with ``# async only`` is left out (a whole definition,

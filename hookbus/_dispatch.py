@@ -9,7 +9,7 @@ refused by ``_context.reject_returned``. The loops read only the error policy
 and the tracer of the registry (``_plan.DispatchSettings``).
 
 Each loop is written once: the async variants, in ``_async_dispatch.py``, are the
-source, and ``_sync_dispatch.py`` is generated from them by ``tools/unasync.py``
+source, and ``_sync_dispatch.py`` is generated from them by ``.ci/unasync.py``
 (a test checks that it is current). This module holds what both share.
 
 Every loop over hooks in hookbus, and every copy made for speed. A copy is kept

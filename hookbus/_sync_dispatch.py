@@ -1,6 +1,6 @@
 """The sync dispatch loops, generated from ``_async_dispatch.py``: do not edit.
 
-Change the async source, then run ``python tools/unasync.py`` (a test checks this file).
+Change the async source, then run ``python .ci/unasync.py`` (a test checks this file).
 """
 
 from __future__ import annotations

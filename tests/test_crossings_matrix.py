@@ -73,7 +73,7 @@ from typing import (
 )
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hookbus import CallContext, EventBus, Handle, HookError, Trace, UnknownNameError
@@ -761,6 +761,7 @@ class Bench:
 
 # --- the invariants ----------------------------------------------------------------------
 
+
 def _check_notes(got: Outcome, notes: Any) -> None:
     """Invariant 2's notes: each error a hook raised names that hook."""
     if got.error is None or _is_interrupt(got.error):
@@ -768,7 +769,7 @@ def _check_notes(got: Outcome, notes: Any) -> None:
     indices = got.error[1] if isinstance(got.error, tuple) else (got.error,)
     for index, member_notes in zip(indices, notes):
         if index != CALL:
-                assert any(f"hook_{index}" in note for note in member_notes), member_notes
+            assert any(f"hook_{index}" in note for note in member_notes), member_notes
 
 
 def check(scenario: Scenario) -> None:
