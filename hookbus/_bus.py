@@ -348,6 +348,29 @@ class EventBus:
         """
         return self._emit_full(event, args, kwargs, [], pairs=True)  # type: ignore[no-any-return]
 
+    def _emission_hooks(
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        left_out: FrozenSet[Handle],
+    ) -> Tuple[str, Tuple[Handle, ...], Optional[PointPlan]]:
+        """The name, the event hooks and the around hooks of one emission, sync or async:
+        an Enum member becomes its string, and a declared name's arguments are checked
+        first."""
+        registry = self.registry
+        if event.__class__ is not str:
+            event = check_name(event, "event name", allow_pattern=False)
+        handles = (
+            registry.checked_handles(event, args, kwargs)
+            if registry.checking
+            else registry.event_handles(event)
+        )
+        around = registry.event_hooks(event)[1]
+        if left_out:
+            handles, around = _leave_out(left_out, handles, around)
+        return event, handles, around
+
     def _emit_full(
         self,
         event: str,
@@ -367,16 +390,7 @@ class EventBus:
         ``collect`` (the list) or ``first`` (the first result not None) returns.
         """
         registry = self.registry
-        if event.__class__ is not str:  # an enum member: its string, from here on
-            event = check_name(event, "event name", allow_pattern=False)
-        handles = (
-            registry.checked_handles(event, args, kwargs)
-            if registry.checking  # a declared name's arguments are checked first
-            else registry.event_handles(event)
-        )
-        around = registry.event_hooks(event)[1]
-        if left_out:
-            handles, around = _leave_out(left_out, handles, around)
+        event, handles, around = self._emission_hooks(event, args, kwargs, left_out)
 
         def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
@@ -404,16 +418,7 @@ class EventBus:
         """:meth:`_emit_full` for ``emit_async``, ``collect_async``, ``collect_pairs_async``
         and ``gather``."""
         registry = self.registry
-        if event.__class__ is not str:  # an enum member: its string, from here on
-            event = check_name(event, "event name", allow_pattern=False)
-        handles = (
-            registry.checked_handles(event, args, kwargs)
-            if registry.checking
-            else registry.event_handles(event)
-        )
-        around = registry.event_hooks(event)[1]
-        if left_out:
-            handles, around = _leave_out(left_out, handles, around)
+        event, handles, around = self._emission_hooks(event, args, kwargs, left_out)
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
