@@ -41,6 +41,7 @@ from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
 from ._handle import Handle, HandleGroup, same_callable
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
+from ._kinds import hook_kind
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
 from ._plan import NO_HOOKS, PointPlan
@@ -1098,6 +1099,8 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "hooks() name", allow_pattern=True)
+        if kind is not None:
+            hook_kind(kind)  # a misspelt kind is refused, not read as "no such hooks"
         handles = self.registry.hooks(name)
         return [handle for handle in handles if kind is None or handle.kind == kind]
 

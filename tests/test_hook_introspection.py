@@ -3,6 +3,7 @@ with each hook's priority and the file and line it was written at."""
 
 from __future__ import annotations
 
+import pytest
 from hook_helpers import line_of
 
 from hookbus import EventBus
@@ -61,3 +62,12 @@ def test_points_lists_name_kind_and_source() -> None:
     assert listed["Model.forward"].where.startswith(HERE)
     assert [p.name for p in bus.points()] == sorted(listed)
     assert Model
+
+
+def test_hooks_refuses_an_unknown_kind_naming_the_kinds() -> None:
+    """A misspelt kind (``"psot"``) must not read as "no hooks of that kind"."""
+    bus = EventBus()
+    bus.post("p", print)
+    with pytest.raises(ValueError, match=r"unknown hook kind 'psot'; accepted: 'event', 'pre'"):
+        bus.hooks("p", kind="psot")
+    assert [handle.kind for handle in bus.hooks("p", kind="post")] == ["post"]
