@@ -208,3 +208,30 @@ def test_patch_positions_on_a_hand_written_model_equals_a_hand_written_hook(
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     assert not torch.allclose(got, net(corrupt))
     assert len(net.block._forward_hooks) == 0
+
+
+@pytest.mark.parametrize("positions", [7, [1, 7], slice(None), -4])
+def test_patch_positions_out_of_range_name_the_module_dim_and_size(
+    positions: Any, gpt2: Any
+) -> None:
+    """A position past the sequence was torch's bare ``IndexError`` from inside the hook,
+    naming dimension 0; the error names the module, the dimension patched and its size."""
+    tokens = torch.tensor([[1, 2, 3]])
+    with torch.no_grad(), hookbus.torch.capture(gpt2, "transformer.h.0") as cache:
+        gpt2(tokens)
+    patching = hookbus.torch.patch(gpt2, cache, "transformer.h.0", positions=positions)
+    if positions == slice(None):  # every position: in range, the whole output patched
+        with torch.no_grad(), patching:
+            gpt2(tokens)
+        return
+    with (
+        torch.no_grad(),
+        patching,
+        pytest.raises(
+            IndexError,
+            match=r"patch\(positions=\.\.\.\) on module 'transformer\.h\.0': a position is "
+            r"out of range for dim 1 of the output, of size 3 \(shape \(1, 3, 32\)\)",
+        ),
+    ):
+        gpt2(tokens)
+    assert all("forward" not in vars(m) for m in gpt2.modules())
