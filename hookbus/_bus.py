@@ -24,10 +24,12 @@ from typing import (
     List,
     NamedTuple,
     Optional,
+    Sequence,
     Set,
     Tuple,
     Type,
     TypeVar,
+    cast,
     overload,
 )
 
@@ -187,6 +189,24 @@ def _leave_out(
         arounds = tuple(handle for handle in around.around if handle not in left_out)
         around = PointPlan({"around": arounds}, plain=False) if arounds else None
     return kept, around
+
+
+def _listed(given: Any) -> Sequence[Any]:
+    """The items of a list or tuple (what ``handles_of`` returns), else none."""
+    return cast("Sequence[Any]", given) if isinstance(given, (list, tuple)) else ()
+
+
+def _is_handle_list(given: Any) -> bool:
+    return isinstance(given, (list, tuple)) and all(
+        isinstance(item, Handle) for item in _listed(given)
+    )
+
+
+def _not_handles(given: Any) -> str:
+    """What :meth:`EventBus.without` was given instead of handles, for its refusal."""
+    strays = [type(item).__name__ for item in _listed(given) if not isinstance(item, Handle)]
+    held = f"holding {strays[0]}" if strays else repr(given)
+    return f"{type(given).__name__} {held}"
 
 
 class EventBus:
@@ -896,10 +916,11 @@ class EventBus:
     def without(self, *hooks: Any) -> Subset:
         """Emissions of this bus that leave out some hooks: pluggy's ``subset_hook_caller``.
 
-        ``hooks`` are handles, or groups of them (what :meth:`subscribe` returns for
-        a plugin). The :class:`Subset` returned has ``emit``, ``collect``, ``first``,
-        ``emit_async`` and ``collect_async``, which run every hook of the event but
-        those, event hooks and around hooks alike. The bus is not changed: its own
+        ``hooks`` are handles, groups of them (what :meth:`subscribe` returns for
+        a plugin), or lists of them (what :meth:`handles_of` returns). The
+        :class:`Subset` returned has ``emit``, ``collect``, ``first``, ``emit_async``
+        and ``collect_async``, which run every hook of the event but those, event
+        hooks and around hooks alike. The bus is not changed: its own
         emissions, in every thread, run them all.
 
         Example:
@@ -921,13 +942,13 @@ class EventBus:
         for given in hooks:
             if isinstance(given, Handle):
                 left_out.add(given)
-            elif isinstance(given, HandleGroup):
+            elif isinstance(given, HandleGroup) or _is_handle_list(given):
                 left_out.update(given)
             else:
                 raise TypeError(
-                    f"without() takes handles or groups of them, got {type(given).__name__} "
-                    f"{given!r}; accepted: what on() or subscribe() returned, or the handles "
-                    f"of bus.handles_of(hook)"
+                    f"without() takes handles or groups of them, got {_not_handles(given)}; "
+                    f"accepted: what on() or subscribe() returned, or the list "
+                    f"bus.handles_of(hook) returns"
                 )
         return Subset(self, frozenset(left_out))
 
