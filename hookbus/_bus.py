@@ -41,7 +41,7 @@ from ._declarations import Declared, UnknownNameError
 from ._dispatch import check_event_result, note_fast_error
 from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
-from ._handle import Handle, HandleGroup, same_callable
+from ._handle import NO_SENDER, Handle, HandleGroup, same_callable
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
 from ._kinds import hook_kind
 from ._names import check_name
@@ -189,6 +189,12 @@ def _leave_out(
         arounds = tuple(handle for handle in around.around if handle not in left_out)
         around = PointPlan({"around": arounds}, plain=False) if arounds else None
     return kept, around
+
+
+def _sender(registry: Registry, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """An emission's sender, the ``ctx.target`` of its around hooks (``None`` for none)."""
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
+    return None if sender is NO_SENDER else sender
 
 
 def _listed(given: Any) -> Sequence[Any]:
@@ -422,7 +428,7 @@ class EventBus:
 
         if around is None:
             return emission(*args, **kwargs)
-        sender = args[0] if args else None
+        sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return call_with_hooks(registry, around, ctx, emission)
 
@@ -453,7 +459,7 @@ class EventBus:
 
         if around is None:
             return await emission(*args, **kwargs)
-        sender = args[0] if args else None
+        sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return await call_with_hooks_async(registry, around, ctx, emission)
 
@@ -557,7 +563,8 @@ class EventBus:
         The hook is called with exactly what :meth:`emit` is given (a declared event's
         hook may take a subset of its spec, by name). ``target=obj`` makes it fire
         only when ``obj`` is the first positional argument (the sender, as in blinker:
-        built-in values compare by value, other objects by identity, held weakly). A
+        built-in values compare by value, other objects by identity, held weakly; a
+        declared event's sender is its spec's first parameter, even by keyword). A
         callable is registered once per name and sender: a second registration raises
         (one for any sender and one for a given sender included).
         ``with_name=True`` passes the event's name first, ``hook(event, *args,

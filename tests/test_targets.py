@@ -129,3 +129,53 @@ def test_a_target_that_cannot_be_held_weakly_is_held_strongly() -> None:
     bus.on("sig", lambda s: seen.append(s), target=key)
     bus.emit("sig", key)
     assert seen == [key]
+
+
+# --- the sender of a declared event, however it is passed --------------------------------
+
+
+def test_a_declared_event_s_sender_passed_by_keyword_is_still_its_sender() -> None:
+    """``saved.emit(doc=d)`` binds to the spec ``saved(doc, path="")`` as ``saved.emit(d)``
+    does, and type checkers accept both: a ``target=d`` hook hears both, on every path
+    (emit, collect, first, the async twins, gather, around hooks), not only the positional
+    one."""
+    import asyncio
+
+    bus = EventBus()
+
+    @bus.event
+    def saved(doc: object, path: str = "") -> None: ...
+
+    @bus.event
+    def closed(*, doc: object) -> None: ...
+
+    mine, other = object(), object()
+    log: List[Any] = []
+    bus.on("saved", recorder(log, "saved"), target=mine)
+    bus.on("closed", recorder(log, "closed"), target=mine)
+
+    def spans(ctx: Any) -> Any:
+        log.append(("around", ctx.kwargs))
+        yield
+
+    bus.around("saved", spans, target=mine)
+    saved.emit(doc=mine, path="p")
+    saved.emit(doc=other, path="p")
+    assert labels(log) == ["around", "saved"]
+    del log[:]
+    assert saved.collect(doc=mine) == ["saved"]
+    assert saved.first(doc=other) is None
+    asyncio.run(saved.emit_async(doc=mine))
+    asyncio.run(bus.gather("saved", doc=mine))
+    closed.emit(doc=mine)
+    closed.emit(doc=other)
+    assert labels(log) == ["around", "saved"] * 3 + ["closed"]
+
+    @bus.event(historic=True)
+    def configured(doc: object) -> None: ...
+
+    configured.emit(doc=other)
+    configured.emit(doc=mine)
+    del log[:]
+    bus.on("configured", recorder(log, "replayed"), target=mine)  # replays the history
+    assert log == [("replayed", (), {"doc": mine})]
