@@ -311,7 +311,13 @@ class _PositionPatch:
                 f"shape {tuple(output.shape)} and the stored one {got}; positions are patched "
                 f"between outputs of one shape"
             )
-        dim = self.dim % max(output.dim(), 1)
+        if not -output.dim() <= self.dim < output.dim():  # % alone would wrap round
+            raise IndexError(
+                f"patch(positions=...) on module {self.name!r}{_where(path)}: dim={self.dim} "
+                f"is out of range for an output of shape {tuple(output.shape)}; pass the "
+                f"dim= that holds the positions"
+            )
+        dim = self.dim % output.dim()
         index = (slice(None),) * dim + (self.positions,)
         patched = output.clone()
         try:

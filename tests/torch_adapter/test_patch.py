@@ -235,3 +235,23 @@ def test_patch_positions_out_of_range_name_the_module_dim_and_size(
     ):
         gpt2(tokens)
     assert all("forward" not in vars(m) for m in gpt2.modules())
+
+
+def test_patch_positions_along_a_dim_the_output_lacks_is_refused_not_wrapped() -> None:
+    """``dim=1`` (the default) on a 1-d output used to wrap round to dim 0 and patch
+    positions of another dimension without a word; it is refused, naming dim and shape."""
+    model = nn.Sequential(nn.Flatten(0), nn.Identity())  # (2, 3) -> (6,)
+    x = torch.arange(6.0).reshape(2, 3)
+    with hookbus.torch.capture(model, "1") as cache:
+        model(x)
+    with (
+        hookbus.torch.patch(model, cache, "1", positions=0),
+        pytest.raises(
+            IndexError,
+            match=r"patch\(positions=\.\.\.\) on module '1': dim=1 is out of range for "
+            r"an output of shape \(6,\)",
+        ),
+    ):
+        model(x + 1)
+    with hookbus.torch.patch(model, cache, "1", positions=0, dim=-1):
+        assert model(x + 1)[0].item() == 0.0  # the last dim of a 1-d output is dim 0
