@@ -27,7 +27,6 @@ from ._dispatch import (
     # sync only: sync_point_refusal,
 )
 from ._errors import add_note, describe, handle_error, raise_collected
-from ._handle import NO_SENDER
 
 if TYPE_CHECKING:
     from ._handle import Handle
@@ -71,7 +70,7 @@ async def dispatch_event_async(
     # sync only: async_hooks = [handle for handle in handles if handle.is_async]
     # sync only: if async_hooks:
     # sync only:     raise sync_emit_refusal(event, async_hooks)
-    sender = args[0] if args else NO_SENDER
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
     try:
         for handle in handles:
             hook = handle.runner(sender, event)
@@ -121,7 +120,7 @@ async def dispatch_concurrently(  # async only
     """
     policy = registry.errors
     tracer = registry.tracer
-    sender = args[0] if args else NO_SENDER
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
     # (handle, what it returned or raised, whether it raised, when it was called)
     called: List[Tuple[Handle, Any, bool, int]] = []
     errors: List[Exception] = []

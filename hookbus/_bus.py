@@ -24,10 +24,12 @@ from typing import (
     List,
     NamedTuple,
     Optional,
+    Sequence,
     Set,
     Tuple,
     Type,
     TypeVar,
+    cast,
     overload,
 )
 
@@ -39,8 +41,9 @@ from ._declarations import Declared, UnknownNameError
 from ._dispatch import check_event_result, note_fast_error
 from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
-from ._handle import Handle, HandleGroup, same_callable
+from ._handle import NO_SENDER, Handle, HandleGroup, same_callable
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
+from ._kinds import hook_kind
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
 from ._plan import NO_HOOKS, PointPlan
@@ -186,6 +189,30 @@ def _leave_out(
         arounds = tuple(handle for handle in around.around if handle not in left_out)
         around = PointPlan({"around": arounds}, plain=False) if arounds else None
     return kept, around
+
+
+def _sender(registry: Registry, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """An emission's sender, the ``ctx.target`` of its around hooks (``None`` for none)."""
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
+    return None if sender is NO_SENDER else sender
+
+
+def _listed(given: Any) -> Sequence[Any]:
+    """The items of a list or tuple (what ``handles_of`` returns), else none."""
+    return cast("Sequence[Any]", given) if isinstance(given, (list, tuple)) else ()
+
+
+def _is_handle_list(given: Any) -> bool:
+    return isinstance(given, (list, tuple)) and all(
+        isinstance(item, Handle) for item in _listed(given)
+    )
+
+
+def _not_handles(given: Any) -> str:
+    """What :meth:`EventBus.without` was given instead of handles, for its refusal."""
+    strays = [type(item).__name__ for item in _listed(given) if not isinstance(item, Handle)]
+    held = f"holding {strays[0]}" if strays else repr(given)
+    return f"{type(given).__name__} {held}"
 
 
 class EventBus:
@@ -401,7 +428,7 @@ class EventBus:
 
         if around is None:
             return emission(*args, **kwargs)
-        sender = args[0] if args else None
+        sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return call_with_hooks(registry, around, ctx, emission)
 
@@ -432,7 +459,7 @@ class EventBus:
 
         if around is None:
             return await emission(*args, **kwargs)
-        sender = args[0] if args else None
+        sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return await call_with_hooks_async(registry, around, ctx, emission)
 
@@ -536,7 +563,8 @@ class EventBus:
         The hook is called with exactly what :meth:`emit` is given (a declared event's
         hook may take a subset of its spec, by name). ``target=obj`` makes it fire
         only when ``obj`` is the first positional argument (the sender, as in blinker:
-        built-in values compare by value, other objects by identity, held weakly). A
+        built-in values compare by value, other objects by identity, held weakly; a
+        declared event's sender is its spec's first parameter, even by keyword). A
         callable is registered once per name and sender: a second registration raises
         (one for any sender and one for a given sender included).
         ``with_name=True`` passes the event's name first, ``hook(event, *args,
@@ -895,10 +923,11 @@ class EventBus:
     def without(self, *hooks: Any) -> Subset:
         """Emissions of this bus that leave out some hooks: pluggy's ``subset_hook_caller``.
 
-        ``hooks`` are handles, or groups of them (what :meth:`subscribe` returns for
-        a plugin). The :class:`Subset` returned has ``emit``, ``collect``, ``first``,
-        ``emit_async`` and ``collect_async``, which run every hook of the event but
-        those, event hooks and around hooks alike. The bus is not changed: its own
+        ``hooks`` are handles, groups of them (what :meth:`subscribe` returns for
+        a plugin), or lists of them (what :meth:`handles_of` returns). The
+        :class:`Subset` returned has ``emit``, ``collect``, ``first``, ``emit_async``
+        and ``collect_async``, which run every hook of the event but those, event
+        hooks and around hooks alike. The bus is not changed: its own
         emissions, in every thread, run them all.
 
         Example:
@@ -920,13 +949,13 @@ class EventBus:
         for given in hooks:
             if isinstance(given, Handle):
                 left_out.add(given)
-            elif isinstance(given, HandleGroup):
+            elif isinstance(given, HandleGroup) or _is_handle_list(given):
                 left_out.update(given)
             else:
                 raise TypeError(
-                    f"without() takes handles or groups of them, got {type(given).__name__} "
-                    f"{given!r}; accepted: what on() or subscribe() returned, or the handles "
-                    f"of bus.handles_of(hook)"
+                    f"without() takes handles or groups of them, got {_not_handles(given)}; "
+                    f"accepted: what on() or subscribe() returned, or the list "
+                    f"bus.handles_of(hook) returns"
                 )
         return Subset(self, frozenset(left_out))
 
@@ -1098,6 +1127,8 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "hooks() name", allow_pattern=True)
+        if kind is not None:
+            hook_kind(kind)  # a misspelt kind is refused, not read as "no such hooks"
         handles = self.registry.hooks(name)
         return [handle for handle in handles if kind is None or handle.kind == kind]
 

@@ -407,6 +407,18 @@ class Handle(Removable):
         return f"<Handle {self.kind} {self.name!r} {hook_name(self.hook)}{options} {state}>"
 
 
+def _check_handle(handle: Any) -> Handle:
+    # Checked on the way in: remove() empties the group before removing, so a stray
+    # object found there would leave every hook of the group registered.
+    if not isinstance(handle, Handle):
+        raise TypeError(
+            f"HandleGroup holds Handles, got {type(handle).__name__}; accepted: what on, pre, "
+            "post, exception and around return (for a group's handles, add each: "
+            "for handle in other: group.add(handle))"
+        )
+    return handle
+
+
 class HandleGroup(Removable):
     """Handles removed together: ``remove()`` removes all, and so does leaving a ``with``.
 
@@ -425,11 +437,11 @@ class HandleGroup(Removable):
     __slots__ = ("_handles",)
 
     def __init__(self, handles: Iterable[Handle] = ()) -> None:
-        self._handles: List[Handle] = list(handles)
+        self._handles: List[Handle] = [_check_handle(handle) for handle in handles]
 
     def add(self, handle: Handle) -> None:
-        """Add a handle to the group."""
-        self._handles.append(handle)
+        """Add a handle to the group (``TypeError`` for anything else)."""
+        self._handles.append(_check_handle(handle))
 
     @property
     def active(self) -> bool:

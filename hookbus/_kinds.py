@@ -417,7 +417,8 @@ DECLARED_EVENT = add_point_kind(
         "declared event",
         EVENT.runs,
         "a name declared with `@bus.event`: hooks are checked against its spec",
-        _SENDER,
+        "the sender, the spec's first parameter, passed by position or by keyword "
+        "(built-in values by value, other objects by identity)",
         None,
         _AROUND_ONLY,
         _EMIT_ASYNC + " (not on a historic event: replays are synchronous)",

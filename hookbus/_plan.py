@@ -105,6 +105,11 @@ class DispatchSettings(Protocol):
         """What hook calls are recorded into while a trace is open, else ``None``."""
         ...
 
+    def keyword_sender(self, event: str, kwargs: Dict[str, Any]) -> Any:
+        """The sender of an emission of ``event`` with no positional argument: a declared
+        event's first parameter passed by keyword, else ``NO_SENDER``."""
+        ...
+
 
 class PointSource(Protocol):
     """What makes hook points on demand (the adapter seam): ``registry.add_source``.

@@ -79,6 +79,7 @@ from ._declarations import (
 from ._errors import ErrorPolicy, HookError, raise_collected
 from ._handle import (
     MARKED_COROUTINES,
+    NO_SENDER,
     Handle,
     Owner,
     hook_name,
@@ -1065,6 +1066,15 @@ class Registry:
             # Not re-read from the cache: another thread may clear it at once.
             hooks = self._replan_event(event)[1]
         return hooks
+
+    def keyword_sender(self, event: str, kwargs: Dict[str, Any]) -> Any:
+        """The sender of an emission that has no positional argument: a declared event's
+        first parameter, passed by keyword; else :data:`NO_SENDER` (no lock: read as
+        :meth:`checked_handles` reads the specs)."""
+        declared = self.declarations.specs.get(event) if kwargs else None
+        if declared is None or declared.sender_keyword is None:
+            return NO_SENDER
+        return kwargs.get(declared.sender_keyword, NO_SENDER)
 
     def event_handles(self, event: str) -> Tuple[Handle, ...]:
         """The handles of ``event``, in order (its around hooks aside)."""

@@ -18,7 +18,6 @@ from ._dispatch import (
     sync_point_refusal,
 )
 from ._errors import add_note, describe, handle_error, raise_collected
-from ._handle import NO_SENDER
 
 if TYPE_CHECKING:
     from ._handle import Handle
@@ -60,7 +59,7 @@ def dispatch_event(
     async_hooks = [handle for handle in handles if handle.is_async]
     if async_hooks:
         raise sync_emit_refusal(event, async_hooks)
-    sender = args[0] if args else NO_SENDER
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
     try:
         for handle in handles:
             hook = handle.runner(sender, event)

@@ -123,3 +123,12 @@ def test_a_c_method_registered_twice_on_one_name_is_refused() -> None:
         bus.on("saved", log.append)
     bus.emit("saved", 1)
     assert log == [1]
+
+
+def test_hooks_refuses_an_unknown_kind_naming_the_kinds() -> None:
+    """A misspelt kind (``"psot"``) must not read as "no hooks of that kind"."""
+    bus = EventBus()
+    bus.post("p", print)
+    with pytest.raises(ValueError, match=r"unknown hook kind 'psot'; accepted: 'event', 'pre'"):
+        bus.hooks("p", kind="psot")
+    assert [handle.kind for handle in bus.hooks("p", kind="post")] == ["post"]

@@ -320,3 +320,53 @@ def test_the_duplicate_error_says_one_registration_is_for_any_sender() -> None:
     bus.on("ping", receiver)
     with pytest.raises(ValueError, match="for any sender and the other for one sender"):
         bus.on("ping", receiver, target="job-7")
+
+
+# --- the sender of a declared event, however it is passed --------------------------------
+
+
+def test_a_declared_event_s_sender_passed_by_keyword_is_still_its_sender() -> None:
+    """``saved.emit(doc=d)`` binds to the spec ``saved(doc, path="")`` as ``saved.emit(d)``
+    does, and type checkers accept both: a ``target=d`` hook hears both, on every path
+    (emit, collect, first, the async twins, gather, around hooks), not only the positional
+    one."""
+    import asyncio
+
+    bus = EventBus()
+
+    @bus.event
+    def saved(doc: object, path: str = "") -> None: ...
+
+    @bus.event
+    def closed(*, doc: object) -> None: ...
+
+    mine, other = object(), object()
+    log: List[Any] = []
+    bus.on("saved", recorder(log, "saved"), target=mine)
+    bus.on("closed", recorder(log, "closed"), target=mine)
+
+    def spans(ctx: Any) -> Any:
+        log.append(("around", ctx.kwargs))
+        yield
+
+    bus.around("saved", spans, target=mine)
+    saved.emit(doc=mine, path="p")
+    saved.emit(doc=other, path="p")
+    assert labels(log) == ["around", "saved"]
+    del log[:]
+    assert saved.collect(doc=mine) == ["saved"]
+    assert saved.first(doc=other) is None
+    asyncio.run(saved.emit_async(doc=mine))
+    asyncio.run(bus.gather("saved", doc=mine))
+    closed.emit(doc=mine)
+    closed.emit(doc=other)
+    assert labels(log) == ["around", "saved"] * 3 + ["closed"]
+
+    @bus.event(historic=True)
+    def configured(doc: object) -> None: ...
+
+    configured.emit(doc=other)
+    configured.emit(doc=mine)
+    del log[:]
+    bus.on("configured", recorder(log, "replayed"), target=mine)  # replays the history
+    assert log == [("replayed", (), {"doc": mine})]

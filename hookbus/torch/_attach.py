@@ -25,6 +25,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Iterator,
     List,
     Optional,
     Set,
@@ -68,10 +69,13 @@ from ._selection import (
 from ._unwrap import is_compiled, unwrap, walk, warn_hook_on_compiled
 from ._user_line import stacklevel_outside_hookbus
 
-__all__ = ["Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
+__all__ = ["AroundHook", "Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
 
 Hook = Callable[[CallContext], None]
-"""What every registration method takes: ``hook(ctx)``, returning ``None``."""
+"""What every registration method but ``around`` takes: ``hook(ctx)``, returning ``None``."""
+
+AroundHook = Callable[[CallContext], Iterator[None]]
+"""What ``around`` takes: a generator function of ``ctx`` that yields once."""
 
 TYPO_CUTOFF = 0.8
 """How alike (``difflib`` ratio) a bus-level hook's name must be to a module's name
@@ -598,13 +602,15 @@ class Attachment(Removable):
 
     @overload
     def around(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+        self, selector: Union[str, nn.Module], hook: AroundHook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
     def around(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+        self, selector: GroupSelector, hook: AroundHook, /, **options: Unpack[HookOptions]
     ) -> HandleGroup: ...
-    def around(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+    def around(
+        self, selector: Selector, hook: AroundHook, /, **options: Unpack[HookOptions]
+    ) -> Any:
         """Around hook: a generator taking ``ctx`` that spans the module's forward.
 
         Before its ``yield``: the set-up, before every pre hook. After it: the
@@ -798,7 +804,9 @@ class Attachment(Removable):
     def _operation_sites(self) -> List[OperationSite]:
         return [site for selection in self._operations for site in selection.sites]
 
-    def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
+    def _register(
+        self, kind: str, selector: Selector, hook: Union[Hook, AroundHook], options: HookOptions
+    ) -> Any:
         if isinstance(selector, str) and ":" in selector and selector not in self._modules:
             self._check_attached()
             if kind not in OPERATION_POINT.runs and OPERATION_POINT.refuses_others:

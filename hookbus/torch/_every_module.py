@@ -8,7 +8,7 @@ process-wide module hooks, installed only while a bus hook matches it.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -24,7 +24,7 @@ from ..adapter import (
     check_name,
     layout_of,
 )
-from ._attach import Hook, bus_or_default
+from ._attach import AroundHook, Hook, bus_or_default
 from ._module_kinds import EVERY_MODULE_POINT
 from ._point import ModulePoint
 from ._selection import literal_pattern
@@ -194,7 +194,7 @@ class EveryModule(Removable):
         """Whether the point is still there (``remove()`` was not called)."""
         return self._point is not None
 
-    def _register(self, kind: str, hook: Hook, options: HookOptions) -> Handle:
+    def _register(self, kind: str, hook: Union[Hook, AroundHook], options: HookOptions) -> Handle:
         if self._point is None:
             raise RuntimeError(
                 f"this every-module point {self.name!r} was removed; make a new one with "
@@ -247,7 +247,7 @@ class EveryModule(Removable):
         """
         return self._register("exception", hook, options)
 
-    def around(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
+    def around(self, hook: AroundHook, /, **options: Unpack[HookOptions]) -> Handle:
         """A generator spanning every module call (see :meth:`Attachment.around`).
 
         Example:

@@ -311,9 +311,23 @@ class _PositionPatch:
                 f"shape {tuple(output.shape)} and the stored one {got}; positions are patched "
                 f"between outputs of one shape"
             )
-        index = (slice(None),) * (self.dim % max(output.dim(), 1)) + (self.positions,)
+        if not -output.dim() <= self.dim < output.dim():  # % alone would wrap round
+            raise IndexError(
+                f"patch(positions=...) on module {self.name!r}{_where(path)}: dim={self.dim} "
+                f"is out of range for an output of shape {tuple(output.shape)}; pass the "
+                f"dim= that holds the positions"
+            )
+        dim = self.dim % output.dim()
+        index = (slice(None),) * dim + (self.positions,)
         patched = output.clone()
-        patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
+        try:
+            patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
+        except IndexError as error:  # torch's own names the wrong dimension for a list
+            raise IndexError(
+                f"patch(positions=...) on module {self.name!r}{_where(path)}: a position is "
+                f"out of range for dim {dim} of the output, of size {output.shape[dim]} "
+                f"(shape {tuple(output.shape)})"
+            ) from error
         return patched
 
 
