@@ -588,7 +588,12 @@ class ModulePoint:
                 # The call failed: forward, a pre hook, or a forward hook torch ran
                 # before this one (a plain torch hook's error is the call's too,
                 # whatever forward returned). Exception hooks then, post hooks never.
-                self._on_exception(module, args, kwargs, error, caller)
+                try:
+                    self._on_exception(module, args, kwargs, error, caller)
+                finally:
+                    # What the around hooks left is raised through this frame, which
+                    # holds the call's arguments: no cycle through the error.
+                    del error
                 return None
         fast = self._post_alone
         if fast is not None:
@@ -717,34 +722,35 @@ class ModulePoint:
                 replaced = left
             else:
                 replaced = None  # an around hook recovered: torch re-raises all the same
-        if replaced is None:
+        try:
+            self._warn_unchanged(error, replaced, ctx.recovered)
+        finally:
+            # The error the around hooks left was raised here: this frame is in its
+            # traceback, and holds the call's arguments. No cycle through it.
+            del error, replaced
+
+    def _warn_unchanged(
+        self, error: Optional[BaseException], replaced: Optional[BaseException], recovered: bool
+    ) -> None:
+        """Warn that torch re-raises the module's own ``error`` after its hooks, if the
+        hooks tried otherwise: recovered (``replaced`` is None, or ``recovered``) or
+        raised ``replaced`` instead."""
+        if replaced is None or (replaced is error and recovered):
             warnings.warn(
                 f"hookbus: ctx.recover() cannot change the result of the module call "
                 f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
                 f"{type(error).__name__} propagates. Recover around the call instead, with "
                 f"bus.wrap(model, 'name') and an exception hook on that name",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-            return
-        if replaced is not error:
-            # torch re-raises the module's own error after its hooks: say so.
+        elif replaced is not error:
             warnings.warn(
                 f"hookbus: an exception hook on module {self.name!r} raised "
                 f"{type(replaced).__name__}: {replaced}; torch re-raises the module's own "
                 f"{type(error).__name__}, which propagates unchanged",
                 RuntimeWarning,
-                stacklevel=3,
-            )
-            return
-        if ctx.recovered:
-            warnings.warn(
-                f"hookbus: ctx.recover() cannot change the result of the module call "
-                f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
-                f"{type(error).__name__} propagates. Recover around the call instead, with "
-                f"bus.wrap(model, 'name') and an exception hook on that name",
-                RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _on_backward_pre(self, module: torch.nn.Module, grad_output: Any) -> Any:

@@ -10,9 +10,12 @@ leaves grad mode off for the whole process.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import threading
 import time
+import warnings
+import weakref
 from typing import Callable, Generator, List
 
 import pytest
@@ -336,3 +339,51 @@ def test_around_hooks_finish_in_their_calls_while_another_thread_adds_and_remove
     assert left_open == 0, "a call returned before the teardown of an around hook it started"
     assert _native_hooks(model) == 0
     net.detach()
+
+
+class Failing(nn.Module):
+    def forward(self, x: object) -> object:
+        raise ValueError("forward failed")
+
+
+def _pass_through(ctx: CallContext) -> Around:
+    yield
+
+
+def _recover(ctx: CallContext) -> None:
+    ctx.recover(0)
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+@pytest.mark.parametrize("exception_hook", [None, _recover])
+def test_a_failed_module_call_lets_go_of_its_argument_once_its_around_hooks_ran(
+    point: str, exception_hook: object
+) -> None:
+    """Resuming the around hooks with the forward's error leaves no reference cycle through
+    that error: reference counting alone frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Failing())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    bus.around(name, _pass_through)
+    if exception_hook is not None:
+        bus.exception(name, exception_hook)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the recovery's: torch re-raises
+            with pytest.raises(ValueError, match="forward failed"):
+                model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a failed module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
