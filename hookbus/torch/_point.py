@@ -662,6 +662,8 @@ class ModulePoint:
         if self._exception:
             run_phase(self.registry, self._exception, ctx)
         left = None if ctx.recovered else ctx.exception
+        # Back to the post phase, the context lets go of the error (see rebind).
+        rebind(ctx, "post", ctx.target, ctx.args, ctx.kwargs)
         if left is not None:
             try:
                 raise left

@@ -7,6 +7,8 @@ errors of the same call, and hookbus's hooks must see them the same way.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any, Iterator, List
 
 import pytest
@@ -130,3 +132,51 @@ def test_a_module_called_while_an_error_is_handled_runs_its_post_hooks() -> None
     assert log == ["post"]
     assert torch.allclose(out, model[0](torch.ones(1, 2)), atol=1e-6, rtol=0)
     net.detach()
+
+
+class _Returns(nn.Module):
+    def forward(self, x: object) -> str:
+        return "output"
+
+
+def _post_fails(ctx: CallContext) -> None:
+    raise ValueError("post hook failed")
+
+
+def _observes(ctx: CallContext) -> None:
+    pass
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+@pytest.mark.parametrize("exception_hook", [False, True])
+def test_a_module_call_whose_post_hook_raised_lets_go_of_its_argument(
+    point: str, exception_hook: bool
+) -> None:
+    """A pre hook's context is shared with the post and exception phases: once a post
+    hook's error propagates, that context holds no error, so no reference cycle keeps the
+    call's argument (reference counting alone frees it: the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Returns())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    bus.pre(name, _observes)
+    bus.post(name, _post_fails)
+    if exception_hook:
+        bus.exception(name, _observes)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match="post hook failed"):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
