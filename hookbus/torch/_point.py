@@ -724,8 +724,11 @@ class ModulePoint:
                 replaced = left
             else:
                 replaced = None  # an around hook recovered: torch re-raises all the same
+        recovered = ctx.recovered
+        # The context lets go of the error an exception hook raised (see rebind).
+        rebind(ctx, "exception", module, args, kwargs)
         try:
-            self._warn_unchanged(error, replaced, ctx.recovered)
+            self._warn_unchanged(error, replaced, recovered)
         finally:
             # The error the around hooks left was raised here: this frame is in its
             # traceback, and holds the call's arguments. No cycle through it.

@@ -180,3 +180,43 @@ def test_a_module_call_whose_post_hook_raised_lets_go_of_its_argument(
         gc.enable()
         every.remove()
         net.detach()
+
+
+class _Fails(nn.Module):
+    def forward(self, x: object) -> str:
+        raise ValueError("forward failed")
+
+
+def _replaces(ctx: CallContext) -> None:
+    raise LookupError("exception hook failed")
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+def test_a_failed_module_call_lets_go_of_its_argument_when_an_exception_hook_raised(
+    point: str,
+) -> None:
+    """An exception hook that raises instead of the forward's error (torch re-raises the
+    forward's own, with a warning) leaves no reference cycle through its error: reference
+    counting alone frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Fails())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    bus.exception("0" if point == "module" else "every", _replaces)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        warned = pytest.warns(RuntimeWarning, match="torch re-raises the module's own ValueError")
+        with warned, pytest.raises(ValueError, match="forward failed"):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a failed module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
