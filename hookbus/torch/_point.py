@@ -491,8 +491,11 @@ class ModulePoint:
         What they leave raises here: the error itself, or what a hook raised instead.
         """
         entry = self._pop_shared((id(caller),))
-        if entry is not None and entry[1] is not None and entry[2]:
-            resume_arounds(entry[2], entry[1], None, error)
+        try:
+            if entry is not None and entry[1] is not None and entry[2]:
+                resume_arounds(entry[2], entry[1], None, error)
+        finally:
+            del error  # raised through this frame, which holds the call's: no cycle
 
     def _run(self, handles: _Hooks, ctx: CallContext) -> None:
         # One module call's pre or post hooks: the core's phase loop (an inline copy

@@ -387,3 +387,28 @@ def test_a_failed_module_call_lets_go_of_its_argument_once_its_around_hooks_ran(
         gc.enable()
         every.remove()
         net.detach()
+
+
+def test_a_module_call_that_a_keyboard_interrupt_ended_lets_go_of_its_argument() -> None:
+    """The forward's ``KeyboardInterrupt``, raised at the around hook's ``yield`` by the
+    module's forward swap, leaves no reference cycle through it: reference counting alone
+    frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Interrupted())
+    net = hookbus.torch.attach(model, bus)
+    net.around("0", _pass_through)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model(argument)
+        del argument
+        assert alive() is None, "the argument of an interrupted module call outlived it"
+    finally:
+        gc.enable()
+        net.detach()
