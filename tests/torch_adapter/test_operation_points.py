@@ -169,3 +169,21 @@ def test_a_call_index_is_accepted_before_the_discovery_forward() -> None:
     handle = net.pre("loop:tanh.3", lambda ctx: None)
     assert handle.active
     net.detach()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_event_hook_on_an_operation_point_s_name_is_refused_on_any_bus(strict: bool) -> None:
+    """An operation point runs pre, post, exception and around hooks only, and its name is
+    no event's: as for a declared event's name, a hook that could never run there is
+    refused at registration, on a plain bus too, saying which kinds run there."""
+    model = nn.Sequential()
+    model.add_module("loop", TwoTanh())
+    bus = hookbus.EventBus(strict=strict)
+    net = hookbus.torch.attach(model, bus)
+    net.operations("loop", torch.tanh)
+    model(torch.ones(2))  # the discovery forward: the points exist
+    with pytest.raises(hookbus.UnknownNameError, match=r"use pre, post, exception or around"):
+        bus.on("loop:tanh.1", print)
+    assert bus.hooks() == []
+    bus.on("loop:tanh.*", print)  # a pattern names no place: check_pending() reports it
+    net.detach()
