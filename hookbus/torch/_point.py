@@ -533,6 +533,10 @@ class ModulePoint:
         try:
             self._run(self._pre, ctx)
         except Exception:
+            # Kept without the call's arguments, as below: if the hooks went meanwhile,
+            # no post dispatcher of ours comes to take the entry, and the thread's next
+            # call of the point drops it.
+            rebind(ctx, "pre", None, (), _NO_KWARGS)
             raise
         except BaseException as error:  # torch calls no hook for it: finish the call here
             self._on_interrupt(caller, error)

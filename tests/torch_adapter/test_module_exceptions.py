@@ -220,3 +220,41 @@ def test_a_failed_module_call_lets_go_of_its_argument_when_an_exception_hook_rai
         gc.enable()
         every.remove()
         net.detach()
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+def test_a_pre_hook_that_removes_the_hooks_then_raises_lets_go_of_the_call_s_argument(
+    point: str,
+) -> None:
+    """A pre hook removes every hook of the call, then raises: torch then runs no post
+    dispatcher of hookbus's, and the context the pre dispatcher kept for it must not hold
+    the call's argument (reference counting alone frees it: the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Returns())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    handles: List[hookbus.Handle] = []
+
+    def remove_then_raise(ctx: CallContext) -> None:
+        for handle in handles:
+            handle.remove()
+        raise ValueError("pre hook failed")
+
+    handles += [bus.pre(name, remove_then_raise), bus.post(name, _observes)]
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match="pre hook failed"):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
