@@ -58,6 +58,7 @@ from ..adapter import (
     matcher_for,
 )
 from ._call_frames import Where, forward_raised, where_called
+from ._forward_swap import ForwardSwap
 from ._module_kinds import OPERATION_POINT
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
@@ -246,6 +247,9 @@ class OperationSite:
         self._seen: Set[str] = set()
         self._pre: Optional[RemovableHandle] = None  # the native hooks, while installed
         self._post: Optional[RemovableHandle] = None
+        # Installed with the pre hook: torch runs no post hook for a KeyboardInterrupt,
+        # and the swap sees it leave forward (see _on_interrupt).
+        self._swap: Optional[ForwardSwap] = None
         self._in_flight = 0  # forward calls that pushed a mode and await their post hook
         self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
 
@@ -267,11 +271,22 @@ class OperationSite:
                         self._on_post, with_kwargs=True, always_call=True, prepend=True
                     )
                 if self._pre is None:  # last of the pre hooks there now
-                    self._pre = module.register_forward_pre_hook(self._on_pre)
+                    swap = ForwardSwap.acquire(module)
+                    try:
+                        self._pre = module.register_forward_pre_hook(self._on_pre)
+                    except BaseException:
+                        swap.release()
+                        raise
+                    swap.watch(self._on_interrupt)
+                    self._swap = swap
                     hold_script_refusal(module)  # torch.jit.script refuses clearly
             elif not want and self._pre is not None:
                 self._pre.remove()
                 self._pre = None
+                swap, self._swap = self._swap, None
+                if swap is not None:
+                    swap.unwatch(self._on_interrupt)
+                    swap.release()
                 self._release_post()
                 if module is not None:
                     release_script_refusal(module)
@@ -309,6 +324,21 @@ class OperationSite:
             self._in_flight += 1
         modes.append(mode)
         _push_mode(mode)
+
+    def _on_interrupt(self, caller: Any, error: BaseException) -> None:
+        """A ``BaseException`` that is no ``Exception`` left the forward called from
+        ``caller``: torch runs no post hook for it, so the mode of that call goes here
+        (left on the thread's stack, it would hold the call's frame and arguments)."""
+        modes = _THREAD.modes
+        for position in range(len(modes) - 1, -1, -1):
+            mode = modes[position]
+            if mode.site is self and mode.call is caller:
+                del modes[position]
+                _remove_mode(mode)
+                with self._lock:
+                    self._in_flight -= 1
+                    self._release_post()
+                return
 
     def _on_post(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any

@@ -8,6 +8,8 @@ shift the numbering, or an ablation would edit the wrong tensor.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any, Iterator, List
 
 import pytest
@@ -187,3 +189,40 @@ def test_an_event_hook_on_an_operation_point_s_name_is_refused_on_any_bus(strict
     assert bus.hooks() == []
     bus.on("loop:tanh.*", print)  # a pattern names no place: check_pending() reports it
     net.detach()
+
+
+class TanhThenInterrupted(nn.Module):
+    def forward(self, x: object) -> None:
+        torch.tanh(torch.ones(1))
+        raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_in_a_forward_with_operation_points_leaves_no_mode_behind() -> None:
+    """torch runs no hook for a ``KeyboardInterrupt``, so the post hook that pops the
+    operation mode never runs: the module's forward swap pops it instead. Nothing is left on
+    the thread's torch function stack, and the call's argument is let go of at once, even
+    when no hook is left to run at the module's next forward (the collector is off)."""
+
+    class Argument:
+        pass
+
+    model = nn.Sequential()
+    model.add_module("loop", TanhThenInterrupted())
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("loop", torch.tanh)
+    handle = bus.pre("loop:tanh.0", lambda ctx: None)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    depth = torch._C._len_torch_function_stack()
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model(argument)
+        del argument
+        assert torch._C._len_torch_function_stack() == depth, "a mode was left behind"
+        assert alive() is None, "the argument of an interrupted call outlived it"
+    finally:
+        gc.enable()
+        handle.remove()
+        net.detach()

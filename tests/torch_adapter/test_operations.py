@@ -337,16 +337,18 @@ def test_an_interrupted_forward_leaves_a_mode_that_fires_nothing_and_is_cleaned(
     def interrupt(module: nn.Module, args: Any) -> None:
         raise KeyboardInterrupt
 
-    handle = model.attn.out.register_forward_pre_hook(interrupt)
+    # A plain torch pre hook of the module itself, after the site's: forward never runs,
+    # so neither torch nor the module's forward swap sees the interrupt go by.
+    handle = model.attn.register_forward_pre_hook(interrupt)
     with pytest.raises(KeyboardInterrupt):
         model(X)
     handle.remove()
     assert torch_function_modes() == 1  # torch runs no always_call hook on BaseException
     torch.softmax(torch.ones(3), dim=0)  # outside the module: the stale mode fires nothing
-    assert fired == ["attn:softmax.0"]
+    assert fired == []
     model(X)  # the next forward cleans up
     assert torch_function_modes() == 0
-    assert len(fired) == 2
+    assert fired == ["attn:softmax.0"]
     net.detach()
 
 
