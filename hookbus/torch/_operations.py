@@ -270,34 +270,34 @@ class OperationSite:
                     self._post = module.register_forward_hook(
                         self._on_post, with_kwargs=True, always_call=True, prepend=True
                     )
-                if self._pre is None:  # last of the pre hooks there now
+                if self._swap is None:  # kept while a call runs (see _release_post)
                     swap = ForwardSwap.acquire(module)
-                    try:
-                        self._pre = module.register_forward_pre_hook(self._on_pre)
-                    except BaseException:
-                        swap.release()
-                        raise
                     swap.watch(self._on_interrupt)
                     self._swap = swap
+                if self._pre is None:  # last of the pre hooks there now
+                    self._pre = module.register_forward_pre_hook(self._on_pre)
                     hold_script_refusal(module)  # torch.jit.script refuses clearly
             elif not want and self._pre is not None:
                 self._pre.remove()
                 self._pre = None
-                swap, self._swap = self._swap, None
-                if swap is not None:
-                    swap.unwatch(self._on_interrupt)
-                    swap.release()
                 self._release_post()
                 if module is not None:
                     release_script_refusal(module)
 
     def _release_post(self) -> None:
-        """Remove the post hook once disarmed and no call awaits it (lock held)."""
-        # While a call that pushed a mode runs, its post hook must stay to pop it:
-        # the last such call removes it (torch snapshots the hooks per call).
-        if self._pre is None and not self._in_flight and self._post is not None:
-            self._post.remove()
-            self._post = None
+        """Remove the post hook and the swap once disarmed and no call awaits them (lock
+        held)."""
+        # While a call that pushed a mode runs, its post hook (or, for a KeyboardInterrupt,
+        # the swap) must stay to pop it: the last such call removes them (torch snapshots
+        # the hooks per call).
+        if self._pre is None and not self._in_flight:
+            if self._post is not None:
+                self._post.remove()
+                self._post = None
+            swap, self._swap = self._swap, None
+            if swap is not None:
+                swap.unwatch(self._on_interrupt)
+                swap.release()
 
     def uninstall(self) -> None:
         """Detach: no hook point, no native hook, no mode left behind."""

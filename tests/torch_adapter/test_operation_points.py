@@ -197,21 +197,38 @@ class TanhThenInterrupted(nn.Module):
         raise KeyboardInterrupt
 
 
-def test_a_keyboard_interrupt_in_a_forward_with_operation_points_leaves_no_mode_behind() -> None:
+class TwoTanhOfOnes(nn.Module):
+    def forward(self, x: object) -> torch.Tensor:
+        return torch.tanh(torch.tanh(torch.ones(1)))
+
+
+def _interrupts(ctx: CallContext) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["forward", "a once hook"])
+def test_a_keyboard_interrupt_in_a_forward_with_operation_points_leaves_no_mode_behind(
+    where: str,
+) -> None:
     """torch runs no hook for a ``KeyboardInterrupt``, so the post hook that pops the
-    operation mode never runs: the module's forward swap pops it instead. Nothing is left on
-    the thread's torch function stack, and the call's argument is let go of at once, even
-    when no hook is left to run at the module's next forward (the collector is off)."""
+    operation mode never runs: the module's forward swap pops it instead, also when the
+    interrupt comes from a ``once`` hook whose claim left no hook to run. Nothing is left
+    on the thread's torch function stack, and the call's argument is let go of at once,
+    even when no hook is left to run at the module's next forward (the collector is off)."""
 
     class Argument:
         pass
 
     model = nn.Sequential()
-    model.add_module("loop", TanhThenInterrupted())
+    model.add_module("loop", TanhThenInterrupted() if where == "forward" else TwoTanhOfOnes())
     bus = hookbus.EventBus()
     net = hookbus.torch.attach(model, bus)
     net.operations("loop", torch.tanh)
-    handle = bus.pre("loop:tanh.0", lambda ctx: None)
+    if where == "forward":
+        handle = bus.pre("loop:tanh.0", lambda ctx: None)
+    else:
+        model(None)  # the discovery forward
+        handle = bus.pre("loop:tanh.1", _interrupts, once=True)
     argument = Argument()
     alive = weakref.ref(argument)
     depth = torch._C._len_torch_function_stack()
