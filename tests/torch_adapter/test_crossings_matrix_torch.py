@@ -162,7 +162,6 @@ class OperationDriver(Driver):
         "pattern": "jo?:tanh.1",
     }
     vias = ("bus", "net")
-    interrupt_keeps_argument = True  # the mode left behind holds the call's frame
 
     def make(self, bench: Bench) -> Tuple[Callable[[Any], Any], Any]:
         leaf = TwoTanh()
@@ -172,11 +171,6 @@ class OperationDriver(Driver):
         model(None)  # the discovery forward: the points exist from here on
         leaf.outcome = bench.scenario.call
         return model, leaf
-
-    def settle(self, bench: Bench) -> None:
-        leaf = bench.subject
-        leaf.outcome = "ok"
-        bench.call(None)  # the next forward of the module removes a mode left behind
 
     def register(
         self, bench: Bench, spec: HookSpec, hook: Callable[..., Any], options: Dict[str, Any]
