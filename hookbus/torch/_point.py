@@ -494,6 +494,12 @@ class ModulePoint:
         try:
             if entry is not None and entry[1] is not None and entry[2]:
                 resume_arounds(entry[2], entry[1], None, error)
+        except Exception:
+            # An around hook raised an error instead: it ends the call, whose hooks all
+            # ran. torch's always_call post dispatcher sees it go by; to it, it is no new
+            # error of the call (see _on_exception).
+            self._local.ended = id(caller)
+            raise
         finally:
             del error  # raised through this frame, which holds the call's: no cycle
 
@@ -699,6 +705,11 @@ class ModulePoint:
         error: Optional[BaseException],
         caller: Any,
     ) -> None:
+        ended = getattr(self._local, "ended", None)
+        if ended is not None:  # rare: an around hook turned an interrupt into an error
+            self._local.ended = None
+            if ended in call_keys(caller, error):
+                return
         ctx: Optional[CallContext] = None
         started = _NO_STARTED
         if self._shared:

@@ -183,3 +183,47 @@ def test_an_around_hook_on_a_huggingface_block() -> None:
     assert torch.allclose(got, expected, atol=1e-6)
     net.detach()
     assert _native_hooks(model) == 0
+
+
+class _InterruptedForward(nn.Module):
+    def forward(self, x: object) -> object:
+        raise KeyboardInterrupt
+
+
+class _Returns(nn.Module):
+    def forward(self, x: object) -> object:
+        return x
+
+
+def _interrupting_pre_hook(ctx: CallContext) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["forward", "a pre hook"])
+def test_an_around_hook_that_turns_an_interrupt_into_an_error_runs_after_the_exception_hooks(
+    where: str,
+) -> None:
+    """A ``KeyboardInterrupt`` passes the exception hooks by; the around hook's teardown,
+    which runs after every exception hook, raises an error instead. That error ends the
+    call: it is no new error of the call for the exception hooks (torch's ``always_call``
+    post dispatcher sees it go by all the same)."""
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_InterruptedForward() if where == "forward" else _Returns())
+    net = hookbus.torch.attach(model, bus)
+    log: List[str] = []
+
+    def translate(ctx: CallContext) -> Generator[None, None, None]:
+        try:
+            yield
+        except KeyboardInterrupt:
+            log.append("teardown")
+            raise RuntimeError("stopped") from None
+
+    net.around("0", translate)
+    net.exception("0", lambda ctx: log.append("exception hook"))
+    if where == "a pre hook":
+        net.pre("0", _interrupting_pre_hook)
+    with pytest.raises(RuntimeError, match="stopped"):
+        model(1)
+    assert log == ["teardown"]
+    net.detach()
