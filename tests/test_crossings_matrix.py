@@ -46,8 +46,12 @@ pinned scenarios run once each. Measured on the shared 2-core box at a load of 1
 (``python -m pytest -q -p no:cacheprovider tests/test_crossings_matrix.py``, pytest
 start-up included): ``dev`` 3.1 s of CPU (20 s wall), ``ci`` 6.9 s of CPU (41 s wall); no
 full garbage collection runs unless a check needs one.
-The torch point kinds (a module, an operation point, ``every_module``) are the next rows:
-each is a :class:`Driver`; the model is the same.
+The torch point kinds (a module, an operation point, ``every_module``) are rows too, in
+``tests/torch_adapter/test_crossings_matrix_torch.py``: each is a :class:`Driver` added with
+:func:`add_driver`, whose attributes state where the docs give its kind a rule of its own
+(a recovery that warns, a refused skip, phases that read their hooks when they run, what a
+``KeyboardInterrupt`` leaves to the point's next call); the model is the same. Every
+dispatch's warnings are compared with the model's too (a core dispatch never warns).
 """
 
 from __future__ import annotations
