@@ -895,10 +895,10 @@ class Registry:
                 f"Declare events with @bus.event and define hook points with @bus.hookable "
                 f"before hooking them (or make the bus with strict=False)"
             )
-        point = None if name in events else self._refusing_point(kind, name)
+        refusing = None if name in events else self._refusing_point(kind, name)
         runs = f"A declared event runs {methods(DECLARED_EVENT.runs)} hooks only"
-        if point is not None:
-            runs = f"A point of kind {point.kind!r} runs {methods(point.kinds)} hooks only"
+        if refusing is not None:
+            runs = f"A point of kind {refusing.kind!r} runs {methods(refusing.kinds)} hooks only"
         raise UnknownNameError(
             f"bus {self.bus.name!r} refuses a hook that could never run:\n{line}\n{runs}"
         )
