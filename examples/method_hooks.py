@@ -87,8 +87,8 @@ class MethodPoint:
                 adapter.rebind(ctx, "exception", target, args, kwargs, error)
                 adapter.run_phase(registry, plan.exception, ctx)
                 if not ctx.recovered:
-                    # Let go of the error: raised through this frame, which holds
-                    # ctx, it would keep the call's arguments in a reference cycle.
+                    # Let go of the error: raised through this frame
+                    # (which holds ctx), it would make a reference cycle.
                     adapter.rebind(ctx, "post", target, args, kwargs)
                     raise
                 result = ctx.result

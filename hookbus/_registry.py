@@ -132,6 +132,12 @@ def _order(handle: Handle) -> Tuple[int, int]:
     return (-handle.priority, handle.seq)
 
 
+def _refuses_others(point: Point) -> bool:
+    """Whether ``point``'s kind of point refuses the hooks that never run there, on any bus
+    (a point whose class names no kind of the table refuses nothing)."""
+    return refuses_others(getattr(point, "kind", ""))
+
+
 def _what(kind: str) -> str:
     return "event" if kind == "event" else "hook point"
 
@@ -869,7 +875,7 @@ class Registry:
         """The point named ``name`` whose kind refuses a hook of ``kind`` on any bus (an
         operation point refuses an event hook, as a declared event refuses a pre hook)."""
         for point in self.points(name):
-            if kind not in point.kinds and refuses_others(point.kind):
+            if kind not in point.kinds and _refuses_others(point):
                 return point
         return None
 
@@ -1120,7 +1126,7 @@ class Registry:
         with self._changing:
             async_hooks = [h for h in self._all_hooks_locked() if h.is_async]
             added: List[Point] = []
-            if not self.checking and any(refuses_others(point.kind) for point in points):
+            if not self.checking and any(_refuses_others(point) for point in points):
                 self.checking = True  # for good: event hooks take the checked way there
             for point in points:
                 handle = self._add_point_locked(point, async_hooks)

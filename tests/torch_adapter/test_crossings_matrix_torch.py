@@ -18,7 +18,9 @@ re-raises an error of the forward or of a pre hook whatever the hooks do (a reco
 an exception hook or around hook raising instead, warns), each phase reads the hooks when
 it runs, and ``every_module`` refuses ``ctx.skip()``. The scenarios add a lifecycle that
 only these rows draw: every hook removed by another thread while the first hook runs. A
-``KeyboardInterrupt`` raised by forward is the call's ``"interrupt"`` draw.
+``KeyboardInterrupt`` raised by forward (or by the operation) is the call's ``"interrupt"``
+draw; on ``every_module``, where nothing sees it go by, the around hooks that call started
+are closed, and its argument let go of, at the point's next call, as documented.
 
 Profiles (``HOOKBUS_HYPOTHESIS_PROFILE``, as for the core's matrix; CI runs ``ci``): ``dev``
 runs 100 examples per row, ``ci`` 300; the pinned scenarios run once each. Measured on the
@@ -31,6 +33,7 @@ of CPU (17 to 25 s wall).
 from __future__ import annotations
 
 import enum
+import os
 import warnings
 from collections import OrderedDict
 from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Tuple
@@ -44,6 +47,7 @@ from test_crossings_matrix import (
     LIFECYCLES,
     NAMES,
     RESULT,
+    ROWS,
     RUNS,
     Bench,
     Boom,
@@ -76,7 +80,7 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-PROFILE = "crossings-torch-" + __import__("os").environ.get("HOOKBUS_HYPOTHESIS_PROFILE", "dev")
+PROFILE = "crossings-torch-" + os.environ.get("HOOKBUS_HYPOTHESIS_PROFILE", "dev")
 
 TORCH_LIFECYCLES = (*LIFECYCLES, "remove_from_thread")
 
@@ -236,8 +240,6 @@ def test_the_library_s_table_runs_what_the_torch_rows_expect() -> None:
     """The model's table for the torch rows is the docs'; the library's must agree on the
     hook kinds the matrix draws (a module also runs its backward kinds, not drawn here)."""
     for name in TORCH_ROWS:
-        from test_crossings_matrix import ROWS
-
         assert set(point_kind(ROWS[name].row).runs) & set(HOOK_KINDS) == RUNS[name], name
 
 
