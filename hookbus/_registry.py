@@ -98,6 +98,7 @@ from ._kinds import (
     known_names,
     methods,
     other_namespace,
+    refuses_others,
     where_it_runs,
 )
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
@@ -130,6 +131,12 @@ _MATCH_ALL = matcher_for("*")
 
 def _order(handle: Handle) -> Tuple[int, int]:
     return (-handle.priority, handle.seq)
+
+
+def _refuses_others(point: Point) -> bool:
+    """Whether ``point``'s kind of point refuses the hooks that never run there, on any bus
+    (a point whose class names no kind of the table refuses nothing)."""
+    return refuses_others(getattr(point, "kind", ""))
 
 
 def _what(kind: str) -> str:
@@ -350,8 +357,9 @@ class Registry:
         """The declared events, their history, and the names emitted so far."""
         self.checking = False
         self._declared_count = 0  # bumped by each declaration, read by register()
-        """Whether registration checks names and specs: set for good by ``strict=True``
-        or by the first declaration, so that a bus that uses neither pays one test."""
+        """Whether registration checks names and specs: set for good by ``strict=True``,
+        the first declaration, or the first point of a kind that refuses the hooks that
+        never run there (an operation point), so that a bus that has none pays one test."""
 
     # --- registration and removal -----------------------------------------------------
 
@@ -845,7 +853,11 @@ class Registry:
         )
         if match is None:
             strict = declarations.strict and not handle.optional
-            if strict or (kind not in DECLARED_EVENT.runs and name in declarations.specs):
+            if (
+                strict
+                or (kind not in DECLARED_EVENT.runs and name in declarations.specs)
+                or self._refusing_point(kind, name) is not None
+            ):
                 self._refuse_unknown_name(kind, name, what, strict)
         if kind != "event" or hook is None:
             return
@@ -859,6 +871,14 @@ class Registry:
                     f"{declared.name!r}, and the replay is synchronous; use a plain 'def' "
                     f"hook there"
                 )
+
+    def _refusing_point(self, kind: str, name: str) -> Optional[Point]:
+        """The point named ``name`` whose kind refuses a hook of ``kind`` on any bus (an
+        operation point refuses an event hook, as a declared event refuses a pre hook)."""
+        for point in self.points(name):
+            if kind not in point.kinds and _refuses_others(point):
+                return point
+        return None
 
     def _refuse_unknown_name(self, kind: str, name: str, what: str, strict: bool) -> None:
         """Refuse a hook whose exact name is no place its kind runs at (:func:`known_names`):
@@ -882,9 +902,12 @@ class Registry:
                 f"Declare events with @bus.event and define hook points with @bus.hookable "
                 f"before hooking them (or make the bus with strict=False)"
             )
+        refusing = None if name in events else self._refusing_point(kind, name)
+        runs = f"A declared event runs {methods(DECLARED_EVENT.runs)} hooks only"
+        if refusing is not None:
+            runs = f"A point of kind {refusing.kind!r} runs {methods(refusing.kinds)} hooks only"
         raise UnknownNameError(
-            f"bus {self.bus.name!r} refuses a hook that could never run:\n{line}\n"
-            f"A declared event runs {methods(DECLARED_EVENT.runs)} hooks only"
+            f"bus {self.bus.name!r} refuses a hook that could never run:\n{line}\n{runs}"
         )
 
     def checked_handles(
@@ -1113,6 +1136,8 @@ class Registry:
         with self._changing:
             async_hooks = [h for h in self._all_hooks_locked() if h.is_async]
             added: List[Point] = []
+            if not self.checking and any(_refuses_others(point) for point in points):
+                self.checking = True  # for good: event hooks take the checked way there
             for point in points:
                 handle = self._add_point_locked(point, async_hooks)
                 if handle is not None:  # all or nothing: forget those added

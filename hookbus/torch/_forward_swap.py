@@ -183,8 +183,11 @@ class ForwardSwap:
             self._watchers = tuple(each for each in self._watchers if each != watcher)
 
     def _interrupted(self, caller: Any, error: BaseException) -> None:
-        for watcher in self._watchers:
-            watcher(caller, error)
+        try:
+            for watcher in self._watchers:
+                watcher(caller, error)
+        finally:
+            del error  # a watcher raises it through this frame: no cycle through it
 
     def skip_call(self, caller: Any, value: Any) -> None:
         """Make the forward called next from frame ``caller`` return ``value`` instead."""

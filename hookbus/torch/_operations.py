@@ -58,6 +58,7 @@ from ..adapter import (
     matcher_for,
 )
 from ._call_frames import Where, forward_raised, where_called
+from ._forward_swap import ForwardSwap
 from ._module_kinds import OPERATION_POINT
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
@@ -246,6 +247,9 @@ class OperationSite:
         self._seen: Set[str] = set()
         self._pre: Optional[RemovableHandle] = None  # the native hooks, while installed
         self._post: Optional[RemovableHandle] = None
+        # Installed with the pre hook: torch runs no post hook for a KeyboardInterrupt,
+        # and the swap sees it leave forward (see _on_interrupt).
+        self._swap: Optional[ForwardSwap] = None
         self._in_flight = 0  # forward calls that pushed a mode and await their post hook
         self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
 
@@ -266,6 +270,10 @@ class OperationSite:
                     self._post = module.register_forward_hook(
                         self._on_post, with_kwargs=True, always_call=True, prepend=True
                     )
+                if self._swap is None:  # kept while a call runs (see _release_post)
+                    swap = ForwardSwap.acquire(module)
+                    swap.watch(self._on_interrupt)
+                    self._swap = swap
                 if self._pre is None:  # last of the pre hooks there now
                     self._pre = module.register_forward_pre_hook(self._on_pre)
                     hold_script_refusal(module)  # torch.jit.script refuses clearly
@@ -277,12 +285,19 @@ class OperationSite:
                     release_script_refusal(module)
 
     def _release_post(self) -> None:
-        """Remove the post hook once disarmed and no call awaits it (lock held)."""
-        # While a call that pushed a mode runs, its post hook must stay to pop it:
-        # the last such call removes it (torch snapshots the hooks per call).
-        if self._pre is None and not self._in_flight and self._post is not None:
-            self._post.remove()
-            self._post = None
+        """Remove the post hook and the swap once disarmed and no call awaits them (lock
+        held)."""
+        # While a call that pushed a mode runs, its post hook (or, for a KeyboardInterrupt,
+        # the swap) must stay to pop it: the last such call removes them (torch snapshots
+        # the hooks per call).
+        if self._pre is None and not self._in_flight:
+            if self._post is not None:
+                self._post.remove()
+                self._post = None
+            swap, self._swap = self._swap, None
+            if swap is not None:
+                swap.unwatch(self._on_interrupt)
+                swap.release()
 
     def uninstall(self) -> None:
         """Detach: no hook point, no native hook, no mode left behind."""
@@ -309,6 +324,21 @@ class OperationSite:
             self._in_flight += 1
         modes.append(mode)
         _push_mode(mode)
+
+    def _on_interrupt(self, caller: Any, error: BaseException) -> None:
+        """A ``BaseException`` that is no ``Exception`` left the forward called from
+        ``caller``: torch runs no post hook for it, so the mode of that call goes here
+        (left on the thread's stack, it would hold the call's frame and arguments)."""
+        modes = _THREAD.modes
+        for position in range(len(modes) - 1, -1, -1):
+            mode = modes[position]
+            if mode.site is self and mode.call is caller:
+                del modes[position]
+                _remove_mode(mode)
+                with self._lock:
+                    self._in_flight -= 1
+                    self._release_post()
+                return
 
     def _on_post(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any

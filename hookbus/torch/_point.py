@@ -491,8 +491,17 @@ class ModulePoint:
         What they leave raises here: the error itself, or what a hook raised instead.
         """
         entry = self._pop_shared((id(caller),))
-        if entry is not None and entry[1] is not None and entry[2]:
-            resume_arounds(entry[2], entry[1], None, error)
+        try:
+            if entry is not None and entry[1] is not None and entry[2]:
+                resume_arounds(entry[2], entry[1], None, error)
+        except Exception:
+            # An around hook raised an error instead: it ends the call, whose hooks all
+            # ran. torch's always_call post dispatcher sees it go by; to it, it is no new
+            # error of the call (see _on_exception).
+            self._local.ended = id(caller)
+            raise
+        finally:
+            del error  # raised through this frame, which holds the call's: no cycle
 
     def _run(self, handles: _Hooks, ctx: CallContext) -> None:
         # One module call's pre or post hooks: the core's phase loop (an inline copy
@@ -530,6 +539,10 @@ class ModulePoint:
         try:
             self._run(self._pre, ctx)
         except Exception:
+            # Kept without the call's arguments, as below: if the hooks went meanwhile,
+            # no post dispatcher of ours comes to take the entry, and the thread's next
+            # call of the point drops it.
+            rebind(ctx, "pre", None, (), _NO_KWARGS)
             raise
         except BaseException as error:  # torch calls no hook for it: finish the call here
             self._on_interrupt(caller, error)
@@ -588,7 +601,12 @@ class ModulePoint:
                 # The call failed: forward, a pre hook, or a forward hook torch ran
                 # before this one (a plain torch hook's error is the call's too,
                 # whatever forward returned). Exception hooks then, post hooks never.
-                self._on_exception(module, args, kwargs, error, caller)
+                try:
+                    self._on_exception(module, args, kwargs, error, caller)
+                finally:
+                    # What the around hooks left is raised through this frame, which
+                    # holds the call's arguments: no cycle through the error.
+                    del error
                 return None
         fast = self._post_alone
         if fast is not None:
@@ -657,6 +675,8 @@ class ModulePoint:
         if self._exception:
             run_phase(self.registry, self._exception, ctx)
         left = None if ctx.recovered else ctx.exception
+        # Back to the post phase, the context lets go of the error (see rebind).
+        rebind(ctx, "post", ctx.target, ctx.args, ctx.kwargs)
         if left is not None:
             try:
                 raise left
@@ -685,6 +705,11 @@ class ModulePoint:
         error: Optional[BaseException],
         caller: Any,
     ) -> None:
+        ended = getattr(self._local, "ended", None)
+        if ended is not None:  # rare: an around hook turned an interrupt into an error
+            self._local.ended = None
+            if ended in call_keys(caller, error):
+                return
         ctx: Optional[CallContext] = None
         started = _NO_STARTED
         if self._shared:
@@ -717,34 +742,38 @@ class ModulePoint:
                 replaced = left
             else:
                 replaced = None  # an around hook recovered: torch re-raises all the same
-        if replaced is None:
+        recovered = ctx.recovered
+        # The context lets go of the error an exception hook raised (see rebind).
+        rebind(ctx, "exception", module, args, kwargs)
+        try:
+            self._warn_unchanged(error, replaced, recovered)
+        finally:
+            # The error the around hooks left was raised here: this frame is in its
+            # traceback, and holds the call's arguments. No cycle through it.
+            del error, replaced
+
+    def _warn_unchanged(
+        self, error: Optional[BaseException], replaced: Optional[BaseException], recovered: bool
+    ) -> None:
+        """Warn that torch re-raises the module's own ``error`` after its hooks, if the
+        hooks tried otherwise: recovered (``replaced`` is None, or ``recovered``) or
+        raised ``replaced`` instead."""
+        if replaced is None or (replaced is error and recovered):
             warnings.warn(
                 f"hookbus: ctx.recover() cannot change the result of the module call "
                 f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
                 f"{type(error).__name__} propagates. Recover around the call instead, with "
                 f"bus.wrap(model, 'name') and an exception hook on that name",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-            return
-        if replaced is not error:
-            # torch re-raises the module's own error after its hooks: say so.
+        elif replaced is not error:
             warnings.warn(
                 f"hookbus: an exception hook on module {self.name!r} raised "
                 f"{type(replaced).__name__}: {replaced}; torch re-raises the module's own "
                 f"{type(error).__name__}, which propagates unchanged",
                 RuntimeWarning,
-                stacklevel=3,
-            )
-            return
-        if ctx.recovered:
-            warnings.warn(
-                f"hookbus: ctx.recover() cannot change the result of the module call "
-                f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
-                f"{type(error).__name__} propagates. Recover around the call instead, with "
-                f"bus.wrap(model, 'name') and an exception hook on that name",
-                RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _on_backward_pre(self, module: torch.nn.Module, grad_output: Any) -> Any:

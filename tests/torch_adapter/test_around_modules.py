@@ -12,10 +12,12 @@ finishes leaves grad mode off for the whole process.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Generator, List
 
 import pytest
@@ -503,4 +505,115 @@ def test_around_hooks_finish_in_their_calls_while_another_thread_adds_and_remove
     assert set_ups, "no call ran the around hook: the stress did not happen"
     assert left_open == 0, "a call returned before the teardown of an around hook it started"
     assert _native_hooks(model) == 0
+
+
+class _InterruptedForward(nn.Module):
+    def forward(self, x: object) -> object:
+        raise KeyboardInterrupt
+
+
+class _Returns(nn.Module):
+    def forward(self, x: object) -> object:
+        return x
+
+
+def _interrupting_pre_hook(ctx: CallContext) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["forward", "a pre hook"])
+def test_an_around_hook_that_turns_an_interrupt_into_an_error_runs_after_the_exception_hooks(
+    where: str,
+) -> None:
+    """A ``KeyboardInterrupt`` passes the exception hooks by; the around hook's teardown,
+    which runs after every exception hook, raises an error instead. That error ends the
+    call: it is no new error of the call for the exception hooks (torch's ``always_call``
+    post dispatcher sees it go by all the same)."""
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_InterruptedForward() if where == "forward" else _Returns())
+    net = hookbus.torch.attach(model, bus)
+    log: List[str] = []
+
+    def translate(ctx: CallContext) -> Generator[None, None, None]:
+        try:
+            yield
+        except KeyboardInterrupt:
+            log.append("teardown")
+            raise RuntimeError("stopped") from None
+
+    net.around("0", translate)
+    net.exception("0", lambda ctx: log.append("exception hook"))
+    if where == "a pre hook":
+        net.pre("0", _interrupting_pre_hook)
+    with pytest.raises(RuntimeError, match="stopped"):
+        model(1)
+    assert log == ["teardown"]
     net.detach()
+
+
+def _pass_through(ctx: CallContext) -> Around:
+    yield
+
+
+def _recover(ctx: CallContext) -> None:
+    ctx.recover(0)
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+@pytest.mark.parametrize("exception_hook", [None, _recover])
+def test_a_failed_module_call_lets_go_of_its_argument_once_its_around_hooks_ran(
+    point: str, exception_hook: object
+) -> None:
+    """Resuming the around hooks with the forward's error leaves no reference cycle through
+    that error: reference counting alone frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Fails())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    bus.around(name, _pass_through)
+    if exception_hook is not None:
+        bus.exception(name, exception_hook)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the recovery's: torch re-raises
+            with pytest.raises(ValueError, match="bad input"):
+                model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a failed module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
+
+
+def test_a_module_call_that_a_keyboard_interrupt_ended_lets_go_of_its_argument() -> None:
+    """The forward's ``KeyboardInterrupt``, raised at the around hook's ``yield`` by the
+    module's forward swap, leaves no reference cycle through it: reference counting alone
+    frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(Interrupted())
+    net = hookbus.torch.attach(model, bus)
+    net.around("0", _pass_through)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model(argument)
+        del argument
+        assert alive() is None, "the argument of an interrupted module call outlived it"
+    finally:
+        gc.enable()
+        net.detach()

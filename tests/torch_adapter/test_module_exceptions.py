@@ -9,6 +9,8 @@ same call, and hookbus's hooks must see them the same way.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any, Iterator, List
 
 import pytest
@@ -249,3 +251,129 @@ def test_a_module_called_while_an_error_is_handled_runs_its_post_hooks() -> None
     assert log == ["post"]
     assert torch.allclose(out, model[0](torch.ones(1, 2)), atol=1e-6, rtol=0)
     net.detach()
+
+
+class _Returns(nn.Module):
+    def forward(self, x: object) -> str:
+        return "output"
+
+
+def _post_fails(ctx: CallContext) -> None:
+    raise ValueError("post hook failed")
+
+
+def _observes(ctx: CallContext) -> None:
+    pass
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+@pytest.mark.parametrize("exception_hook", [False, True])
+def test_a_module_call_whose_post_hook_raised_lets_go_of_its_argument(
+    point: str, exception_hook: bool
+) -> None:
+    """A pre hook's context is shared with the post and exception phases: once a post
+    hook's error propagates, that context holds no error, so no reference cycle keeps the
+    call's argument (reference counting alone frees it: the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Returns())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    bus.pre(name, _observes)
+    bus.post(name, _post_fails)
+    if exception_hook:
+        bus.exception(name, _observes)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match="post hook failed"):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
+
+
+class _Fails(nn.Module):
+    def forward(self, x: object) -> str:
+        raise ValueError("forward failed")
+
+
+def _replaces(ctx: CallContext) -> None:
+    raise LookupError("exception hook failed")
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+def test_a_failed_module_call_lets_go_of_its_argument_when_an_exception_hook_raised(
+    point: str,
+) -> None:
+    """An exception hook that raises instead of the forward's error (torch re-raises the
+    forward's own, with a warning) leaves no reference cycle through its error: reference
+    counting alone frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Fails())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    bus.exception("0" if point == "module" else "every", _replaces)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        warned = pytest.warns(RuntimeWarning, match="torch re-raises the module's own ValueError")
+        with warned, pytest.raises(ValueError, match="forward failed"):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a failed module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+def test_a_pre_hook_that_removes_the_hooks_then_raises_lets_go_of_the_call_s_argument(
+    point: str,
+) -> None:
+    """A pre hook removes every hook of the call, then raises: torch then runs no post
+    dispatcher of hookbus's, and the context the pre dispatcher kept for it must not hold
+    the call's argument (reference counting alone frees it: the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Returns())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    handles: List[hookbus.Handle] = []
+
+    def remove_then_raise(ctx: CallContext) -> None:
+        for handle in handles:
+            handle.remove()
+        raise ValueError("pre hook failed")
+
+    handles += [bus.pre(name, remove_then_raise), bus.post(name, _observes)]
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match="pre hook failed"):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of a module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()

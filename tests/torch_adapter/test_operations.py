@@ -13,9 +13,11 @@ shift the numbering, or an ablation would edit the wrong tensor.
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import threading
 import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
@@ -341,16 +343,18 @@ def test_an_interrupted_forward_leaves_a_mode_that_fires_nothing_and_is_cleaned(
     def interrupt(module: nn.Module, args: Any) -> None:
         raise KeyboardInterrupt
 
-    handle = model.attn.out.register_forward_pre_hook(interrupt)
+    # A plain torch pre hook of the module itself, after the site's: forward never runs,
+    # so neither torch nor the module's forward swap sees the interrupt go by.
+    handle = model.attn.register_forward_pre_hook(interrupt)
     with pytest.raises(KeyboardInterrupt):
         model(X)
     handle.remove()
     assert torch_function_modes() == 1  # torch runs no always_call hook on BaseException
     torch.softmax(torch.ones(3), dim=0)  # outside the module: the stale mode fires nothing
-    assert fired == ["attn:softmax.0"]
+    assert fired == []
     model(X)  # the next forward cleans up
     assert torch_function_modes() == 0
-    assert len(fired) == 2
+    assert fired == ["attn:softmax.0"]
     net.detach()
 
 
@@ -712,3 +716,75 @@ def test_a_call_index_is_accepted_before_the_discovery_forward() -> None:
     handle = net.pre("loop:tanh.3", lambda ctx: None)
     assert handle.active
     net.detach()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_event_hook_on_an_operation_point_s_name_is_refused_on_any_bus(strict: bool) -> None:
+    """An operation point runs pre, post, exception and around hooks only, and its name is
+    no event's: as for a declared event's name, a hook that could never run there is
+    refused at registration, on a plain bus too, saying which kinds run there."""
+    model = nn.Sequential()
+    model.add_module("loop", TwoTanh())
+    bus = hookbus.EventBus(strict=strict)
+    net = hookbus.torch.attach(model, bus)
+    net.operations("loop", torch.tanh)
+    model(torch.ones(2))  # the discovery forward: the points exist
+    with pytest.raises(hookbus.UnknownNameError, match=r"use pre, post, exception or around"):
+        bus.on("loop:tanh.1", print)
+    assert bus.hooks() == []
+    bus.on("loop:tanh.*", print)  # a pattern names no place: check_pending() reports it
+    net.detach()
+
+
+class TanhThenInterrupted(nn.Module):
+    def forward(self, x: object) -> None:
+        torch.tanh(torch.ones(1))
+        raise KeyboardInterrupt
+
+
+class TwoTanhOfOnes(nn.Module):
+    def forward(self, x: object) -> torch.Tensor:
+        return torch.tanh(torch.tanh(torch.ones(1)))
+
+
+def _interrupts(ctx: CallContext) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["forward", "a once hook"])
+def test_a_keyboard_interrupt_in_a_forward_with_operation_points_leaves_no_mode_behind(
+    where: str,
+) -> None:
+    """torch runs no hook for a ``KeyboardInterrupt``, so the post hook that pops the
+    operation mode never runs: the module's forward swap pops it instead, also when the
+    interrupt comes from a ``once`` hook whose claim left no hook to run. Nothing is left
+    on the thread's torch function stack, and the call's argument is let go of at once,
+    even when no hook is left to run at the module's next forward (the collector is off)."""
+
+    class Argument:
+        pass
+
+    model = nn.Sequential()
+    model.add_module("loop", TanhThenInterrupted() if where == "forward" else TwoTanhOfOnes())
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    net.operations("loop", torch.tanh)
+    if where == "forward":
+        handle = bus.pre("loop:tanh.0", lambda ctx: None)
+    else:
+        model(None)  # the discovery forward
+        handle = bus.pre("loop:tanh.1", _interrupts, once=True)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    depth = torch._C._len_torch_function_stack()
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model(argument)
+        del argument
+        assert torch._C._len_torch_function_stack() == depth, "a mode was left behind"
+        assert alive() is None, "the argument of an interrupted call outlived it"
+    finally:
+        gc.enable()
+        handle.remove()
+        net.detach()
