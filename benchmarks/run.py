@@ -242,8 +242,8 @@ def memory_lines(values: dict) -> List[Line]:
             "per registered hook, one event each",
             "memory/per hook, one event each",
             None,
-            "<= 400 B",
-            lambda r: r.values["memory/per hook, one event each"] <= 400,
+            "<= 300 B",
+            lambda r: r.values["memory/per hook, one event each"] <= 300,
         ),
         Line(
             row,
