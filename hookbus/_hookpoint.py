@@ -221,7 +221,21 @@ class HookPoint:
         return call_with_hooks(self.registry, plan, ctx, self._fn, strip)
 
     def explain(self) -> str:
-        """The code a call of this point runs now (see :meth:`EventBus.explain`)."""
+        """The code a call of this point runs now (see :meth:`EventBus.explain`).
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("double")
+            ... def double(x):
+            ...     return 2 * x
+            >>> print(double.__hookbus_point__.explain())
+            # 'double': no hooks; the wrapper calls the function straight through
+            <BLANKLINE>
+            >>> _ = double.pre(lambda ctx: None)
+            >>> print(double.__hookbus_point__.explain().splitlines()[:2])
+            ["# 'double': a compiled call", "#   pre_0 = <Handle pre 'double' <lambda> active>"]
+        """
         plan = self.current_plan()
         if plan is not None and self.is_async:
             return f"# {self.name!r}: an async point; call_with_hooks_async runs the plan\n"
