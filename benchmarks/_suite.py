@@ -151,29 +151,11 @@ def register_cases(peers: Sequence[str]) -> List[Case]:
             "bus.on('e', listener).remove()",
             {"bus": hookbus.EventBus(), "listener": listener},
         ),
-        Case(
-            "register/point churn",
-            "handle = bus.pre('churn', hook); fn(1); handle.remove()",
-            _churn_namespace(),
-        ),
-        Case(
-            "register/point churn floor",
-            "items.append(hook); fn(1); items.remove(hook)",
-            {"items": [], "hook": _noop_hook, "fn": _target},
-        ),
     ]
     for peer in peers:
         stmt, ns = _peers.REGISTERS[peer]()
         cases.append(Case(f"register/{peer}", stmt, ns))
     return cases
-
-
-def _churn_namespace() -> Dict[str, Any]:
-    """A hook point whose plan changes at every call: a pre hook added, the call, removed."""
-    bus = hookbus.EventBus()
-    fn = bus.wrap(_target, "churn")
-    bus.post("churn", _noop_hook)  # so that the point stays hooked between the calls
-    return {"bus": bus, "fn": fn, "hook": _noop_hook}
 
 
 def register_lines(peers: Sequence[str]) -> List[Line]:
@@ -197,25 +179,48 @@ def register_lines(peers: Sequence[str]) -> List[Line]:
     }
     for peer in peers:
         lines.append(Line(row, f"{peer} {names[peer]}", f"register/{peer}", "register/floor"))
-    lines += [
-        Line(
-            row,
-            "floor: `list.append` + the bare call + `list.remove`",
-            "register/point churn floor",
-            "register/point churn floor",
-        ),
-        Line(
-            row,
-            "**hookbus** hook point whose plan changes per call: `bus.pre(...)`, call, `remove()`",
-            "register/point churn",
-            "register/point churn floor",
-        ),
-    ]
     return lines
 
 
 def _target(x: Any) -> Any:
     return x
+
+
+def churn_cases() -> List[Case]:
+    """A hook point whose plan changes at every call: a pre hook added, the call, removed."""
+    bus = hookbus.EventBus()
+    fn = bus.wrap(_target, "churn")
+    bus.post("churn", _noop_hook)  # so that the point stays hooked between the calls
+    return [
+        Case(
+            "churn/hookbus",
+            "handle = bus.pre('churn', hook); fn(1); handle.remove()",
+            {"bus": bus, "fn": fn, "hook": _noop_hook},
+        ),
+        Case(
+            "churn/floor",
+            "items.append(hook); fn(1); items.remove(hook)",
+            {"items": [], "hook": _noop_hook, "fn": _target},
+        ),
+    ]
+
+
+def churn_lines() -> List[Line]:
+    row = "plan changed per call"
+    return [
+        Line(
+            row,
+            "floor: `list.append` + the bare call + `list.remove`",
+            "churn/floor",
+            "churn/floor",
+        ),
+        Line(
+            row,
+            "**hookbus** hook point: `bus.pre(...)`, the call, `remove()`",
+            "churn/hookbus",
+            "churn/floor",
+        ),
+    ]
 
 
 def _noop_hook(ctx: Any) -> None:

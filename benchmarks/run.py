@@ -214,6 +214,7 @@ def build_suite(
     suite.add(["1. emit"], emit)
     suite.add(["2. register"], register)
     suite.add(["3. wrapped call"], lambda: (_suite.call_cases(), _suite.call_lines()))
+    suite.add(["plan changed"], lambda: (_suite.churn_cases(), _suite.churn_lines()))
     suite.add(["4. scale"], lambda: (_suite.scale_cases(), _suite.scale_lines()))
     if "memory/cycle count" in suite.values:
         suite.add(["4. memory"], lambda: ([], memory_lines(suite.values)))
