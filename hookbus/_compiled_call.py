@@ -8,10 +8,12 @@ shape (how many pre and post hooks, whether there are exception hooks, whether t
 wrapped callable takes self or cls first): no loop, no per-hook test, the context
 filled inline. Each shape is compiled once and cached; the plan's hooks and the
 point's constants are bound as closure cells, so a plan is swapped whole (one
-attribute store) and a plan that changes per call costs a closure, not a compile.
-The point and the plan are passed in, ``run(point, plan, args, kwargs)``: a plan
-kept by its point holds its code, and the code holds neither, so no reference
-cycle keeps a removed hook alive until the garbage collector runs.
+attribute store). A hook point compiles a plan at its second call (the first runs
+the reference), so a plan that lives for one call (a hook added and removed around
+each call) costs no compile and no closure. The point and the plan are passed in,
+``run(point, plan, args, kwargs)``: a plan kept by its point holds its code, and the
+code holds neither, so no reference cycle keeps a removed hook alive until the
+garbage collector runs.
 
 Every other plan runs the reference sequence, ``call_with_hooks`` (the ``reference``
 each point passes in): around hooks, async hooks, hooks with an option (``once``,

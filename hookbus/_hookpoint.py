@@ -165,8 +165,9 @@ class HookPoint:
         """Where the wrapped callable is defined, as ``file:line`` (``"?"`` if unknown)."""
         self.module_name = module_name
         """The module that defined the wrapped callable (its ``__module__``), or ``""``."""
-        # ``plan.run(point, plan, args, kwargs)`` runs a call (``compile_call``): one
-        # attribute store swaps the plan and its code together, for any thread's caller.
+        # ``plan.run(point, plan, args, kwargs)`` runs a call: the reference at a plan's
+        # first call, then the code compiled for it (``compile_call``). One attribute
+        # store swaps the plan and its code together, for any thread's caller.
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
         self._fn = fn  # what the point calls, and whose signature ctx.arguments binds to
@@ -190,13 +191,29 @@ class HookPoint:
             stamp = self._stamp
             plan = self.registry.plan(self)
             if plan is not None and not self.is_async:
-                plan.run = self._compile(plan)  # before the plan is seen: swapped whole
+                plan.run = HookPoint._run_first  # before the plan is seen: swapped whole
             self.plan = plan
             if self._stamp != stamp:
                 # Hooks changed while it was worked out: this call runs it, the
                 # next works it out again (invalidate may have run before the store).
                 self.plan = UNRESOLVED
         return plan
+
+    def _run_first(self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """A plan's first call: the reference runs it, and the next call compiles.
+
+        So a plan that lives for one call (a hook added and removed around each
+        call) pays no compile, and a plan that stays compiles once.
+        """
+        plan.run = HookPoint._run_compiling
+        return self._run_reference(plan, args, kwargs)
+
+    def _run_compiling(
+        self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Any:
+        """Compile the plan's code (``compile_call``), keep it with the plan, and run it."""
+        run = plan.run = self._compile(plan)
+        return run(self, plan, args, kwargs)
 
     def _compile(self, plan: PointPlan) -> Runner:
         return compile_call(

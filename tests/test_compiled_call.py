@@ -10,14 +10,16 @@ what each hook saw, in order, the result, the error and its notes.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
 from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hookbus
@@ -29,7 +31,7 @@ POST = ("none", "value", "raise", "replace", "interrupt")
 EXCEPTION = ("none", "recover", "raise")
 # Plain hooks most often: those are the plans that compile.
 # (with_name is for event hooks: a point's hook reads ctx.name.)
-OPTIONS = ("plain", "plain", "plain", "priority", "once", "weak", "target", "other")
+OPTIONS = ("plain",) * 6 + ("priority", "priority", "once", "weak", "target", "other")
 
 
 class Interrupt(KeyboardInterrupt):
@@ -67,6 +69,13 @@ plans = st.builds(
     st.sampled_from((False, False, False, True)),
     st.booleans(),
 )
+
+
+@contextmanager
+def compiled_from_the_first_call() -> Iterator[None]:
+    """A plan compiles at its first call (not its second): every call runs compiled code."""
+    with mock.patch.object(HookPoint, "_run_first", HookPoint._run_compiling):
+        yield
 
 
 @contextmanager
@@ -182,11 +191,13 @@ def _outcome(plan: Plan) -> Tuple[List[Any], List[Any]]:
     return log, results
 
 
+@settings(max_examples=300)
 @given(plans)
 def test_a_compiled_call_does_what_call_with_hooks_does(plan: Plan) -> None:
     with reference_only():
         expected = _outcome(plan)
-    assert _outcome(plan) == expected
+    with compiled_from_the_first_call():
+        assert _outcome(plan) == expected
 
 
 @given(plans)
@@ -218,7 +229,7 @@ def test_plans_of_plain_pre_and_post_hooks_run_compiled_and_the_rest_the_referen
     if current is None:
         assert not plan.hooks
         return
-    compiled = current.run is not HookPoint._run_reference
+    compiled = point._compile(current) is not HookPoint._run_reference
     plain = not plan.traced and plan.policy == "raise"
     # An exception hook's options are read by the reference phase the compiled code calls.
     rare = any(
@@ -227,6 +238,8 @@ def test_plans_of_plain_pre_and_post_hooks_run_compiled_and_the_rest_the_referen
     )
     assert compiled == (plain and not rare)
     if compiled:
+        work(1)  # the first call under the plan: the reference
+        work(1)  # the second: compiled, and kept with the plan
         assert current.run.__code__.co_filename.startswith("<hookbus compiled call")
 
 
@@ -246,8 +259,10 @@ def test_a_traceback_through_a_compiled_call_shows_its_lines() -> None:
     def check(ctx: CallContext) -> None:
         raise ValueError("bad file")
 
+    with pytest.raises(ValueError, match="bad file"):
+        load("a.txt")  # the plan's first call: the reference runs it
     with pytest.raises(ValueError, match="bad file") as raised:
-        load("a.txt")
+        load("a.txt")  # compiled
     text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
     assert '<hookbus compiled call: 0 pre, 1 post>", line' in text
     assert "returned = post_0(ctx)" in text  # the line, read through linecache
@@ -280,7 +295,7 @@ def test_explain_shows_the_code_a_call_runs_and_why_not_when_it_falls_back() -> 
     assert hookbus.explain == hookbus.default_bus.explain
 
 
-def test_a_hook_added_and_removed_per_call_compiles_no_new_code() -> None:
+def test_a_plan_that_lives_for_one_call_compiles_nothing_and_a_kept_one_compiles_once() -> None:
     bus = EventBus()
 
     @bus.hookable("step")
@@ -290,12 +305,21 @@ def test_a_hook_added_and_removed_per_call_compiles_no_new_code() -> None:
     def observe(ctx: CallContext) -> None:
         return None
 
-    with bus.pre("step", observe):
-        step(1)  # this shape's code, compiled once
-    with mock.patch.object(_compiled_call, "compile", side_effect=AssertionError, create=True):
+    compile_call = _hookpoint.compile_call
+    with mock.patch.object(_hookpoint, "compile_call", wraps=compile_call) as compiling:
         for i in range(50):
             with bus.pre("step", observe):
                 assert step(i) == i
+        assert compiling.call_count == 0
+        bus.pre("step", observe)
+        for i in range(50):
+            assert step(i) == i
+        assert compiling.call_count == 1
+    # A shape compiles once, whatever point and hooks: the same factory serves again.
+    with mock.patch.object(_compiled_call, "compile", side_effect=AssertionError, create=True):
+        again = bus.wrap(lambda x: x, "again")
+        bus.pre("again", observe)
+        assert [again(1), again(2)] == [1, 2]
 
 
 def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
@@ -327,9 +351,16 @@ def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
     errors: List[BaseException] = []
 
     def swap() -> None:
-        for i in range(2_000):
-            bus.registry.restore(snapshots[i % 2])
-        stop.set()
+        swaps, deadline = 0, time.monotonic() + 30
+        try:
+            while swaps < 400 and time.monotonic() < deadline:
+                bus.registry.restore(snapshots[swaps % 2])
+                swaps += 1
+                calls = len(seen)
+                while len(seen) < calls + 3 and time.monotonic() < deadline:
+                    time.sleep(0)  # some calls run under this plan, some across the swap
+        finally:
+            stop.set()
 
     def call() -> None:
         try:
@@ -339,13 +370,19 @@ def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
             errors.append(error)
 
     threads = [threading.Thread(target=swap), *(threading.Thread(target=call) for _ in range(2))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often: swaps land between calls
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(switching)
     assert not any(thread.is_alive() for thread in threads)
     assert not errors
-    assert seen
+    assert len(seen) >= 1_200, "the callers made too few calls in 30 s"
+    assert {tag for tag, _ in seen} == {"a", "b"}  # calls ran under both plans
     assert all(pre == post for pre, post in seen), {p for p in seen if p[0] != p[1]}
 
 
@@ -365,7 +402,8 @@ def test_the_compiled_context_is_the_one_call_context_init_builds() -> None:
         contexts.append(ctx)
 
     bus.pre("work", pre)
-    work(3, tag="t")
+    with compiled_from_the_first_call():
+        work(3, tag="t")
     (ctx,) = contexts
     target = work.__wrapped__  # type: ignore[attr-defined]
     built = CallContext("work", target, (3,), {"tag": "t"}, 0, "pre", ctx._point)
