@@ -295,7 +295,7 @@ async def call_with_hooks_async(
     5. Around hooks, innermost first, resume at their ``yield``
        (:func:`resume_arounds_async`): with the result, or with the error raised there.
 
-    For the plans the hook point's direct loop can't run (``_hookpoint.py``), and
+    For the plans a hook point's compiled call can't run (``_compiled_call.py``), and
     for an event's around hooks (``fn`` then runs the event hooks). The async
     variant is for ``async def`` callables, whose hooks may be sync or async.
     """

@@ -1107,6 +1107,86 @@ class EventBus:
         """
         return sorted(PointInfo(p.name, p.kind, p.where) for p in self.registry.points())
 
+    def explain(self, name: str) -> str:
+        """The code that runs for a call of the hook point ``name`` now, as Python source.
+
+        When a point's hooks change, hookbus compiles its next call to straight-line
+        code (no loop over the hooks, the context filled inline), as attrs does for
+        ``__init__``; tracebacks through it show these lines. This returns that code,
+        with what each of its hook names is bound to; or says why the reference
+        sequence (``call_with_hooks``) runs instead: around hooks, async hooks, a hook
+        with an option (``once``, ``weak``, ``target``, ``with_name``), an error policy
+        other than ``"raise"``, or an open trace. A name shared by several points gives
+        each one's; an event's hooks run in ``emit``'s loop, and it says so. A name
+        with neither raises ``LookupError``.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("double")
+            ... def double(x):
+            ...     return 2 * x
+            >>> @double.post
+            ... def plus_one(ctx):
+            ...     ctx.result += 1
+            >>> print(bus.explain("double"))
+            # 'double': a compiled call
+            #   post_0 = <Handle post 'double' plus_one active>
+            def make(call, name, target, counter, registry, reference, post_0, post_0_handle):
+                def hooked_call(point, plan, args, kwargs):
+                    ctx = new(CallContext)
+                    ctx.name = name
+                    ctx.target = target
+                    ctx._args = args
+                    ctx._kwargs = kwargs
+                    ctx.call_index = next(counter)
+                    ctx.phase = "pre"
+                    ctx._result = None
+                    ctx._exception = None
+                    ctx._recovered = False
+                    ctx._skipped = False
+                    ctx._data = None
+                    ctx._point = point
+                    if ctx._skipped:
+                        result = ctx._result
+                    else:
+                        result = call(*ctx._args, **ctx._kwargs)
+                    ctx.phase = "post"
+                    ctx._result = result
+                    try:
+                        returned = post_0(ctx)
+                        if returned is not None:
+                            reject_returned(post_0_handle, ctx, returned)
+                    except Exception as error:
+                        add_note(error, describe(post_0_handle, name))
+                        raise
+                    return ctx._result
+                return hooked_call
+            <BLANKLINE>
+            >>> _ = double.around(lambda ctx: (yield))
+            >>> print(bus.explain("double"))
+            # 'double': call_with_hooks runs the plan (around hooks)
+            <BLANKLINE>
+        """
+        name = check_name(name, "explain() name", allow_pattern=False)
+        points = self.registry.points(name)
+        parts: List[str] = []
+        for point in points:
+            explain = getattr(point, "explain", None)
+            parts.append(
+                explain()
+                if explain is not None
+                else f"# {name!r}: a {point.kind} point; its adapter's dispatch runs the plan\n"
+            )
+        if self.registry.hooks(name) and not points:
+            parts.append(f"# {name!r}: an event; emit runs its hooks in a loop (not compiled)\n")
+        if not parts:
+            raise LookupError(
+                f"explain() found no hook point and no hook named {name!r} on {self!r}; "
+                f"bus.points() lists the points"
+            )
+        return "\n".join(parts)
+
     # --- what is registered ---------------------------------------------------------
 
     def hooks(self, name: Optional[str] = None, *, kind: Optional[str] = None) -> List[Handle]:

@@ -30,9 +30,11 @@ Events
       ``dispatch_concurrently`` (async only).
 
 Hooks around a call
-    * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
-      is ``direct`` (plain sync pre and post hooks, no around hook: see
-      ``_plan.PointPlan``). Slow twin: ``call_with_hooks``.
+    * ``_compiled_call.py``: a sync hook point's call, generated as straight-line
+      code for each ``direct`` plan (plain sync pre and post hooks, no around hook:
+      see ``_plan.PointPlan``), compiled once per shape. Not a hand copy: the
+      generator is checked against its reference, ``call_with_hooks``, for any
+      plan (``tests/test_compiled_call.py``), and the crossings matrix runs on it.
     * ``call_with_hooks`` (and ``_async``): the whole sequence; around hooks'
       set-up in ``start_arounds`` and their teardown in ``resume_arounds`` (the
       caller keeps the started ones, ``_arounds.Started``, and resumes them); the

@@ -193,7 +193,7 @@ def call_with_hooks(
     5. Around hooks, innermost first, resume at their ``yield``
        (:func:`resume_arounds`): with the result, or with the error raised there.
 
-    For the plans the hook point's direct loop can't run (``_hookpoint.py``), and
+    For the plans a hook point's compiled call can't run (``_compiled_call.py``), and
     for an event's around hooks (``fn`` then runs the event hooks). The async
     variant is for ``def`` callables, whose hooks may be sync or async.
     """

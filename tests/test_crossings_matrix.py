@@ -39,6 +39,10 @@ It registers the hooks, dispatches twice, and checks the bus. The invariants:
 
 ``test_crossings_hold_everywhere`` draws scenarios; ``test_crossings_that_once_broke_hold``
 runs, every time, one pinned scenario for each crossing that was once broken.
+``test_crossings_hold_on_compiled_calls`` draws the scenarios whose calls run as compiled
+code (``hookbus._compiled_call``: plain pre, post and exception hooks on a sync point,
+errors raised, no trace), which the options drawn above rarely leave, and checks that
+they did.
 
 Profiles (the environment variable ``HOOKBUS_HYPOTHESIS_PROFILE``, as for the state
 machine; CI runs ``ci``): ``dev`` runs 200 examples of the green test, ``ci`` 1,000; the
@@ -77,12 +81,13 @@ from typing import (
     Tuple,
     Union,
 )
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookbus import CallContext, EventBus, Handle, HookError, Trace, UnknownNameError
+from hookbus import CallContext, EventBus, Handle, HookError, Trace, UnknownNameError, _hookpoint
 from hookbus._kinds import hook_kind, point_kind
 from hookbus.pytest_plugin import isolate
 
@@ -1046,3 +1051,46 @@ def test_crossings_that_once_broke_hold(scenario: Scenario) -> None:
 def test_crossings_hold_everywhere(scenario: Scenario) -> None:
     """The whole matrix: every invariant, for every scenario drawn."""
     check(scenario)
+
+
+@st.composite
+def compiled_scenarios(draw: Any) -> Scenario:
+    """Scenarios whose hooked calls compile: plain pre, post and exception hooks (any
+    behaviour, priority and name form) on a sync function or method, errors raised."""
+    specs = st.builds(
+        lambda kind, behaviour, priority, name_form: _one(
+            kind, behaviour, priority=priority, name_form=name_form
+        ),
+        st.sampled_from(("pre", "post", "exception")),
+        st.sampled_from(BEHAVIOURS["pre"] + BEHAVIOURS["post"] + BEHAVIOURS["exception"]),
+        st.integers(-1, 1),
+        st.sampled_from(tuple(NAMES)),
+    ).filter(lambda spec: spec.behaviour in BEHAVIOURS[spec.kind])
+    return _pinned(
+        draw(st.sampled_from(("function", "method"))),
+        tuple(draw(st.lists(specs, min_size=1, max_size=5))),
+        strict=draw(st.booleans()),
+        call=draw(st.sampled_from(("ok", "raise", "interrupt"))),
+        lifecycle=draw(st.sampled_from(tuple(set(LIFECYCLES) - {"trace"}))),
+    )
+
+
+@settings(settings.get_profile(PROFILE))
+@given(compiled_scenarios())
+def test_crossings_hold_on_compiled_calls(scenario: Scenario) -> None:
+    compiled: List[bool] = []
+    compile_call = _hookpoint.compile_call
+
+    def recording(plan: Any, **point: Any) -> Any:
+        run = compile_call(plan, **point)
+        compiled.append(run is not point["reference"])
+        return run
+
+    # Compiled from a plan's first call (not its second), so both dispatches run it.
+    first = _hookpoint.HookPoint._run_compiling
+    with (
+        mock.patch.object(_hookpoint, "compile_call", recording),
+        mock.patch.object(_hookpoint.HookPoint, "_run_first", first),
+    ):
+        check(scenario)
+    assert any(compiled), "no call of the scenario ran compiled code"

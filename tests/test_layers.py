@@ -32,6 +32,7 @@ LAYERS: List[List[str]] = [
     # The map of every loop, and what both variants share; around hooks as generators.
     ["_dispatch.py", "_arounds.py"],
     ["_async_dispatch.py", "_sync_dispatch.py"],  # the loops: the source, and the generated
+    ["_compiled_call.py"],  # a hook point's call, compiled to straight-line code per plan
     ["_registry.py"],  # the store: hooks, points, declarations, the lock
     ["_scope.py", "_hookpoint.py", "_event.py"],
     ["_subscribe.py"],  # hook classes
