@@ -4,8 +4,8 @@ One class: events (``emit``, ``collect``, ``first``), registration (``on``, ``pr
 ``post``, ``exception``, ``subscribe``), hook points (``hookable``, ``wrap``),
 declared events (``event``, ``forget``, ``check_pending``), handles, scopes, pauses,
 traces and introspection. What it keeps, and the lock, are the registry's
-(``_registry``); :class:`PointInfo` and :class:`Pause` are what two of its
-methods return.
+(``_registry``); :class:`PointInfo` is what ``points()`` returns, ``Pause``
+(``_pause``) what ``paused()`` does and ``Subset`` (``_without``) what ``without()`` does.
 """
 
 from __future__ import annotations
@@ -46,18 +46,20 @@ from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint,
 from ._kinds import hook_kind
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
+from ._pause import Pause
 from ._plan import NO_HOOKS, PointPlan
 from ._registry import Registry
-from ._scope import Scope, warn_never_entered
+from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
 from ._sync_dispatch import call_with_hooks, dispatch_event
 from ._trace import Trace
+from ._without import Subset
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    pass
 
-__all__ = ["EventBus", "Pause", "PointInfo", "Subset"]
+__all__ = ["EventBus", "PointInfo"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -90,94 +92,6 @@ class PointInfo(NamedTuple):
     """What it wraps: ``"function"``, ``"method"`` or (torch) ``"module"``."""
     where: str
     """Where that is defined, as ``file:line`` (``"?"`` if unknown)."""
-
-
-class Pause:
-    """The context manager returned by :meth:`EventBus.paused`; pauses nest.
-
-    Example:
-        >>> import hookbus
-        >>> bus = hookbus.EventBus()
-        >>> _ = bus.on("tick", print)
-        >>> with bus.paused("tick") as pause:
-        ...     bus.emit("tick", "muted")
-        >>> pause  # doctest: +ELLIPSIS
-        <paused 'tick' on <EventBus 'bus-...' ...>>
-    """
-
-    __slots__ = ("_bus", "_entered", "_name")
-
-    def __init__(self, bus: EventBus, name: Optional[str]) -> None:
-        self._bus = bus
-        self._name = name
-        self._entered = False
-
-    def __enter__(self) -> Self:
-        self._bus.registry.pause(self._name, +1)
-        self._entered = True
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._bus.registry.pause(self._name, -1)
-
-    def __repr__(self) -> str:
-        return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"
-
-    def __del__(self) -> None:
-        if not self._entered:  # bus.paused(...) without ``with``: it paused nothing
-            warn_never_entered(
-                self._bus.registry,
-                f"{self!r} was never entered, so it paused nothing: write 'with bus.paused(...):'",
-            )
-
-
-class Subset:
-    """The bus's emissions, leaving some hooks out: what :meth:`EventBus.without` returns.
-
-    pluggy's ``subset_hook_caller``. Each method is the bus's own, for the same event,
-    except that the hooks left out don't run (event hooks and around hooks alike).
-    Nothing is changed on the bus: every other emission, in any thread, runs them.
-
-    Example:
-        >>> import hookbus
-        >>> bus = hookbus.EventBus()
-        >>> csv = bus.on("formats", lambda: "csv")
-        >>> _ = bus.on("formats", lambda: "json")
-        >>> bus.without(csv).collect("formats"), bus.collect("formats")
-        (['json'], ['csv', 'json'])
-    """
-
-    __slots__ = ("_bus", "_left_out")
-
-    def __init__(self, bus: EventBus, left_out: FrozenSet[Handle]) -> None:
-        self._bus = bus
-        self._left_out = left_out
-
-    def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
-        """:meth:`EventBus.emit`, without the hooks left out."""
-        self._bus._emit_full(event, args, kwargs, None, left_out=self._left_out)
-
-    def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
-        """:meth:`EventBus.collect`, without the hooks left out."""
-        return self._bus._emit_full(event, args, kwargs, [], left_out=self._left_out)  # type: ignore[no-any-return]
-
-    def first(self, event: str, /, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`EventBus.first`, without the hooks left out."""
-        return self._bus._emit_full(event, args, kwargs, [], first=True, left_out=self._left_out)
-
-    async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
-        """:meth:`EventBus.emit_async`, without the hooks left out."""
-        await self._bus._emit_full_async(event, args, kwargs, None, left_out=self._left_out)
-
-    async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
-        """:meth:`EventBus.collect_async`, without the hooks left out."""
-        return await self._bus._emit_full_async(  # type: ignore[no-any-return]
-            event, args, kwargs, [], left_out=self._left_out
-        )
-
-    def __repr__(self) -> str:
-        count = len(self._left_out)
-        return f"<{self._bus!r} without {count} hook{'' if count == 1 else 's'}>"
 
 
 def _leave_out(
@@ -957,7 +871,7 @@ class EventBus:
                     f"accepted: what on() or subscribe() returned, or the list "
                     f"bus.handles_of(hook) returns"
                 )
-        return Subset(self, frozenset(left_out))
+        return Subset(self, self._emit_full, self._emit_full_async, frozenset(left_out))
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...
@@ -1292,7 +1206,7 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "paused() name", allow_pattern=True)
-        return Pause(self, name)
+        return Pause(self.registry, name)
 
     def trace(self) -> Trace:
         """A context manager recording every hook call while open, with its duration.

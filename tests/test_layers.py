@@ -35,7 +35,7 @@ LAYERS: List[List[str]] = [
     ["_compiled_call.py"],  # a hook point's call, compiled to straight-line code per plan
     ["_registry.py"],  # the store: hooks, points, declarations, the lock
     ["_scope.py", "_hookpoint.py", "_event.py"],
-    ["_subscribe.py"],  # hook classes
+    ["_subscribe.py", "_pause.py", "_without.py"],  # hook classes; pauses; a bus less some hooks
     ["_bus.py"],  # the EventBus facade
     ["adapter.py", "__init__.py"],  # the seam, and the package's public names
     ["_recorder.py", "training.py", "demo.py"],
