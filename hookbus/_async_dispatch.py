@@ -260,20 +260,21 @@ async def recover_or_raise_async(
     """
     ctx.phase = "exception"
     ctx._exception = error
+    left: Optional[BaseException] = None
     try:
         await run_phase_async(registry, plan.exception, ctx)
         if ctx._recovered and plan.post and not posts_ran:
             ctx.phase = "post"
-            await run_phase_async(registry, plan.post, ctx)
-    finally:
+            await run_phase_async(registry, plan.post, ctx)  # may raise: see finally
         left, ctx._exception = ctx._exception, None
-    try:
         if not ctx._recovered:
             raise cast(BaseException, left)
         return ctx._result
     finally:
+        ctx._exception = None
         # This frame is in the tracebacks of the errors the hooks raised (their frames
-        # point back to it), recovered or not: no cycle through it.
+        # point back to it), recovered or not, a post hook's after a recovery included:
+        # no cycle through it.
         del error, left
 
 

@@ -158,20 +158,21 @@ def recover_or_raise(
     """
     ctx.phase = "exception"
     ctx._exception = error
+    left: Optional[BaseException] = None
     try:
         run_phase(registry, plan.exception, ctx)
         if ctx._recovered and plan.post and not posts_ran:
             ctx.phase = "post"
-            run_phase(registry, plan.post, ctx)
-    finally:
+            run_phase(registry, plan.post, ctx)  # may raise: see finally
         left, ctx._exception = ctx._exception, None
-    try:
         if not ctx._recovered:
             raise cast(BaseException, left)
         return ctx._result
     finally:
+        ctx._exception = None
         # This frame is in the tracebacks of the errors the hooks raised (their frames
-        # point back to it), recovered or not: no cycle through it.
+        # point back to it), recovered or not, a post hook's after a recovery included:
+        # no cycle through it.
         del error, left
 
 

@@ -98,3 +98,42 @@ def test_a_recovered_call_keeps_nothing_of_its_arguments_when_a_hook_raised_firs
     finally:
         if was_enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("calls", [1, 2], ids=["first call", "compiled call"])
+def test_a_recovered_call_whose_post_hook_raises_keeps_nothing_of_its_arguments(
+    calls: int,
+) -> None:
+    """An exception hook raises, a later one recovers, then a post hook raises on the
+    recovered value: the post hook's error comes out, and nothing of the call's arguments
+    stays in a cycle through the errors handled on the way (the collector is off). The
+    second call runs the plan's compiled code."""
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(argument: _Argument) -> int:
+        raise KeyError("missing")
+
+    @bus.exception("load", priority=1)
+    def translate(ctx: CallContext) -> None:
+        raise LookupError("translated")
+
+    bus.exception("load", lambda ctx: ctx.recover(0))
+
+    @bus.post("load")
+    def check(ctx: CallContext) -> None:
+        raise RuntimeError("checked")
+
+    for _ in range(calls):
+        argument = _Argument()
+        argument_alive = weakref.ref(argument)
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with pytest.raises(RuntimeError, match="checked"):
+                load(argument)
+            del argument
+            assert argument_alive() is None
+        finally:
+            if was_enabled:
+                gc.enable()
