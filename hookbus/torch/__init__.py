@@ -45,6 +45,7 @@ from ._patching import patch
 from ._point import ScriptRefusal, inert_point
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
+from ._vocabulary import NamePoint, Vocabulary, vocabulary
 
 # What a pickle names (a hooked module saved with torch.save holds inert_point and a
 # ScriptRefusal; a Stat is saved as itself): the public package, so that moving a
@@ -60,11 +61,13 @@ __all__ = [
     "CompiledModelWarning",
     "EveryModule",
     "GradHandle",
+    "NamePoint",
     "OperationSelection",
     "Record",
     "Selector",
     "Stat",
     "Stats",
+    "Vocabulary",
     "attach",
     "bare_names",
     "capture",
@@ -74,4 +77,5 @@ __all__ = [
     "patch",
     "stats",
     "steps",
+    "vocabulary",
 ]

@@ -239,6 +239,9 @@ class OperationSite:
         self.selected = selected
         self.attached = True
         self.discovering = True
+        # Whether the discovery forward warns of a selected function it never called
+        # (a private selection of the names vocabulary expects some: softmax under sdpa).
+        self.warn_missing = True
         # A copy's stand-in (see inert_site): copying a bound method binds the same
         # function to a copy of its object, so a copy's hooks are this class's methods.
         self.inert = False
@@ -335,7 +338,7 @@ class OperationSite:
             self._release_post()  # disarmed while this call ran: the last one out removes it
         if finished:
             missing = sorted(self.selected - self._seen)
-            if missing:
+            if missing and self.warn_missing:
                 warnings.warn(
                     f"hookbus.torch: the forward of {self.name!r} called no "
                     f"{', '.join(missing)}{_close_functions(missing)}: it has no operation "
