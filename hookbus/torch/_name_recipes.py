@@ -77,7 +77,9 @@ class LastDimSlice(View):
         self.start, self.stop, self.heads = start, stop, heads
 
     def read(self, x: torch.Tensor) -> torch.Tensor:
-        value = x if self.start == 0 and self.stop == x.shape[-1] else x[..., self.start : self.stop]
+        value = (
+            x if self.start == 0 and self.stop == x.shape[-1] else x[..., self.start : self.stop]
+        )
         return value if self.heads is None else value.unflatten(-1, (self.heads, -1))
 
     def write(self, x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

@@ -94,9 +94,7 @@ class NamePoint:
         "ctx.result = ...; to skip a module, hook the module itself"
     )
 
-    def __init__(
-        self, vocabulary: Vocabulary, name: str, recipe: Recipe, slot: str
-    ) -> None:
+    def __init__(self, vocabulary: Vocabulary, name: str, recipe: Recipe, slot: str) -> None:
         self.bus = vocabulary.bus
         self.registry = vocabulary.bus.registry
         self.name = name
@@ -172,9 +170,7 @@ def _no_arguments() -> None:
 def _check_written(name: str, value: Any, new: Any) -> None:
     shape = getattr(value, "shape", None)
     if getattr(new, "shape", None) != shape:
-        got = (
-            f"shape {tuple(new.shape)}" if hasattr(new, "shape") else type(new).__name__
-        )
+        got = f"shape {tuple(new.shape)}" if hasattr(new, "shape") else type(new).__name__
         raise ValueError(
             f"a hook on {name!r} set ctx.result to {got}; the value it replaces has "
             f"shape {tuple(shape) if shape is not None else '?'}, and a replacement must "
@@ -183,9 +179,7 @@ def _check_written(name: str, value: Any, new: Any) -> None:
 
 
 # Keeps each model's vocabularies (and so their points) alive as long as the model.
-_vocabularies: weakref.WeakKeyDictionary[nn.Module, List[Vocabulary]] = (
-    weakref.WeakKeyDictionary()
-)
+_vocabularies: weakref.WeakKeyDictionary[nn.Module, List[Vocabulary]] = weakref.WeakKeyDictionary()
 
 
 def vocabulary(model: nn.Module, bus: Optional[EventBus] = None) -> Vocabulary:
@@ -390,9 +384,7 @@ def _module(root: nn.Module, path: str) -> nn.Module:
     return module
 
 
-def _recipes(
-    model: nn.Module, found: Any
-) -> Tuple[Dict[str, Tuple[Recipe, str]], Dict[str, str]]:
+def _recipes(model: nn.Module, found: Any) -> Tuple[Dict[str, Tuple[Recipe, str]], Dict[str, str]]:
     """Every name's recipe and slot, in forward order, and the names the model lacks."""
     table, dims = found.architecture, found.dims
     body = _module(model, found.body) if found.body else model

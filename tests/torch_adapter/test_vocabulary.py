@@ -1,0 +1,363 @@
+"""The names vocabulary: every name reads the raw value and writes with the raw effect.
+
+Each architecture is a tiny random model (tests/torch_adapter/transformer_models.py),
+under eager and sdpa attention; each value is compared with a reference read by
+hand with native hooks, and each write's logits with those of the same edit made
+in raw torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+import torch
+from torch import nn
+
+import hookbus
+import hookbus.torch
+
+from torch_helpers import native_hooks
+from transformer_models import (
+    ARCHITECTURES,
+    IMPLEMENTATIONS,
+    block_module,
+    dims,
+    edited_rotary,
+    layout,
+    reference,
+    scaled_scores,
+    scaled_softmax,
+    tiny_model,
+    tokens,
+)
+
+pytestmark = pytest.mark.torch
+
+# transformers 5 refuses sdpa for Gemma 2 (its logit soft-capping needs eager)
+CASES = [
+    (arch, impl)
+    for arch in ARCHITECTURES
+    for impl in IMPLEMENTATIONS
+    if (arch, impl) != ("gemma2", "sdpa")
+]
+ROTARY = [case for case in CASES if case[0] != "gpt2"]
+TOLERANCE = dict(atol=1e-5, rtol=1e-5)
+
+
+def _named(arch: str, impl: str) -> Any:
+    model = tiny_model(arch, impl)
+    bus = hookbus.EventBus()
+    return model, bus, hookbus.torch.vocabulary(model, bus)
+
+
+def _logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def _replace(edit: Any) -> Any:
+    def hook(ctx: Any) -> None:
+        ctx.result = edit(ctx.result.clone())
+
+    return hook
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_every_name_reads_the_value_raw_hooks_read(arch: str, impl: str) -> None:
+    model, bus, names = _named(arch, impl)
+    ids = tokens()
+    seen: Dict[str, torch.Tensor] = {}
+
+    def keep(ctx: Any) -> None:
+        seen[ctx.name] = ctx.result.detach().clone()
+
+    handles = [bus.post(name, keep) for name in names.names]
+    logits = _logits(model, ids)
+    for handle in handles:
+        handle.remove()
+    raw = reference(model, arch, ids)
+    torch.testing.assert_close(logits, raw.pop("logits"), **TOLERANCE)
+    assert set(seen) == set(names.names)
+    layers = names.dims.layers
+    last = f"blocks.{layers - 1}.hook_resid_post"
+    checked_otherwise = {last} | {f"blocks.{n}.attn.hook_attn_scores" for n in range(layers)}
+    assert set(names.names) - set(raw) == checked_otherwise
+    for name, value in raw.items():
+        torch.testing.assert_close(seen[name], value.to(seen[name].dtype), **TOLERANCE, msg=name)
+    for layer in range(layers):  # the pattern is the softmax of the scores
+        scores = seen[f"blocks.{layer}.attn.hook_attn_scores"]
+        torch.testing.assert_close(
+            scores.float().softmax(-1), seen[f"blocks.{layer}.attn.hook_pattern"], **TOLERANCE
+        )
+    norm = block_module(model, arch, 0, layout(arch)["ln1"])  # ln_final's kind
+    eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", 1e-6)
+    final = seen[last].float()
+    if isinstance(norm, nn.LayerNorm):
+        final = final - final.mean(-1, keepdim=True)
+    normalized = final / (final.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    torch.testing.assert_close(normalized, seen["ln_final.hook_normalized"], **TOLERANCE)
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_zeroing_a_head_in_hook_z_equals_zeroing_its_slice_of_the_output_projection(
+    arch: str, impl: str
+) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+    _, _, d_head = dims(model)
+
+    def zero_head_1(ctx: Any) -> None:
+        z = ctx.result.clone()
+        z[:, :, 1] = 0
+        ctx.result = z
+
+    with bus.post("blocks.0.attn.hook_z", zero_head_1):
+        edited = _logits(model, ids)
+
+    def raw(module: nn.Module, args: Any) -> Any:
+        x = args[0].clone()
+        x[..., d_head : 2 * d_head] = 0
+        return (x, *args[1:])
+
+    projection = block_module(model, arch, 0, layout(arch)["o"])
+    with projection.register_forward_pre_hook(raw):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, _logits(model, ids))
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_scaling_every_pattern_equals_scaling_the_softmax(arch: str, impl: str) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+    with bus.post("blocks.*.attn.hook_pattern", _replace(lambda p: p * 0.5)):
+        edited = _logits(model, ids)
+    model.config._attn_implementation = "eager"  # the raw edit needs the softmax
+    with scaled_softmax(0.5):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_scaling_every_score_equals_scaling_the_softmax_input(arch: str, impl: str) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+    with bus.post("blocks.*.attn.hook_attn_scores", _replace(lambda s: s * 0.25)):
+        edited = _logits(model, ids)
+    model.config._attn_implementation = "eager"
+    with scaled_scores(0.25):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize(("arch", "impl"), [c for c in CASES if c[0] != "gpt_neox"])
+def test_replacing_resid_mid_equals_adding_to_the_attention_output(arch: str, impl: str) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+    delta = torch.linspace(-1, 1, 32)
+    with bus.post("blocks.0.hook_resid_mid", _replace(lambda x: x + delta)):
+        edited = _logits(model, ids)
+
+    def raw(module: nn.Module, args: Any, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (output[0] + delta, *output[1:])
+        return output + delta
+
+    added = block_module(model, arch, 0, layout(arch)["attn_out"])
+    with added.register_forward_hook(raw):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, _logits(model, ids))
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_doubling_the_normalized_input_equals_doubling_the_norm_before_its_affine(
+    arch: str, impl: str
+) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+    with bus.post("blocks.1.ln2.hook_normalized", _replace(lambda x: x * 2)):
+        edited = _logits(model, ids)
+    norm = block_module(model, arch, 1, layout(arch)["ln2"])
+    bias = getattr(norm, "bias", None)
+    offset = bias if bias is not None else 0
+
+    def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        return (output - offset) * 2 + offset
+
+    with norm.register_forward_hook(raw):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_zeroing_a_query_head_equals_zeroing_its_slice_of_the_projection(
+    arch: str, impl: str
+) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+    heads, _, d_head = dims(model)
+
+    def zero_head_2(q: torch.Tensor) -> torch.Tensor:
+        q[:, :, 2] = 0
+        return q
+
+    with bus.post("blocks.0.attn.hook_q", _replace(zero_head_2)):
+        edited = _logits(model, ids)
+    style, path = layout(arch)["qkv"]
+    if style == "separate":
+        projection, start = block_module(model, arch, 0, f"{path}.q_proj"), 2 * d_head
+    elif style == "concat":
+        projection, start = block_module(model, arch, 0, path), 2 * d_head
+    else:
+        projection, start = block_module(model, arch, 0, path), 2 * 3 * d_head
+
+    def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        output = output.clone()
+        output[..., start : start + d_head] = 0
+        return output
+
+    with projection.register_forward_hook(raw):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, _logits(model, ids))
+
+
+@pytest.mark.parametrize(("arch", "impl"), ROTARY)
+def test_zeroing_a_rotated_key_head_equals_editing_the_rotary_function(
+    arch: str, impl: str
+) -> None:
+    model, bus, _ = _named(arch, impl)
+    ids = tokens()
+
+    def zero_head_0(k: torch.Tensor) -> torch.Tensor:
+        k[:, :, 0] = 0
+        return k
+
+    with bus.post("blocks.1.attn.hook_rot_k", _replace(zero_head_0)):
+        edited = _logits(model, ids)
+
+    def raw(q: torch.Tensor, k: torch.Tensor) -> Any:
+        if raw.calls == 1:  # the second layer's call
+            k = k.clone()
+            k[:, 0] = 0
+        raw.calls += 1
+        return q, k
+
+    raw.calls = 0  # type: ignore[attr-defined]
+    with edited_rotary(arch, raw):
+        expected = _logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, _logits(model, ids))
+
+
+# --- what has no value, and what cannot be written -------------------------------------
+
+
+def test_a_model_of_no_known_layout_is_refused_naming_the_layouts_and_the_docs() -> None:
+    with pytest.raises(
+        ValueError, match=r"GPT-2, GPT-NeoX, Gemma 2, Phi-3, Llama.*docs/torch\.md"
+    ):
+        hookbus.torch.vocabulary(nn.Sequential(nn.Linear(2, 2)), hookbus.EventBus())
+
+
+def test_a_typo_of_a_name_is_refused_with_close_names() -> None:
+    _, bus, _ = _named("gpt2", "eager")
+    with pytest.raises(
+        ValueError, match=r"'blocks\.0\.attn\.hook_zz'.*close names: 'blocks\.0\.attn\.hook_z'"
+    ):
+        bus.post("blocks.0.attn.hook_zz", print)
+    with pytest.raises(ValueError, match="no name .* matches 'blocks.*.hook_resid_midd'"):
+        bus.post("blocks.*.hook_resid_midd", print)
+    assert bus.hooks() == []
+
+
+@pytest.mark.parametrize(
+    ("arch", "name", "why"),
+    [
+        ("llama", "hook_pos_embed", "rotary"),
+        ("gpt2", "blocks.0.attn.hook_rot_q", "learned embedding"),
+        ("gpt_neox", "blocks.1.hook_resid_mid", "parallel"),
+        ("gpt2", "blocks.0.mlp.hook_pre_linear", "not gated"),
+    ],
+)
+def test_a_name_the_model_lacks_is_refused_saying_why(arch: str, name: str, why: str) -> None:
+    _, bus, names = _named(arch, "eager")
+    assert name in names.absent
+    with pytest.raises(ValueError, match=why):
+        bus.post(name, print)
+
+
+def _around(ctx: Any) -> Any:
+    yield
+
+
+@pytest.mark.parametrize("kind", ["pre", "around", "exception"])
+def test_a_name_takes_post_hooks_only(kind: str) -> None:
+    _, bus, _ = _named("gpt2", "eager")
+    with pytest.raises(ValueError, match=f"{kind} hooks do not apply to 'blocks.0.attn.hook_z'"):
+        getattr(bus, kind)("blocks.0.attn.hook_z", _around if kind == "around" else print)
+    assert bus.hooks() == []
+
+
+def test_a_replacement_of_another_shape_is_refused_naming_both_shapes() -> None:
+    model, bus, _ = _named("gpt2", "eager")
+    with (
+        bus.post("blocks.0.attn.hook_z", _replace(lambda z: z[:, :, :2])),
+        pytest.raises(ValueError, match=r"shape \(2, 7, 2, 8\).*shape \(2, 7, 4, 8\)"),
+    ):
+        model(tokens())
+
+
+def test_writing_the_pattern_under_sdpa_with_dropout_is_refused_naming_eager() -> None:
+    model = tiny_model("llama", "sdpa", attention_dropout=0.5).train()
+    bus = hookbus.EventBus()
+    hookbus.torch.vocabulary(model, bus)
+    seen: List[torch.Size] = []
+    with bus.post("blocks.0.attn.hook_pattern", lambda ctx: seen.append(ctx.result.shape)):
+        model(tokens())  # reading works: the pattern before dropout
+    assert seen == [torch.Size([2, 4, 7, 7])]
+    with (
+        bus.post("blocks.0.attn.hook_pattern", _replace(lambda p: p)),
+        pytest.raises(RuntimeError, match="attn_implementation='eager'"),
+    ):
+        model(tokens())
+
+
+# --- cost and cleanup --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES[:4])
+def test_no_native_hook_is_on_the_model_while_no_name_has_hooks(arch: str, impl: str) -> None:
+    model, bus, names = _named(arch, impl)
+    assert native_hooks(model) == {}
+    with bus.post("blocks.*.attn.hook_pattern", print), bus.post("blocks.0.attn.hook_z", print):
+        assert native_hooks(model) != {}
+    assert native_hooks(model) == {}
+    bus.post("blocks.1.ln1.hook_normalized", print)
+    names.remove()
+    assert native_hooks(model) == {}
+    assert not names.active
+    model(tokens())  # the hook left on the bus reaches nothing
+
+
+def test_hooks_registered_before_the_vocabulary_apply_once_it_is_made() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    seen: List[str] = []
+    bus.post("blocks.*.hook_resid_post", lambda ctx: seen.append(ctx.name))
+    hookbus.torch.vocabulary(model, bus)
+    model(tokens())
+    assert seen == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+
+
+def test_a_pattern_without_hook_reaches_modules_only() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus)
+    hookbus.torch.vocabulary(model, bus)
+    seen: List[str] = []
+    with bus.post("*", lambda ctx: seen.append(ctx.name)):
+        model(tokens())
+    assert seen and not any("hook_" in name for name in seen)
