@@ -361,3 +361,73 @@ def test_a_pattern_without_hook_reaches_modules_only() -> None:
     with bus.post("*", lambda ctx: seen.append(ctx.name)):
         model(tokens())
     assert seen and not any("hook_" in name for name in seen)
+
+
+# --- generation with a key-value cache -----------------------------------------------------
+
+GENERATION = [("gpt2", "eager"), ("gpt2", "sdpa"), ("llama", "sdpa"), ("llama", "eager"),
+              ("gpt_neox", "sdpa"), ("phi3", "sdpa")]  # fmt: skip
+STEP_NAMES = ("blocks.1.attn.hook_pattern", "blocks.1.attn.hook_z", "blocks.1.attn.hook_rot_k",
+              "blocks.0.hook_resid_post")  # fmt: skip
+
+
+@pytest.mark.parametrize(("arch", "impl"), GENERATION)
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_each_generation_step_sees_the_new_positions_as_a_full_forward_does(
+    arch: str, impl: str, use_cache: bool
+) -> None:
+    model, bus, names = _named(arch, impl)
+    ids = tokens(batch=2, length=5)
+    wanted = [name for name in STEP_NAMES if name in names.names]
+
+    def record(into: Dict[int, Dict[str, torch.Tensor]], step: Any) -> Any:
+        def keep(ctx: Any) -> None:
+            into.setdefault(step.index, {})[ctx.name] = ctx.result.detach().clone()
+
+        return keep
+
+    generated: Dict[int, Dict[str, torch.Tensor]] = {}
+    with hookbus.torch.steps(model) as step, torch.no_grad():
+        handles = [bus.post(name, record(generated, step)) for name in wanted]
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+            use_cache=use_cache, pad_token_id=0,
+        )  # fmt: skip
+        for handle in handles:
+            handle.remove()
+    assert sorted(generated) == [0, 1, 2]
+    for index, values in generated.items():
+        length = ids.shape[1] + index
+        new = 1 if use_cache and index else length  # the positions this step computes
+        full: Dict[int, Dict[str, torch.Tensor]] = {}
+        with hookbus.torch.steps(model) as step, torch.no_grad():
+            handles = [bus.post(name, record(full, step)) for name in wanted]
+            model(out[:, :length])
+            for handle in handles:
+                handle.remove()
+        pattern = values["blocks.1.attn.hook_pattern"]
+        assert pattern.shape[-2:] == (new, length)
+        torch.testing.assert_close(
+            pattern, full[0]["blocks.1.attn.hook_pattern"][:, :, -new:], **TOLERANCE
+        )
+        for name in wanted[1:]:
+            assert values[name].shape[1] == new, name
+            torch.testing.assert_close(values[name], full[0][name][:, -new:], **TOLERANCE)
+
+
+def test_steering_only_the_generated_tokens_with_steps() -> None:
+    model, bus, _ = _named("llama", "sdpa")
+    ids = tokens(batch=1, length=4)
+    with torch.no_grad():
+        plain = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    calls: List[int] = []
+    with hookbus.torch.steps(model) as step:
+
+        def steer(ctx: Any) -> None:
+            calls.append(ctx.result.shape[1])
+            ctx.result = ctx.result + 5.0
+
+        with bus.post("blocks.0.hook_resid_post", step.only(steer, start=1)), torch.no_grad():
+            steered = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert calls == [1, 1, 1]  # the prompt's step is left alone
+    assert torch.equal(steered[:, :5], plain[:, :5])
