@@ -431,3 +431,26 @@ def test_steering_only_the_generated_tokens_with_steps() -> None:
             steered = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert calls == [1, 1, 1]  # the prompt's step is left alone
     assert torch.equal(steered[:, :5], plain[:, :5])
+
+
+def test_a_peft_model_keeps_the_vocabulary_and_reads_the_adapted_values() -> None:
+    peft = pytest.importorskip("peft")
+    model = tiny_model("llama", "sdpa")
+    lora = peft.LoraConfig(target_modules=["q_proj", "o_proj"], r=4, init_lora_weights=False)
+    wrapped = peft.get_peft_model(model, lora).eval()
+    bus = hookbus.EventBus()
+    names = hookbus.torch.vocabulary(wrapped, bus)
+    assert names.architecture.startswith("Llama")
+    seen: Dict[str, torch.Tensor] = {}
+    raw: Dict[str, torch.Tensor] = {}
+    adapted = wrapped.base_model.model.model.layers[0].self_attn.q_proj
+    plain = adapted.base_layer
+
+    def on(name: str) -> Any:
+        return lambda module, args, output: raw.__setitem__(name, output.detach())
+
+    with bus.post("blocks.0.attn.hook_q", lambda ctx: seen.__setitem__("q", ctx.result)):
+        with adapted.register_forward_hook(on("adapted")), plain.register_forward_hook(on("base")):
+            wrapped(tokens())
+    torch.testing.assert_close(seen["q"], raw["adapted"].unflatten(-1, (4, -1)))
+    assert not torch.allclose(raw["adapted"], raw["base"])  # the adapter changed it
