@@ -57,6 +57,7 @@ from ._grad import hook_output_grads
 from ._point import hold_script_refusal, release_script_refusal, remove_dispatchers
 from ._tree import Path, iter_tensors, map_tensors
 from ._unwrap import ModuleName, is_compiled, stacklevel_outside_hookbus, unwrap, walk
+from ._vocabulary import NameHooks, is_names_selector, select_names
 
 __all__ = ["Cache", "Call", "CaptureHook", "Record", "capture", "inert_capture_hook"]
 
@@ -580,6 +581,23 @@ class capture:
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
         self._model: Optional[nn.Module] = unwrap(model)  # dropped at the end, as _modules
+        # Names of the vocabulary ("blocks.*.hook_z") are values, captured by post hooks
+        # on them (a private bus), installed at __enter__.
+        self._names: Optional[List[str]] = None
+        self._name_hooks: Optional[NameHooks] = None
+        if is_names_selector(selector):
+            if inputs:
+                raise TypeError(
+                    "capture() option inputs= applies to modules: a name of the vocabulary "
+                    "is one value, stored as the record's output"
+                )
+            self._names = select_names(self._model, selector)
+            self._expected = [self._names]
+            self._compiled = compiled
+            self._modules = []
+            self.cache = Cache(self._names, kept)
+            self.cache._to_sink = sink is not None
+            return
         found = walk(self._model)
         modules: Dict[str, ModuleName] = {}
         for entry in found:
@@ -667,6 +685,8 @@ class capture:
             self._hooks, self._handles = install_capture_hooks(
                 self._modules, self._record_call, self._inputs
             )
+            if self._names is not None and self._model is not None:
+                self._name_hooks = NameHooks(self._model, self._names, self._name_recorder)
             # torch.jit.script of the model refuses clearly while the hooks are on (one
             # refusal for the model, not one per module: a capture's set-up stays cheap).
             if self._model is not None:
@@ -689,8 +709,17 @@ class capture:
         if exc_type is None:  # else the block's error says what went wrong
             self._warn_never_ran()
 
+    def _name_recorder(self, name: str) -> Callable[[Any], None]:
+        def record(ctx: Any) -> None:
+            self._record_call(name, None, None, ctx.result)
+
+        return record
+
     def _end(self) -> None:
         self._state = "ended"
+        name_hooks, self._name_hooks = self._name_hooks, None
+        if name_hooks is not None:
+            name_hooks.remove()
         self._modules = []  # an ended capture holds no module
         self._model = None
         hooks, handles = self._hooks, self._handles

@@ -67,6 +67,7 @@ from ._capture import Cache, Record
 from ._point import running_calls
 from ._tree import Path
 from ._unwrap import ModuleName, _current_cache, _wrapped_attribute, unwrap, walk
+from ._vocabulary import NameHooks, is_names_selector, select_names
 
 __all__ = [
     "ForwardSwap", "Positions", "Replacement", "is_swapped", "patch", "remove_copied_forward",
@@ -392,8 +393,15 @@ class patch(Removable):  # remove(), and ``with`` removes on exit
         self._swaps: List[ForwardSwap] = []
         self._replacements: List[Replacement] = []
         self._handles: List[RemovableHandle] = []
+        self._name_hooks: Optional[NameHooks] = None
         root = unwrap(model)
         literal = list(cache) if selector is None else selector
+        if is_names_selector(literal):  # values of the vocabulary: post hooks replace them
+            kept = {name: _stored_output(cache, name, call) for name in select_names(root, literal)}
+            self._name_hooks = NameHooks(
+                root, list(kept), lambda name: _NamePatch(name, kept[name], positions, dim)
+            )
+            return
         chosen = _by_literal_names(root, literal)  # the common case, without a walk
         if chosen is None:
             chosen = _by_walking(root, cache, selector)
@@ -420,6 +428,9 @@ class patch(Removable):  # remove(), and ``with`` removes on exit
         swaps, self._swaps = self._swaps, []
         replacements, self._replacements = self._replacements, []
         handles, self._handles = self._handles, []
+        name_hooks, self._name_hooks = self._name_hooks, None
+        if name_hooks is not None:
+            name_hooks.remove()
         for position, swap in enumerate(swaps):
             try:
                 if position < len(replacements):
@@ -560,6 +571,23 @@ class _PositionPatch:
         patched = output.clone()
         patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
         return patched
+
+
+class _NamePatch:
+    """The post hook of :func:`patch` on a name of the vocabulary: the stored value, or
+    the value with some positions stored."""
+
+    __slots__ = ("positions", "stored")
+
+    def __init__(self, name: str, stored: Any, positions: Optional[Positions], dim: int) -> None:
+        self.stored = stored
+        self.positions = None if positions is None else _PositionPatch(name, stored, positions, dim)
+
+    def __call__(self, ctx: Any) -> None:
+        if self.positions is None:
+            ctx.result = self.stored
+        else:
+            ctx.result = self.positions._patched((), ctx.result, self.stored)
 
 
 def _as_sequence(value: Any) -> Optional[Sequence[Any]]:

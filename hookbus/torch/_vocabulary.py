@@ -19,7 +19,7 @@ import difflib
 import itertools
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from torch import nn
 
@@ -30,7 +30,9 @@ from ..adapter import (
     Matcher,
     PointPlan,
     Removable,
+    is_pattern,
     layout_of,
+    matcher_for,
     run_phase,
 )
 from ._architecture import Fused, Separate
@@ -51,7 +53,10 @@ from ._name_recipes import (
 )
 from ._unwrap import unwrap
 
-__all__ = ["NamePoint", "Vocabulary", "vocabulary"]
+__all__ = [
+    "NameHooks", "NamePoint", "Vocabulary", "is_names_selector", "select_names", "unknown_name",
+    "vocabulary",
+]  # fmt: skip
 
 _for_call = CallContext.for_call
 
@@ -311,18 +316,7 @@ class Vocabulary(Removable):
         """Refuse a name meant for the vocabulary that this model does not have."""
         if self._net is None or not (_is_name(name) or name.startswith("blocks.")):
             return
-        if match is None and name in self._absent:
-            raise ValueError(
-                f"{self.architecture} has no {name!r}: {self._absent[name]} (see {DOCS})"
-            )
-        known = list(self._recipes)
-        close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
-        shown = f"; close names: {', '.join(map(repr, close))}" if close else ""
-        what = "matches" if match is not None else "is"
-        raise ValueError(
-            f"no name of {self.architecture}'s vocabulary {what} {name!r}{shown} "
-            f"(vocabulary.names lists them; see {DOCS})"
-        )
+        raise unknown_name(self.architecture, self._recipes, self._absent, name, match)
 
     def _matching(self, name: str, match: Optional[Matcher]) -> List[str]:
         if self._net is None:
@@ -372,6 +366,25 @@ class Vocabulary(Removable):
     def __repr__(self) -> str:
         state = f"{len(self._recipes)} names" if self._net is not None else "removed"
         return f"<Vocabulary {self.architecture} on {self.bus.name!r} {state}>"
+
+
+def unknown_name(
+    architecture: str,
+    names: Dict[str, Any],
+    absent: Dict[str, str],
+    name: str,
+    match: Optional[Matcher],
+) -> ValueError:
+    """The error for a name (or pattern) that no name of the vocabulary is."""
+    if match is None and name in absent:
+        return ValueError(f"{architecture} has no {name!r}: {absent[name]} (see {DOCS})")
+    close = difflib.get_close_matches(name, list(names), n=5, cutoff=0.6)
+    shown = f"; close names: {', '.join(map(repr, close))}" if close else ""
+    what = "matches" if match is not None else "is"
+    return ValueError(
+        f"no name of {architecture}'s vocabulary {what} {name!r}{shown} "
+        f"(vocabulary.names lists them; see {DOCS})"
+    )
 
 
 def _module(root: nn.Module, path: str) -> nn.Module:
@@ -486,3 +499,63 @@ def _out_features(module: nn.Module) -> int:
         return features
     weight: Any = getattr(module, "weight", None)
     return int(weight.shape[0])
+
+
+def is_names_selector(selector: Any) -> bool:
+    """Whether ``selector`` names values of the vocabulary (``"blocks.*.hook_z"``, or a
+    list of such names) rather than modules: what :func:`capture` and :func:`patch` ask."""
+    if isinstance(selector, str):
+        return _is_name(selector)
+    if isinstance(selector, (list, tuple)) and selector:
+        items: Tuple[Any, ...] = tuple(selector)  # pyright: ignore[reportUnknownArgumentType]
+        return all(isinstance(item, str) and _is_name(item) for item in items)
+    return False
+
+
+def select_names(model: nn.Module, selector: Any) -> List[str]:
+    """The names of ``model``'s vocabulary that ``selector`` (a name, a pattern or a list
+    of those) selects, in forward order; ``ValueError`` as ``bus.post`` would raise.
+
+    Example:
+        >>> import transformers
+        >>> config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=10)
+        >>> select_names(transformers.GPT2LMHeadModel(config), "blocks.*.hook_resid_post")
+        ['blocks.0.hook_resid_post', 'blocks.1.hook_resid_post']
+    """
+    root = unwrap(model)
+    found_in = find_architecture(root)
+    recipes, absent = _recipes(root, found_in)
+    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
+    chosen: Set[str] = set()
+    for item in items:
+        match = matcher_for(item) if is_pattern(item) else None
+        found = [name for name in recipes if (match(name) if match else name == item)]
+        if not found:
+            raise unknown_name(found_in.architecture.name, recipes, absent, item, match)
+        chosen.update(found)
+    return [name for name in recipes if name in chosen]
+
+
+class NameHooks(Removable):
+    """Post hooks on some names of a model, on a private bus: what :func:`capture` and
+    :func:`patch` install for names (``hook_for(name)`` makes each one's hook)."""
+
+    __slots__ = ("_vocabulary",)
+
+    def __init__(
+        self, model: nn.Module, names: List[str], hook_for: Callable[[str], Callable[..., None]]
+    ) -> None:
+        bus = EventBus(f"hookbus.torch names of {type(model).__name__}, privately")
+        self._vocabulary: Optional[Vocabulary] = Vocabulary(unwrap(model), bus)
+        try:
+            for name in names:
+                bus.post(name, hook_for(name))
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        """Remove the hooks and every native hook they installed; idempotent."""
+        vocabulary, self._vocabulary = self._vocabulary, None
+        if vocabulary is not None:
+            vocabulary.remove()
