@@ -464,10 +464,10 @@ def test_capture_takes_names_and_patterns_of_names() -> None:
     with hookbus.torch.capture(model, "blocks.*.hook_resid_post", grads=True) as cache:
         model(tokens()).logits.sum().backward()
     assert list(cache) == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
-    raw = reference(model, "llama", tokens())
+    assert native_hooks(model) == {}
+    raw = reference(model, "llama", tokens())  # output_attentions leaves transformers' hooks
     torch.testing.assert_close(cache["blocks.0.hook_resid_post"].output, raw["blocks.0.hook_resid_post"])
     assert cache["blocks.1.hook_resid_post"].grad.shape == (2, 7, 32)
-    assert native_hooks(model) == {}
     with hookbus.torch.capture(model, ["blocks.0.attn.hook_z"], keep="last") as cache:
         model(tokens())
         model(tokens(batch=1))
