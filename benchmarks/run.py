@@ -124,6 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             notes.append(f"torch rows skipped: {reason}")
         gpt2_reason = reason or _gpt2_cases.unavailable()
         if gpt2_reason is None:
+            import _name_cases
             import _operation_cases
 
             gpt2_rows = _gpt2_cases
@@ -133,6 +134,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             lines += _gpt2_cases.attach_lines()
             cases += _operation_cases.cases()
             lines += _operation_cases.lines()
+            cases += _name_cases.cases()
+            lines += _name_cases.lines()
             notes.append(_gpt2_cases.describe())
         else:
             notes.append(f"GPT-2 rows skipped: {gpt2_reason}")

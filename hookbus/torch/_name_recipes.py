@@ -224,7 +224,7 @@ class Site(Recipe):
             self.emits = {**self.emits, slot: emit}
         if first:
             self._installed = self.install_site(net)
-        return [_SlotHandle(self, slot)]
+        return [*self.install_slot(net, slot), _SlotHandle(self, slot)]
 
     def release(self, slot: str) -> None:
         """Take ``slot``'s emit out; the last one out removes the site's hooks."""
@@ -239,7 +239,11 @@ class Site(Recipe):
             handle.remove()
 
     def install_site(self, net: Net) -> List[Removable]:
-        """Register the site's private hooks (once, for all its names)."""
+        """Register what the site's names share (an operation selection), once."""
+        return []
+
+    def install_slot(self, net: Net, slot: str) -> List[Removable]:
+        """Register the private hooks that one name of the site needs."""
         raise NotImplementedError
 
 
@@ -277,12 +281,13 @@ class AttentionPattern(Site):
     def install_site(self, net: Net) -> List[Removable]:
         selection = _quiet(net.operations(self.module, *self.OPERATIONS))
         name = net.name_of(self.module)
-        return [
-            net.pre(f"{name}:softmax.0", self._on_softmax_input),
-            net.post(f"{name}:softmax.0", self._on_softmax_output),
-            net.pre(f"{name}:scaled_dot_product_attention.0", self._on_sdpa),
-            selection,
-        ]
+        return [net.pre(f"{name}:scaled_dot_product_attention.0", self._on_sdpa), selection]
+
+    def install_slot(self, net: Net, slot: str) -> List[Removable]:
+        softmax = f"{net.name_of(self.module)}:softmax.0"
+        if slot == "scores":
+            return [net.pre(softmax, self._on_softmax_input)]
+        return [net.post(softmax, self._on_softmax_output)]
 
     def _on_softmax_input(self, ctx: CallContext) -> None:
         emit = self.emits.get("scores")
@@ -403,13 +408,15 @@ class NormScale(Site):
     def install_site(self, net: Net) -> List[Removable]:
         if isinstance(self.module, nn.LayerNorm):
             return [net.post(self.module, self._on_layer_norm)]
-        selection = _quiet(net.operations(self.module, "rsqrt", "mul"))
+        return [_quiet(net.operations(self.module, "rsqrt", "mul"))]
+
+    def install_slot(self, net: Net, slot: str) -> List[Removable]:
+        if isinstance(self.module, nn.LayerNorm):
+            return []
         name = net.name_of(self.module)
-        return [
-            net.post(f"{name}:rsqrt.0", self._on_rsqrt),
-            net.post(f"{name}:mul.0", self._on_normalized),
-            selection,
-        ]
+        if slot == "scale":
+            return [net.post(f"{name}:rsqrt.0", self._on_rsqrt)]
+        return [net.post(f"{name}:mul.0", self._on_normalized)]
 
     def _on_layer_norm(self, ctx: CallContext) -> None:
         emits = self.emits
