@@ -52,6 +52,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ..adapter import is_pattern, matcher_for
 from ._attach import ROOT, Selector, select
 from ._grad import hook_output_grads
 from ._point import hold_script_refusal, release_script_refusal, remove_dispatchers
@@ -581,11 +582,19 @@ class capture:
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
         self._model: Optional[nn.Module] = unwrap(model)  # dropped at the end, as _modules
+        found = walk(self._model)
+        modules: Dict[str, ModuleName] = {}
+        for entry in found:
+            if entry.is_wrapper:  # no hook point of its own, as in attach()
+                compiled = compiled or "_orig_mod" in entry.module._modules
+            else:
+                modules[entry.bare or ROOT] = entry
+
         # Names of the vocabulary ("blocks.*.hook_z") are values, captured by post hooks
         # on them (a private bus), installed at __enter__.
         self._names: Optional[List[str]] = None
         self._name_hooks: Optional[NameHooks] = None
-        if is_names_selector(selector):
+        if _names_not_modules(selector, modules):
             if inputs:
                 raise TypeError(
                     "capture() option inputs= applies to modules: a name of the vocabulary "
@@ -598,13 +607,6 @@ class capture:
             self.cache = Cache(self._names, kept)
             self.cache._to_sink = sink is not None
             return
-        found = walk(self._model)
-        modules: Dict[str, ModuleName] = {}
-        for entry in found:
-            if entry.is_wrapper:  # no hook point of its own, as in attach()
-                compiled = compiled or "_orig_mod" in entry.module._modules
-            else:
-                modules[entry.bare or ROOT] = entry
 
         def name_of(module: nn.Module) -> str:
             for entry in found:
@@ -764,6 +766,18 @@ class capture:
             RuntimeWarning,
             stacklevel=stacklevel_outside_hookbus(),
         )
+
+
+def _names_not_modules(selector: Any, modules: Mapping[str, Any]) -> bool:
+    """Whether ``selector`` names values of the vocabulary and no module of the model
+    (a module may be named ``hook_pattern`` itself: it is then selected as a module)."""
+    if not is_names_selector(selector):
+        return False
+    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
+    return not any(
+        item in modules or (is_pattern(item) and any(map(matcher_for(item), modules)))
+        for item in items
+    )
 
 
 def _expected_groups(

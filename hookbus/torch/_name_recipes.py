@@ -90,7 +90,8 @@ class LastDimSlice(View):
 
 
 class PerHeadPart(View):
-    """Part ``part`` of each head's ``[q k v]`` (GPT-NeoX's ``query_key_value``): ``[b, s, h, d]``."""
+    """Part ``part`` of each head's ``[q k v]`` (GPT-NeoX's ``query_key_value``), as
+    ``[b, s, h, d]``."""
 
     def __init__(self, part: int, heads: int, parts: int = 3) -> None:
         self.part, self.heads, self.parts = part, heads, parts
@@ -383,10 +384,8 @@ def attention_scores(
         keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~keep, lowest)
     if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, lowest)
-        else:
-            scores = scores + mask
+        is_bool = mask.dtype == torch.bool
+        scores = scores.masked_fill(~mask, lowest) if is_bool else scores + mask
     return scores
 
 

@@ -396,8 +396,11 @@ class patch(Removable):  # remove(), and ``with`` removes on exit
         self._name_hooks: Optional[NameHooks] = None
         root = unwrap(model)
         literal = list(cache) if selector is None else selector
-        if is_names_selector(literal):  # values of the vocabulary: post hooks replace them
-            kept = {name: _stored_output(cache, name, call) for name in select_names(root, literal)}
+        if is_names_selector(literal) and _by_literal_names(root, literal) is None:
+            # values of the vocabulary (not modules named so): post hooks replace them
+            kept = {
+                name: _stored_output(cache, name, call) for name in select_names(root, literal)
+            }
             self._name_hooks = NameHooks(
                 root, list(kept), lambda name: _NamePatch(name, kept[name], positions, dim)
             )
@@ -581,7 +584,9 @@ class _NamePatch:
 
     def __init__(self, name: str, stored: Any, positions: Optional[Positions], dim: int) -> None:
         self.stored = stored
-        self.positions = None if positions is None else _PositionPatch(name, stored, positions, dim)
+        self.positions = (
+            None if positions is None else _PositionPatch(name, stored, positions, dim)
+        )
 
     def __call__(self, ctx: Any) -> None:
         if self.positions is None:

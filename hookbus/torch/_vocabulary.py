@@ -35,7 +35,7 @@ from ..adapter import (
     matcher_for,
     run_phase,
 )
-from ._architecture import Fused, Separate
+from ._architecture import Separate
 from ._architectures import DOCS, find_architecture
 from ._attach import Attachment, attach
 from ._name_recipes import (
@@ -248,8 +248,8 @@ class Vocabulary(Removable):
         ...     num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
         >>> model = transformers.LlamaForCausalLM(config)
         >>> with hookbus.torch.vocabulary(model, hookbus.EventBus()) as names:
-        ...     names.architecture, names.names[:3]
-        ('Llama-like (Llama, Mistral, Qwen2, ...)', ['hook_embed', 'blocks.0.hook_resid_pre', 'blocks.0.ln1.hook_scale'])
+        ...     names.names[:3]
+        ['hook_embed', 'blocks.0.hook_resid_pre', 'blocks.0.ln1.hook_scale']
     """
 
     __slots__ = (

@@ -13,10 +13,6 @@ from typing import Any, Dict, List
 import pytest
 import torch
 from torch import nn
-
-import hookbus
-import hookbus.torch
-
 from torch_helpers import native_hooks
 from transformer_models import (
     ARCHITECTURES,
@@ -31,6 +27,9 @@ from transformer_models import (
     tiny_model,
     tokens,
 )
+
+import hookbus
+import hookbus.torch
 
 pytestmark = pytest.mark.torch
 
@@ -197,7 +196,7 @@ def test_zeroing_a_query_head_equals_zeroing_its_slice_of_the_projection(
 ) -> None:
     model, bus, _ = _named(arch, impl)
     ids = tokens()
-    heads, _, d_head = dims(model)
+    _, _, d_head = dims(model)
 
     def zero_head_2(q: torch.Tensor) -> torch.Tensor:
         q[:, :, 2] = 0
@@ -268,7 +267,7 @@ def test_a_typo_of_a_name_is_refused_with_close_names() -> None:
         ValueError, match=r"'blocks\.0\.attn\.hook_zz'.*close names: 'blocks\.0\.attn\.hook_z'"
     ):
         bus.post("blocks.0.attn.hook_zz", print)
-    with pytest.raises(ValueError, match="no name .* matches 'blocks.*.hook_resid_midd'"):
+    with pytest.raises(ValueError, match=r"no name .* matches 'blocks.*.hook_resid_midd'"):
         bus.post("blocks.*.hook_resid_midd", print)
     assert bus.hooks() == []
 
@@ -360,7 +359,8 @@ def test_a_pattern_without_hook_reaches_modules_only() -> None:
     seen: List[str] = []
     with bus.post("*", lambda ctx: seen.append(ctx.name)):
         model(tokens())
-    assert seen and not any("hook_" in name for name in seen)
+    assert seen
+    assert not any("hook_" in name for name in seen)
 
 
 # --- generation with a key-value cache -----------------------------------------------------
@@ -466,7 +466,9 @@ def test_capture_takes_names_and_patterns_of_names() -> None:
     assert list(cache) == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
     assert native_hooks(model) == {}
     raw = reference(model, "llama", tokens())  # output_attentions leaves transformers' hooks
-    torch.testing.assert_close(cache["blocks.0.hook_resid_post"].output, raw["blocks.0.hook_resid_post"])
+    torch.testing.assert_close(
+        cache["blocks.0.hook_resid_post"].output, raw["blocks.0.hook_resid_post"]
+    )
     assert cache["blocks.1.hook_resid_post"].grad.shape == (2, 7, 32)
     with hookbus.torch.capture(model, ["blocks.0.attn.hook_z"], keep="last") as cache:
         model(tokens())
@@ -477,7 +479,7 @@ def test_capture_takes_names_and_patterns_of_names() -> None:
 
 def test_capture_refuses_a_typo_of_a_name_and_inputs_of_a_value() -> None:
     model = tiny_model("gpt2")
-    with pytest.raises(ValueError, match="close names: 'blocks.0.hook_resid_post'"):
+    with pytest.raises(ValueError, match=r"close names: 'blocks.0.hook_resid_post'"):
         hookbus.torch.capture(model, "blocks.0.hook_resid_psot")
     with pytest.raises(TypeError, match="inputs= applies to modules"):
         hookbus.torch.capture(model, "blocks.0.hook_resid_post", inputs=True)

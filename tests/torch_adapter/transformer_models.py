@@ -182,7 +182,7 @@ def _norm_values(norm: nn.Module, x: torch.Tensor) -> Tuple[torch.Tensor, torch.
         centred = x - x.mean(-1, keepdim=True)
         scale = (centred.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
         return scale, centred / scale
-    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps")
+    eps = getattr(norm, "variance_epsilon", None) or norm.eps
     x = x.float()
     scale = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
     return scale, x / scale
@@ -275,7 +275,7 @@ def reference(model: nn.Module, arch: str, ids: torch.Tensor) -> Dict[str, torch
         handles.append(part(spec["ln2"]).register_forward_pre_hook(on_norm(at + "ln2")))
         style, path = spec["qkv"]
         if style == "separate":
-            for letter, size, n in (("q", q_size, heads), ("k", kv_size, kv), ("v", kv_size, kv)):
+            for letter, n in (("q", heads), ("k", kv), ("v", kv)):
                 handles.append(
                     part(f"{path}.{letter}_proj").register_forward_hook(
                         on_output(f"{at}attn.hook_{letter}", lambda x, n=n: _heads(x, n))
@@ -317,15 +317,14 @@ def reference(model: nn.Module, arch: str, ids: torch.Tensor) -> Dict[str, torch
             part(spec["mlp_out"]).register_forward_hook(on_output(f"{at}hook_mlp_out", same))
         )
         if spec["up"] == "fused":
-            half = lambda x, i: x.chunk(2, dim=-1)[i]  # noqa: E731
             handles.append(
                 part(spec["mlp_in"]).register_forward_hook(
-                    on_output(f"{at}mlp.hook_pre", lambda x: half(x, 0))
+                    on_output(f"{at}mlp.hook_pre", lambda x: x.chunk(2, dim=-1)[0])
                 )
             )
             handles.append(
                 part(spec["mlp_in"]).register_forward_hook(
-                    on_output(f"{at}mlp.hook_pre_linear", lambda x: half(x, 1))
+                    on_output(f"{at}mlp.hook_pre_linear", lambda x: x.chunk(2, dim=-1)[1])
                 )
             )
         else:

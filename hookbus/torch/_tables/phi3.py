@@ -1,4 +1,4 @@
-"""Phi-3: Llama's norms with fused ``qkv_proj`` ([q | k | v]) and ``gate_up_proj`` ([gate | up])."""
+"""Phi-3: Llama's norms, fused ``qkv_proj`` ([q | k | v]) and ``gate_up_proj`` ([gate | up])."""
 
 from __future__ import annotations
 
