@@ -65,7 +65,23 @@ LAYERS: List[List[str]] = [
     ["torch/_script_refusal.py"],  # it removes a copy's stand-ins
     # Hook points: a module's, and the operations inside a module's forward.
     ["torch/_point.py", "torch/_operations.py"],
-    ["torch/_attach.py"],  # attaching a model: its modules become hook points of a bus
+    # The names vocabulary: the table format and the views of a value; one table per
+    # layout (those built on Llama's above it); finding a model's table, and reading and
+    # writing a value through points; the values the forward does not hold; a name's
+    # hook point; the point source of one model's names.
+    ["torch/_architecture.py", "torch/_name_views.py"],
+    [
+        "torch/_tables/__init__.py",
+        "torch/_tables/gpt2.py",
+        "torch/_tables/gpt_neox.py",
+        "torch/_tables/llama.py",
+        "torch/_tables/opt.py",
+    ],
+    ["torch/_tables/gemma2.py", "torch/_tables/phi3.py"],
+    ["torch/_architectures.py", "torch/_name_recipes.py"],
+    ["torch/_attention_pattern.py", "torch/_norm_scale.py", "torch/_name_point.py"],
+    ["torch/_vocabulary.py"],
+    ["torch/_attach.py"],  # attaching a model: its modules (and names) become hook points
     # The features.
     [
         "torch/_every_module.py",

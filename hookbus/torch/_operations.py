@@ -27,7 +27,8 @@ and so adds no cost to operations.
 
 Operations are told apart by ``__name__``: ``torch.softmax``,
 ``torch.nn.functional.softmax`` and ``x.softmax()`` are all ``"softmax"``;
-``torch.matmul`` is ``"matmul"`` but ``a @ b`` is ``"__matmul__"``.
+an operator is named by the function it calls: ``a @ b`` is ``"matmul"``,
+``a * b`` ``"mul"``, ``a + b`` ``"add"`` (torch reports them so to the mode).
 """
 
 from __future__ import annotations
@@ -236,6 +237,9 @@ class OperationSite:
         self.selected = selected
         self.attached = True
         self.discovering = True
+        # Whether the discovery forward warns of a selected function it never called
+        # (a private selection of the names vocabulary expects some: softmax under sdpa).
+        self.warn_missing = True
         # A copy's stand-in (see inert_site): copying a bound method binds the same
         # function to a copy of its object, so a copy's hooks are this class's methods.
         self.inert = False
@@ -332,13 +336,14 @@ class OperationSite:
             self._release_post()  # disarmed while this call ran: the last one out removes it
         if finished:
             missing = sorted(self.selected - self._seen)
-            if missing:
+            if missing and self.warn_missing:
                 warnings.warn(
                     f"hookbus.torch: the forward of {self.name!r} called no "
                     f"{', '.join(missing)}{_close_functions(missing)}: it has no operation "
                     f"point by that name. Select "
-                    f"the name the code calls (torch.matmul is 'matmul', a @ b is "
-                    f"'__matmul__'; an attention implementation may call other functions)",
+                    f"the name the code calls (torch.matmul and a @ b are 'matmul', a * b "
+                    f"is 'mul', a + b is 'add'; an attention implementation may call other "
+                    f"functions)",
                     RuntimeWarning,
                     stacklevel=_stacklevel_outside_torch(),
                 )
@@ -403,14 +408,24 @@ def _close_functions(names: List[str]) -> str:
     names are those of torch, ``torch.nn.functional`` and ``Tensor`` methods.
     """
     known = {*dir(torch), *dir(torch.nn.functional), *dir(torch.Tensor)}
-    close = [
-        found[0]
-        for name in names
-        if name not in known
-        for found in [difflib.get_close_matches(name, known, n=1, cutoff=0.8)]
-        if found
-    ]
+    close: List[str] = []
+    for name in names:
+        operator = _operator(name)
+        if operator:  # "__matmul__": a @ b is reported as "matmul"
+            close.append(operator)
+        elif name not in known:
+            close.extend(difflib.get_close_matches(name, known, n=1, cutoff=0.8))
     return f" (did you mean {' and '.join(map(repr, close))}?)" if close else ""
+
+
+def _operator(name: str) -> str:
+    """The function an operator's method is reported as: ``"__matmul__"`` -> ``"matmul"``
+    (``__rmul__`` -> ``"mul"``); ``""`` for any other name."""
+    if not (name.startswith("__") and name.endswith("__")):
+        return ""
+    bare = name[2:-2]
+    bare = bare[1:] if bare[:1] in ("r", "i") and hasattr(torch, bare[1:]) else bare
+    return bare if hasattr(torch, bare) and bare not in ("init", "class") else ""
 
 
 class _Operation:
