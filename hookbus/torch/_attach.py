@@ -115,8 +115,9 @@ def attach(
     The model itself is named ``prefix``, or ``"<root>"`` without one. Names are
     those of the bare model: the levels that ``DistributedDataParallel`` and
     ``DataParallel`` (``module``), FSDP1 (``_fsdp_wrapped_module``),
-    ``torch.compile`` (``_orig_mod``) and the checkpoint wrappers
-    (``_checkpoint_wrapped_module``) insert are left out, and a wrapper is no hook
+    ``torch.compile`` (``_orig_mod``), the checkpoint wrappers
+    (``_checkpoint_wrapped_module``) and PEFT (``base_model.model``) insert are left
+    out, and a wrapper is no hook
     point of its own (selecting it selects what it wraps). ``raw_names=True``
     names every module, wrappers included, by its ``named_modules()`` name
     instead; :func:`bare_names` maps one to the other. The usual
@@ -475,7 +476,7 @@ class Attachment(Removable):
     def name_of(self, module: nn.Module) -> str:
         """The hook-point name of ``module``; ``ValueError`` if it is not in the model.
 
-        A see-through wrapper (DDP, FSDP1, compile, checkpoint wrapper) has the
+        A see-through wrapper (DDP, FSDP1, compile, checkpoint wrapper, PEFT) has the
         name of the module it wraps.
 
         Example:

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..adapter import CallContext, Removable
 from ._native_hooks import remove_dispatchers
-from ._unwrap import unwrap
+from ._unwrap import bare_model, unwrap
 
 __all__ = ["Steps", "steps"]
 
@@ -39,7 +39,8 @@ def steps(model: nn.Module) -> Steps:
     and so on; it goes back to ``-1`` at the start of each ``model.generate()``
     called in the block. Read it from any hook, or wrap a hook with
     :meth:`Steps.only`. Only calls of the model itself count (not of its
-    submodules). One native forward pre hook on the model; removed on exit, with
+    submodules); under a see-through wrapper (DDP, PEFT, ...), of the model it wraps,
+    which PEFT's ``generate`` calls. One native forward pre hook on the model; removed on exit, with
     the ``generate`` reset, even if the block raised (:meth:`Steps.remove` without
     ``with``).
 
@@ -81,7 +82,7 @@ class Steps(Removable):  # remove(), and ``with`` removes on exit
         #: The step now running: the index of the model's current forward since the
         #: block (or the last ``generate()`` in it) began; ``-1`` before the first.
         self.index = -1
-        root = unwrap(model)
+        root = bare_model(unwrap(model))  # PEFT calls the model it adapts, not itself
         self._model: Callable[[], Optional[nn.Module]] = weakref.ref(root)
         self._active = True
         self._handle = root.register_forward_pre_hook(_StepCounter(self).on_forward)
