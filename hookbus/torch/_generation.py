@@ -39,8 +39,8 @@ def steps(model: nn.Module) -> Steps:
     and so on; it goes back to ``-1`` at the start of each ``model.generate()``
     called in the block. Read it from any hook, or wrap a hook with
     :meth:`Steps.only`. Only calls of the model itself count (not of its
-    submodules); under a see-through wrapper (DDP, PEFT, ...), of the model it wraps,
-    which PEFT's ``generate`` calls. One native forward pre hook on the model; removed on exit, with
+    submodules); under a see-through wrapper (DDP, PEFT, ...), those of the model
+    it wraps, which PEFT's ``generate`` calls. One native forward pre hook on the model; removed on exit, with
     the ``generate`` reset, even if the block raised (:meth:`Steps.remove` without
     ``with``).
 

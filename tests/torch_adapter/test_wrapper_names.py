@@ -162,6 +162,7 @@ def test_a_hook_on_an_adapted_module_of_a_peft_model_sees_the_adapted_output() -
         net.post("fc1", lambda ctx: seen.append(ctx.result))
         net.post("<root>", lambda ctx: seen.append("root"))
         wrapped(x)
-    assert len(seen) == 2 and seen[1] == "root"  # each once: the wrapper levels are no points
+    assert len(seen) == 2  # each once: the wrapper levels are no hook points
+    assert seen[1] == "root"
     assert torch.equal(seen[0], raw[0])
     assert not torch.equal(raw[0], adapted.base_layer(x))  # the adapter changed it
