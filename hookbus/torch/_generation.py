@@ -40,9 +40,9 @@ def steps(model: nn.Module) -> Steps:
     called in the block. Read it from any hook, or wrap a hook with
     :meth:`Steps.only`. Only calls of the model itself count (not of its
     submodules); under a see-through wrapper (DDP, PEFT, ...), those of the model
-    it wraps, which PEFT's ``generate`` calls. One native forward pre hook on the model; removed on exit, with
-    the ``generate`` reset, even if the block raised (:meth:`Steps.remove` without
-    ``with``).
+    it wraps, which PEFT's ``generate`` calls. One native forward pre hook on the
+    model; removed on exit, with the ``generate`` reset, even if the block raised
+    (:meth:`Steps.remove` without ``with``).
 
     Example:
         >>> import torch, hookbus, hookbus.torch
