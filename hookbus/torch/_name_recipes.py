@@ -40,6 +40,7 @@ __all__ = [
     "ResidMid",
     "Site",
     "first_item",
+    "linear_weight",
     "quiet",
     "unchanged",
     "with_first_item",
@@ -277,12 +278,10 @@ class ResidMid(Recipe):
 class HeadResult(Recipe):
     """``hook_result``: each head's part of the attention output, ``[b, s, head, d_model]``.
 
-    The output projection ``o`` is linear in its input ``hook_z``, so head ``h``'s
-    part is ``o`` applied to head ``h``'s slice alone, without the bias: from the
-    weight for an ``nn.Linear`` or a transformers ``Conv1D``, and for any other
-    projection (a PEFT LoRA layer) by running its ``forward`` on each head's slice
-    (its submodules' hooks see those calls). Computed only while a hook wants it;
-    writing it makes the projection's output its sum over heads plus the bias.
+    The output projection ``o`` is linear in its input ``hook_z``: head ``h``'s part
+    is ``hook_z``'s head ``h`` times that head's columns of the weight (no bias), as
+    TransformerLens computes it. Computed only while a hook wants it; writing it
+    adds the change of the sum over heads to the projection's output.
     """
 
     def __init__(self, o: nn.Module, heads: int) -> None:
@@ -301,21 +300,66 @@ class HeadResult(Recipe):
 
         return [net.post(self.o, on_output)]
 
-    def split(self, o: Any, z: torch.Tensor) -> torch.Tensor:
+    def split(self, o: nn.Module, z: torch.Tensor) -> torch.Tensor:
         """Each head's part of ``o(z)``, without the bias: ``[..., head, d_model]``."""
+        weight = linear_weight(o)
+        if weight is None:
+            raise RuntimeError(
+                f"hookbus.torch: the output projection is now a {type(o).__name__}, whose "
+                f"weight cannot be split by head: hook_result needs an nn.Linear, a "
+                f"transformers Conv1D, or a PEFT LoRA layer on one"
+            )
         heads = torch.unflatten(z, -1, (self.heads, -1))
-        weight: Any = getattr(o, "weight", None)
-        if type(o) is nn.Linear and isinstance(weight, torch.Tensor):
-            per_head = torch.unflatten(weight, -1, (self.heads, -1))  # [d_model, head, d_head]
-            return torch.einsum("...hd,mhd->...hm", heads, per_head.to(heads.dtype))
-        if type(o).__name__ == "Conv1D" and isinstance(weight, torch.Tensor):
-            per_head = torch.unflatten(weight, 0, (self.heads, -1))  # [head, d_head, d_model]
-            return torch.einsum("...hd,hdm->...hm", heads, per_head.to(heads.dtype))
-        eye = torch.eye(self.heads, dtype=heads.dtype, device=heads.device)
-        alone = (heads.unsqueeze(-3) * eye[:, :, None]).flatten(-2)  # [..., head, d_model_in]
-        with_bias: torch.Tensor = o.forward(alone)
-        bias: torch.Tensor = o.forward(torch.zeros_like(alone[..., :1, :]))
-        return with_bias - bias
+        per_head = torch.unflatten(weight, -1, (self.heads, -1))  # [d_model, head, d_head]
+        return torch.einsum("...hd,mhd->...hm", heads, per_head.to(heads.dtype))
+
+
+def linear_weight(module: nn.Module) -> Optional[torch.Tensor]:
+    """The weight ``[out, in]`` of a linear layer (``nn.Linear``, transformers' ``Conv1D``,
+    or a PEFT LoRA layer on one, its active adapters added); ``None`` for anything else
+    (a DoRA layer, a quantized one).
+
+    Example:
+        >>> from torch import nn
+        >>> linear_weight(nn.Linear(3, 2)).shape, linear_weight(nn.ReLU())
+        (torch.Size([2, 3]), None)
+    """
+    base = getattr(module, "base_layer", None)
+    delta: Any = getattr(module, "get_delta_weight", None)
+    if isinstance(base, nn.Module) and callable(delta):  # PEFT's LoRA: base + B @ A * scale
+        dora: Any = getattr(module, "use_dora", {})
+        if any(dora.values()):
+            return None
+        weight = _own_weight(base)
+        raw: Any = getattr(base, "weight", None)
+        if weight is None or not isinstance(raw, torch.Tensor):
+            return None
+        if getattr(module, "disable_adapters", False) or getattr(module, "merged", False):
+            return weight  # merged: the base weight holds the adapters already
+        adapters: Any = getattr(module, "active_adapters", ())
+        known: Any = getattr(module, "lora_A", {})
+        for adapter in adapters:
+            if adapter in known:
+                added = raw + delta(adapter)  # in the base layer's layout
+                weight = _own_weight(base, added)
+                raw = added
+        return weight
+    return _own_weight(module)
+
+
+def _own_weight(
+    module: nn.Module, weight: Optional[torch.Tensor] = None
+) -> Optional[torch.Tensor]:
+    """``module``'s weight (or ``weight`` in its layout) as ``[out, in]``, if it is an
+    ``nn.Linear`` or a transformers ``Conv1D`` (which stores ``[in, out]``)."""
+    found: Any = getattr(module, "weight", None) if weight is None else weight
+    if not isinstance(found, torch.Tensor):
+        return None
+    if type(module) is nn.Linear:
+        return found
+    if type(module).__name__ == "Conv1D":
+        return found.T
+    return None
 
 
 class Flattened(Recipe):

@@ -37,6 +37,7 @@ from ._name_recipes import (
     OperationResult,
     Recipe,
     ResidMid,
+    linear_weight,
 )
 from ._name_views import HeadsFirst, LastDimSlice, PerHeadPart, View
 from ._norm_scale import NormScale
@@ -300,7 +301,15 @@ def recipes(model: nn.Module, found: Found, prefix: str = "") -> Tuple[Recipes, 
         add("attn.hook_attn_scores", pattern, "scores")
         add("attn.hook_pattern", pattern, "pattern")
         add("attn.hook_z", ModuleInput(part(spec.o), LastDimSlice(0, q_size, heads)))
-        add("attn.hook_result", HeadResult(part(spec.o), heads))
+        o = part(spec.o)
+        if linear_weight(o) is not None:
+            add("attn.hook_result", HeadResult(o, heads))
+        else:
+            absent[f"{at}attn.hook_result"] = (
+                f"its output projection is a {type(o).__name__}, whose weight hookbus cannot "
+                f"split by head (an nn.Linear, a transformers Conv1D, or a PEFT LoRA layer "
+                f"on one)"
+            )
         add("hook_attn_out", ModuleOutput(part(spec.attn_out or spec.attn), whole))
         if dims.parallel:
             absent[f"{at}hook_resid_mid"] = (

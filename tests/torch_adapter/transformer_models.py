@@ -20,6 +20,8 @@ from torch import nn
 
 ARCHITECTURES = ("gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "gemma2", "phi3")
 IMPLEMENTATIONS = ("eager", "sdpa")
+CASES = [(arch, impl) for arch in ARCHITECTURES for impl in IMPLEMENTATIONS]
+TOLERANCE: Dict[str, Any] = dict(atol=1e-5, rtol=1e-5)
 
 _SMALL = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -90,6 +92,30 @@ def tiny_model(arch: str, implementation: str = "eager", **overrides: Any) -> nn
 
 def tokens(batch: int = 2, length: int = 7) -> torch.Tensor:
     return torch.arange(batch * length).reshape(batch, length) % 97 + 1
+
+
+def named(arch: str, implementation: str = "eager") -> Tuple[nn.Module, Any, Any]:
+    """A tiny model attached to a new bus with names: ``(model, bus, vocabulary)``."""
+    import hookbus
+    import hookbus.torch
+
+    model = tiny_model(arch, implementation)
+    bus = hookbus.EventBus()
+    return model, bus, hookbus.torch.attach(model, bus, names="transformer").vocabulary
+
+
+def logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def replacing(edit: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], None]:
+    """A post hook that replaces the value by ``edit`` of a copy of it."""
+
+    def hook(ctx: Any) -> None:
+        ctx.result = edit(ctx.result.clone())
+
+    return hook
 
 
 # --- where each value is, written out by hand per model ------------------------------------

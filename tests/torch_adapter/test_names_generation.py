@@ -1,0 +1,99 @@
+"""Names of the vocabulary during generate(): each step, with and without a key-value cache."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+import torch
+from transformer_models import (
+    CASES,
+    TOLERANCE,
+    named,
+    tokens,
+)
+
+import hookbus
+import hookbus.torch
+
+pytestmark = pytest.mark.torch
+
+# --- generation with a key-value cache -----------------------------------------------------
+
+PER_POSITION = (
+    "hook_embed", "hook_pos_embed", "blocks.1.hook_resid_pre", "blocks.1.ln1.hook_normalized",
+    "blocks.1.attn.hook_q", "blocks.1.attn.hook_k", "blocks.1.attn.hook_v",
+    "blocks.1.attn.hook_rot_q", "blocks.1.attn.hook_rot_k", "blocks.1.attn.hook_z",
+    "blocks.1.attn.hook_result", "blocks.1.hook_attn_out", "blocks.1.hook_resid_mid",
+    "blocks.1.ln2.hook_scale", "blocks.1.mlp.hook_pre", "blocks.1.mlp.hook_post",
+    "blocks.1.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized",
+)  # fmt: skip
+"""Names of ``[batch, pos, ...]`` values: a step holds the positions it computes."""
+ATTENTION = ("blocks.1.attn.hook_attn_scores", "blocks.1.attn.hook_pattern")
+"""``[batch, head, query, key]``: a step's query rows against every key it attends."""
+
+
+def _recorder(into: Dict[int, Dict[str, torch.Tensor]], step: Any) -> Any:
+    def keep(ctx: Any) -> None:
+        into.setdefault(step.index, {})[ctx.name] = ctx.result.detach().clone()
+
+    return keep
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_each_generation_step_sees_the_new_positions_as_a_full_forward_does(
+    arch: str, impl: str, use_cache: bool
+) -> None:
+    model, bus, names = named(arch, impl)
+    ids = tokens(batch=2, length=5)
+    wanted = [name for name in (*PER_POSITION, *ATTENTION) if name in names.names]
+    assert len(wanted) >= 17
+    generated: Dict[int, Dict[str, torch.Tensor]] = {}
+    with hookbus.torch.steps(model) as step, torch.no_grad():
+        handles = [bus.post(name, _recorder(generated, step)) for name in wanted]
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+            use_cache=use_cache, pad_token_id=0,
+        )  # fmt: skip
+        for handle in handles:
+            handle.remove()
+    assert sorted(generated) == [0, 1, 2]
+    for index, values in generated.items():
+        length = ids.shape[1] + index
+        new = 1 if use_cache and index else length  # the positions this step computes
+        full: Dict[int, Dict[str, torch.Tensor]] = {}
+        with hookbus.torch.steps(model) as step, torch.no_grad():
+            handles = [bus.post(name, _recorder(full, step)) for name in wanted]
+            model(out[:, :length])
+            for handle in handles:
+                handle.remove()
+        assert set(values) == set(wanted)
+        for name in ATTENTION:
+            assert values[name].shape[-2:] == (new, length), name
+            expected = full[0][name][:, :, -new:]
+            torch.testing.assert_close(values[name], expected, **TOLERANCE, msg=name)
+        for name in wanted[: -len(ATTENTION)]:
+            assert values[name].shape[1] == new, name
+            expected = full[0][name][:, -new:]
+            if name == "hook_pos_embed":  # [1, pos, d] when the batch shares its positions
+                expected = expected.expand_as(values[name])
+            torch.testing.assert_close(values[name], expected, **TOLERANCE, msg=name)
+
+
+def test_steering_only_the_generated_tokens_with_steps() -> None:
+    model, bus, _ = named("llama", "sdpa")
+    ids = tokens(batch=1, length=4)
+    with torch.no_grad():
+        plain = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    calls: List[int] = []
+    with hookbus.torch.steps(model) as step:
+
+        def steer(ctx: Any) -> None:
+            calls.append(ctx.result.shape[1])
+            ctx.result = ctx.result + 5.0
+
+        with bus.post("blocks.0.hook_resid_post", step.only(steer, start=1)), torch.no_grad():
+            steered = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert calls == [1, 1, 1]  # the prompt's step is left alone
+    assert torch.equal(steered[:, :5], plain[:, :5])
