@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 from torch_helpers import native_hooks
 from transformer_models import (
     TOLERANCE,
@@ -17,8 +18,6 @@ import hookbus
 import hookbus.torch
 
 pytestmark = pytest.mark.torch
-
-# --- capture and patch take names ----------------------------------------------------------
 
 
 def test_capture_takes_names_and_patterns_of_names() -> None:
@@ -64,3 +63,15 @@ def test_patching_a_name_replaces_the_value_in_the_forward(arch: str, impl: str)
     torch.testing.assert_close(patched["blocks.0.hook_resid_post"].output[:, 2], stored[:, 2])
     assert not torch.allclose(patched["blocks.0.hook_resid_post"].output[:, 3], stored[:, 3])
     assert native_hooks(model) == {}
+
+
+def test_a_module_named_like_a_name_is_captured_and_patched_as_a_module() -> None:
+    model = nn.Sequential()
+    model.add_module("hook_in", nn.Linear(2, 2))  # as a TransformerLens model names its points
+    with hookbus.torch.capture(model, "hook_*") as cache:
+        model(torch.ones(1, 2))
+    assert list(cache) == ["hook_in"]
+    with hookbus.torch.patch(model, {"hook_in": torch.zeros(1, 2)}, "hook_*"):
+        assert torch.equal(model(torch.ones(1, 2)), torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="none of the layouts"):  # not a module: a name
+        hookbus.torch.capture(model, "blocks.*.hook_z")
