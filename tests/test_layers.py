@@ -51,9 +51,11 @@ LAYERS: List[List[str]] = [
     ["torch/_user_line.py"],
     ["torch/_tree.py", "torch/_unwrap.py", "torch/_moments.py"],
     # Mechanisms, each alone: which module call a frame runs, an owner's native hooks in a
-    # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives.
+    # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives,
+    # torch.nn.functional's functions swapped for dispatchers.
     [
         "torch/_call_frames.py",
+        "torch/_function_swap.py",
         "torch/_native_hooks.py",
         "torch/_selection.py",
         "torch/_grad.py",

@@ -5,17 +5,24 @@ Under ``eager`` they are the input and output of the attention's ``softmax``
 from the arguments of ``scaled_dot_product_attention`` only while a hook wants
 them, and when a hook replaced one, that call returns the pattern times the
 values instead of running, so writing works under both implementations.
+
+Both functions are seen through function swaps (:mod:`._function_swap`), as a
+hand-written monkeypatch of ``F.softmax`` would see them: a mode would tax every
+other torch call of the attention. An attention that calls neither (flash or flex
+attention) is warned of at its first call: its pattern hooks would never run.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ..adapter import CallContext, Removable
-from ._name_recipes import Net, Site, quiet, unchanged
+from ._name_recipes import Net, Site, swapped, unchanged
+from ._user_line import stacklevel_outside_hookbus
 
 __all__ = ["AttentionPattern", "attention_scores"]
 
@@ -38,9 +45,19 @@ class AttentionPattern(Site):
         self.module, self.heads = module, heads
 
     def install_site(self, net: Net) -> List[Removable]:
-        selection = quiet(net.operations(self.module, *self.OPERATIONS))
+        selection = net.operations(self.module, *self.OPERATIONS)
         name = net.name_of(self.module)
-        return [net.pre(f"{name}:scaled_dot_product_attention.0", self._on_sdpa), selection]
+
+        def check_seen(ctx: CallContext) -> None:  # once: after the call that finds them
+            found = selection.names
+            if not any(f"{name}:{operation}.0" in found for operation in self.OPERATIONS):
+                _warn_unseen(name)
+
+        return [
+            net.pre(f"{name}:scaled_dot_product_attention.0", self._on_sdpa),
+            net.post(self.module, check_seen, once=True),
+            *swapped(selection, *self.OPERATIONS),
+        ]
 
     def install_slot(self, net: Net, slot: str) -> List[Removable]:
         softmax = f"{net.name_of(self.module)}:softmax.0"
@@ -93,6 +110,18 @@ class AttentionPattern(Site):
             new_pattern = torch.softmax(new_scores.float(), dim=-1).to(q.dtype)
         weights = new_pattern.reshape(shape) if packed else new_pattern
         ctx.skip(weights.to(v.dtype) @ _repeat_heads(v, weights.shape[-3]))
+
+
+def _warn_unseen(name: str) -> None:
+    warnings.warn(
+        f"hookbus.torch: the attention {name!r} called neither "
+        f"torch.nn.functional.softmax nor scaled_dot_product_attention (flash or flex "
+        f"attention computes its pattern out of sight), so hook_attn_scores and "
+        f"hook_pattern never run on it. Load the model with attn_implementation='eager' "
+        f"or 'sdpa' to read or write them",
+        RuntimeWarning,
+        stacklevel=stacklevel_outside_hookbus(),
+    )
 
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")

@@ -25,6 +25,7 @@ from torch import nn
 from typing_extensions import Protocol, Unpack
 
 from ..adapter import CallContext, Handle, HookOptions, Removable
+from ._function_swap import acquire, release
 from ._name_views import View
 from ._operations import OperationSelection
 
@@ -42,6 +43,7 @@ __all__ = [
     "first_item",
     "linear_weight",
     "quiet",
+    "swapped",
     "unchanged",
     "with_first_item",
 ]
@@ -127,6 +129,36 @@ def quiet(selection: OperationSelection) -> OperationSelection:
     for site in selection.sites:
         site.warn_missing = False
     return selection
+
+
+class _Swaps(Removable):
+    """The holds of a selection's function swaps, let go of by ``remove()``."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: List[str]) -> None:
+        self.names = names
+
+    def remove(self) -> None:
+        names, self.names = self.names, []
+        for name in names:
+            release(name)
+
+
+def swapped(selection: OperationSelection, *names: str) -> List[Removable]:
+    """A private selection of ``torch.nn.functional`` functions seen through function
+    swaps (:mod:`._function_swap`), not a mode: what undoes both."""
+    for site in quiet(selection).sites:
+        site.swap = True
+    held: List[str] = []
+    try:
+        for name in names:
+            acquire(name)
+            held.append(name)
+    except BaseException:
+        _Swaps(held).remove()
+        raise
+    return [selection, _Swaps(held)]
 
 
 class ModuleOutput(Recipe):

@@ -58,6 +58,7 @@ from ..adapter import (
     layout_of,
     matcher_for,
 )
+from . import _function_swap
 from ._call_frames import forward_raised
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
@@ -136,6 +137,10 @@ class OperationMode(TorchFunctionMode):
         self.selected = site.selected
         self.call = call
         self.counts: Dict[str, int] = {}
+        # Entered in the function swaps rather than pushed as a mode, if the site asks
+        # and they are in place (code that swapped a function by hand may have put
+        # back what it saved before them: a mode sees those calls all the same).
+        self.swap = site.swap and _function_swap.in_place(site.selected)
 
     def __torch_function__(
         self,
@@ -160,7 +165,11 @@ class OperationMode(TorchFunctionMode):
 
 
 def _remove_mode(mode: OperationMode) -> None:
-    """Take ``mode`` off this thread's torch function stack, wherever it is."""
+    """Take ``mode`` off this thread's torch function stack (or its function swaps),
+    wherever it is."""
+    if mode.swap:
+        _function_swap.leave(mode)
+        return
     length = _stack_length()
     if length and _mode_at(length - 1) is mode:
         _pop_mode()
@@ -240,6 +249,10 @@ class OperationSite:
         # Whether the discovery forward warns of a selected function it never called
         # (a private selection of the names vocabulary expects some: softmax under sdpa).
         self.warn_missing = True
+        # Whether the calls are seen through a function swap rather than a mode (only
+        # torch.nn.functional's functions, called through its attributes): see
+        # _function_swap. Set by the names vocabulary for the attention's softmax.
+        self.swap = False
         # A copy's stand-in (see inert_site): copying a bound method binds the same
         # function to a copy of its object, so a copy's hooks are this class's methods.
         self.inert = False
@@ -310,7 +323,10 @@ class OperationSite:
         with self._lock:
             self._in_flight += 1
         modes.append(mode)
-        _push_mode(mode)
+        if mode.swap:
+            _function_swap.enter(mode)
+        else:
+            _push_mode(mode)
 
     def _on_post(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
