@@ -362,20 +362,19 @@ def linear_weight(module: nn.Module) -> Optional[torch.Tensor]:
         dora: Any = getattr(module, "use_dora", {})
         if any(dora.values()):
             return None
-        weight = _own_weight(base)
         raw: Any = getattr(base, "weight", None)
-        if weight is None or not isinstance(raw, torch.Tensor):
+        if _own_weight(base) is None or not isinstance(raw, torch.Tensor):
             return None
         if getattr(module, "disable_adapters", False) or getattr(module, "merged", False):
-            return weight  # merged: the base weight holds the adapters already
+            return _own_weight(base)  # merged: the base weight holds the adapters already
         adapters: Any = getattr(module, "active_adapters", ())
         known: Any = getattr(module, "lora_A", {})
+        total: torch.Tensor = raw
         for adapter in adapters:
             if adapter in known:
-                added = raw + delta(adapter)  # in the base layer's layout
-                weight = _own_weight(base, added)
-                raw = added
-        return weight
+                change: torch.Tensor = delta(adapter)  # in the base layer's layout
+                total = total + change
+        return _own_weight(base, total)
     return _own_weight(module)
 
 
