@@ -372,7 +372,7 @@ def linear_weight(module: nn.Module) -> Optional[torch.Tensor]:
         total: torch.Tensor = raw
         for adapter in adapters:
             if adapter in known:
-                change: torch.Tensor = delta(adapter)  # in the base layer's layout
+                change: Any = delta(adapter)  # in the base layer's layout
                 total = total + change
         return _own_weight(base, total)
     return _own_weight(module)
