@@ -30,6 +30,7 @@ from ._name_views import View
 from ._operations import OperationSelection
 
 __all__ = [
+    "Batched",
     "Emit",
     "Flattened",
     "HeadResult",
@@ -391,6 +392,37 @@ def _own_weight(
     if type(module).__name__ == "Conv1D":
         return found.T
     return None
+
+
+class Batched(Recipe):
+    """A value the model may compute once for the whole batch (GPT-2's position
+    embedding, ``[1, pos, d_model]`` when every sequence has the same positions), seen
+    as ``[batch, pos, ...]`` as TransformerLens's ``hook_pos_embed`` is: ``recipe`` with
+    the batch size of ``body``'s input (``input_ids`` or ``inputs_embeds``). A written
+    value of the batch's size replaces it (the model adds it to the token embeddings)."""
+
+    def __init__(self, recipe: Recipe, body: nn.Module) -> None:
+        self.recipe, self.body = recipe, body
+        self._local = threading.local()  # this thread's batch size, within one body call
+
+    def install(self, net: Net, emit: Emit, slot: str) -> List[Removable]:
+        local = self._local
+
+        def on_body(ctx: CallContext) -> None:
+            x = ctx.args[0] if ctx.args else ctx.kwargs.get("input_ids")
+            if x is None:
+                x = ctx.kwargs.get("inputs_embeds")
+            local.batch = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else None
+
+        def batched(value: Any, target: Any) -> Any:
+            batch: Optional[int] = getattr(local, "batch", None)
+            if batch is None or value.shape[0] == batch:
+                return emit(value, target)
+            seen = value.expand(batch, *value.shape[1:])
+            new = emit(seen, target)
+            return value if new is seen else new
+
+        return [net.pre(self.body, on_body), *self.recipe.install(net, batched, slot)]
 
 
 class Flattened(Recipe):

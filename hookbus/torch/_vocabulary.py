@@ -29,6 +29,7 @@ from ._architectures import DOCS, Found, find_architecture
 from ._attention_pattern import AttentionPattern
 from ._name_point import NAME_KINDS, NamePoint, is_name
 from ._name_recipes import (
+    Batched,
     Flattened,
     HeadResult,
     ModuleInput,
@@ -245,7 +246,8 @@ def recipes(model: nn.Module, found: Found, prefix: str = "") -> Tuple[Recipes, 
 
     add_top("hook_embed", ModuleOutput(_module(body, table.embed), whole))
     if table.pos_embed is not None:
-        add_top("hook_pos_embed", ModuleOutput(_module(body, table.pos_embed), whole))
+        positions = ModuleOutput(_module(body, table.pos_embed), whole)
+        add_top("hook_pos_embed", Batched(positions, body))
     else:
         absent[start + "hook_pos_embed"] = (
             "its positions are rotary (see attn.hook_rot_q and hook_rot_k), not an embedding"

@@ -76,8 +76,6 @@ def test_each_generation_step_sees_the_new_positions_as_a_full_forward_does(
         for name in wanted[: -len(ATTENTION)]:
             assert values[name].shape[1] == new, name
             expected = full[0][name][:, -new:]
-            if name == "hook_pos_embed":  # [1, pos, d] when the batch shares its positions
-                expected = expected.expand_as(values[name])
             torch.testing.assert_close(values[name], expected, **TOLERANCE, msg=name)
 
 

@@ -20,6 +20,7 @@ from transformer_models import (
     edited_rotary,
     layout,
     logits,
+    module,
     named,
     reference,
     replacing,
@@ -264,6 +265,35 @@ def test_zeroing_a_rotated_key_head_equals_editing_the_rotary_function(
         expected = logits(model, ids)
     torch.testing.assert_close(edited, expected, **TOLERANCE)
     assert not torch.allclose(edited, logits(model, ids))
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("arch", ["gpt2", "opt"])
+def test_writing_the_position_embedding_of_one_sequence_equals_the_raw_edit(
+    arch: str, impl: str
+) -> None:
+    model, bus, _ = named(arch, impl)
+    ids = tokens()
+    seen: List[torch.Size] = []
+
+    def zero_second(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x.shape)
+        x[1] = 0
+        return x
+
+    with bus.post("hook_pos_embed", replacing(zero_second)):
+        edited = logits(model, ids)
+    assert seen == [torch.Size([2, 7, 32])]  # [batch, pos, d_model] whatever the model held
+
+    def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        output = output.expand(2, -1, -1).clone()
+        output[1] = 0
+        return output
+
+    with module(model, layout(arch)["pos"]).register_forward_hook(raw):
+        expected = logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    torch.testing.assert_close(edited[0], logits(model, ids)[0], **TOLERANCE)
 
 
 PEFT = [

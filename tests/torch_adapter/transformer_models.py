@@ -330,9 +330,10 @@ def reference(model: nn.Module, arch: str, ids: torch.Tensor) -> Dict[str, torch
     handles.append(
         module(model, spec["embed"]).register_forward_hook(on_output("hook_embed", same))
     )
-    if spec["pos"]:
+    if spec["pos"]:  # [batch, pos, d_model], as TransformerLens has it (GPT-2 computes [1, ...])
+        batch = lambda x: x.expand(ids.shape[0], *x.shape[1:])  # noqa: E731
         handles.append(
-            module(model, spec["pos"]).register_forward_hook(on_output("hook_pos_embed", same))
+            module(model, spec["pos"]).register_forward_hook(on_output("hook_pos_embed", batch))
         )
     handles.append(module(model, spec["ln_f"]).register_forward_pre_hook(on_norm("ln_final")))
     layers = len(module(model, spec["blocks"]))
