@@ -453,7 +453,7 @@ class Attachment(Removable):
             >>> model = transformers.GPT2LMHeadModel(config)
             >>> net = hookbus.torch.attach(model, hookbus.EventBus(), names="transformer")
             >>> net.vocabulary.architecture, len(net.vocabulary.names), net.vocabulary.dims.heads
-            ('GPT-2', 46, 4)
+            ('GPT-2', 40, 4)
         """
         return self._vocabulary
 
