@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from torch import nn
 
 from ..adapter import EventBus, Matcher, Removable, is_pattern, matcher_for
-from ._architecture import Separate
+from ._architecture import Dims, Separate
 from ._architectures import DOCS, Found, find_architecture
 from ._attention_pattern import AttentionPattern
 from ._name_point import NAME_KINDS, NamePoint, is_name
@@ -77,18 +77,16 @@ class Vocabulary(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_absent", "_making", "_net", "_points", "_recipes", "architecture", "bus",
-        "dims",
+        "__weakref__", "_absent", "_architecture", "_dims", "_making", "_net", "_points",
+        "_recipes", "bus",
     )  # fmt: skip
 
     def __init__(
         self, model: nn.Module, bus: EventBus, net: Net, found: Found, prefix: str = ""
     ) -> None:
         self.bus = bus
-        #: The name of the layout the model was found to have (``"GPT-2"``).
-        self.architecture = found.architecture.name
-        #: The sizes the layouts use: ``layers``, ``heads``, ``kv_heads``, ``d_head``.
-        self.dims = found.dims
+        self._architecture = found.architecture.name
+        self._dims = found.dims
         self._recipes, self._absent = recipes(model, found, prefix)
         self._net: Optional[Net] = net
         self._points: Dict[str, NamePoint] = {}
@@ -99,6 +97,17 @@ class Vocabulary(Removable):
             for handle in registry.hooks():
                 if handle.kind in NAME_KINDS:
                     self._make(self._matching(handle.name, handle.match))
+
+    @property
+    def architecture(self) -> str:
+        """The name of the layout the model was found to have (``"GPT-2"``)."""
+        return self._architecture
+
+    @property
+    def dims(self) -> Dims:
+        """The sizes the names' shapes use: ``layers``, ``heads``, ``kv_heads``, ``d_head``
+        (and ``parallel``: attention and MLP read the same input)."""
+        return self._dims
 
     @property
     def names(self) -> List[str]:
