@@ -12,9 +12,9 @@ from .._architecture import Architecture, Block, Dims, Separate, has_modules
 
 def _is_opt(body: nn.Module) -> bool:
     return has_modules(
-        body, "embed_tokens", "embed_positions", "layers.0.self_attn_layer_norm", "layers.0.self_attn.q_proj",
-        "layers.0.self_attn.out_proj", "layers.0.fc1", "layers.0.fc2",
-        "layers.0.final_layer_norm",
+        body, "embed_tokens", "embed_positions", "layers.0.self_attn_layer_norm",
+        "layers.0.self_attn.q_proj", "layers.0.self_attn.out_proj", "layers.0.fc1",
+        "layers.0.fc2", "layers.0.final_layer_norm",
     )  # fmt: skip
 
 
