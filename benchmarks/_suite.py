@@ -1,8 +1,8 @@
 """The benchmark cases of rows 1-4, tracing, declared events and the fast copies, and the
 table lines that read them.
 
-Each table line names its case and its floor (both timed in the same rounds), the
-target from the issue, and how to judge it. Keys are ``"group/case"`` strings.
+Each table line names its case and its floor (both timed in the same rounds), its
+target, and how to judge it. Keys are ``"group/case"`` strings.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def emit_lines(peers: Sequence[str], case_keys: Sequence[str]) -> List[Line]:
                 continue
             fast = label.endswith("emit_fast")
             if fast and n == 0:
-                target, judge = "", None  # the issue's emit_fast target is at 1 and 10 hooks
+                target, judge = "", None  # emit_fast's target is at 1 and 10 hooks
             elif fast:
                 target, judge = "hookbus at or below", _hookbus_at_or_below(key, n)
             else:

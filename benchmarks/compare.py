@@ -56,7 +56,7 @@ from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MARGIN = 0.05  # the issues' "no row more than 5% slower"
+MARGIN = 0.05  # a change may leave no row more than 5% slower
 
 if HERE not in sys.path:  # run as a script or imported
     sys.path.insert(0, HERE)

@@ -34,6 +34,7 @@ from ._handle import NO_SENDER
 if TYPE_CHECKING:
     from ._handle import Handle
     from ._plan import DispatchSettings, PointPlan
+    from ._trace import Tracer  # async only
 
 __all__ = [
     "call_with_hooks_async",
@@ -73,30 +74,34 @@ async def dispatch_event_async(
     # sync only: if async_hooks:
     # sync only:     raise sync_emit_refusal(event, async_hooks)
     sender = args[0] if args else NO_SENDER
-    for handle in handles:
-        hook = handle.runner(sender, event)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            result = hook(*args, **kwargs)
-            if inspect.isawaitable(result):  # async only
-                result = await result  # async only
-            # sync only: if result is not None:
-            # sync only:     check_event_result(result, event)
-        except Exception as error:
-            if policy == "raise":
-                add_note(error, describe(handle, event))
-                raise
-            handle_error(policy, error, handle, event, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(event, "event", handle, perf_counter_ns() - start)
-        if results is not None and result is not NOT_COLLECTED:
-            results.append((handle, result) if pairs else result)
-            if first and result is not None:
-                break
+    try:
+        for handle in handles:
+            hook = handle.runner(sender, event)
+            if hook is None:
+                continue
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                result = hook(*args, **kwargs)
+                if inspect.isawaitable(result):  # async only
+                    result = await result  # async only
+                # sync only: if result is not None:
+                # sync only:     check_event_result(result, event)
+            except Exception as error:
+                if policy == "raise":
+                    add_note(error, describe(handle, event))
+                    raise
+                handle_error(policy, error, handle, event, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(event, "event", handle, perf_counter_ns() - start)
+            if results is not None and result is not NOT_COLLECTED:
+                results.append((handle, result) if pairs else result)
+                if first and result is not None:
+                    break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, event)
 
 
@@ -110,37 +115,81 @@ async def dispatch_concurrently(  # async only
 ) -> None:
     """:func:`dispatch_event_async` for ``bus.gather``: every hook is called in order,
     and the awaitables they return are awaited together (``asyncio.gather``); the
-    error policy then applies to the errors in hook order, once all have finished."""
+    error policy then applies to the errors in hook order, once all have finished.
+
+    A sync hook's error is one of those errors, except under ``"raise"``: it then
+    stops the emission at once. Whatever stops it (a ``BaseException`` too), the
+    coroutines already made are closed, never left unawaited.
+    """
+    policy = registry.errors
+    tracer = registry.tracer
     sender = args[0] if args else NO_SENDER
-    called: List[Tuple[Handle, Any]] = []  # (handle, its result or awaitable), in order
-    for handle in handles:
-        hook = handle.runner(sender, event)
-        if hook is None:
-            continue
-        try:
-            called.append((handle, hook(*args, **kwargs)))
-        except Exception as error:  # a sync hook raised before anything was awaited
-            for _, started in called:
+    # (handle, what it returned or raised, whether it raised, when it was called)
+    called: List[Tuple[Handle, Any, bool, int]] = []
+    errors: List[Exception] = []
+    awaited = False
+    outcomes: Any = None
+    outcome: Any = None
+    try:
+        for handle in handles:
+            hook = handle.runner(sender, event)
+            if hook is None:
+                continue
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                value = hook(*args, **kwargs)
+            except BaseException as error:  # a sync hook raised before anything was awaited
+                if tracer is not None:
+                    tracer._record(event, "event", handle, perf_counter_ns() - start)
+                if not isinstance(error, Exception):
+                    raise  # interrupted: no policy applies
+                if policy == "raise":
+                    add_note(error, describe(handle, event))
+                    raise
+                called.append((handle, error, True, start))
+                continue
+            if tracer is not None and not inspect.isawaitable(value):
+                tracer._record(event, "event", handle, perf_counter_ns() - start)
+            called.append((handle, value, False, start))
+        pending = [
+            value if tracer is None else _traced(value, tracer, event, handle, start)
+            for handle, value, raised, start in called
+            if not raised and inspect.isawaitable(value)
+        ]
+        awaited = True
+        outcomes = iter(await asyncio.gather(*pending, return_exceptions=True))
+        for handle, value, raised, _ in called:
+            outcome = next(outcomes) if not raised and inspect.isawaitable(value) else value
+            if raised or isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome  # cancelled, interrupted: no policy applies
+                if policy == "raise":
+                    add_note(outcome, describe(handle, event))
+                    raise outcome
+                handle_error(policy, outcome, handle, event, errors)
+            elif results is not None and outcome is not NOT_COLLECTED:
+                results.append(outcome)
+    except BaseException:
+        if not awaited:
+            for _, started, _, _ in called:
                 if inspect.iscoroutine(started):
                     started.close()  # never awaited: no warning, no work left behind
-            add_note(error, describe(handle, event))
-            raise
-    pending = [value for _, value in called if inspect.isawaitable(value)]
-    outcomes = iter(await asyncio.gather(*pending, return_exceptions=True))
-    policy = registry.errors
-    errors: List[Exception] = []
-    for handle, value in called:
-        outcome = next(outcomes) if inspect.isawaitable(value) else value
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, Exception):
-                raise outcome  # cancelled, interrupted: no policy applies
-            if policy == "raise":
-                add_note(outcome, describe(handle, event))
-                raise outcome
-            handle_error(policy, outcome, handle, event, errors)
-        elif results is not None and outcome is not NOT_COLLECTED:
-            results.append(outcome)
+        # What the hooks raised holds this frame in its traceback: no cycle through it.
+        called.clear()
+        errors.clear()
+        outcomes = outcome = None
+        raise
     raise_collected(errors, event)
+
+
+async def _traced(  # async only
+    awaitable: typing.Awaitable[Any], tracer: Tracer, event: str, handle: Handle, start: int
+) -> Any:
+    """Await what a hook returned, then record the hook (``gather`` under a trace)."""
+    try:
+        return await awaitable
+    finally:
+        tracer._record(event, "event", handle, perf_counter_ns() - start)
 
 
 # --- hooks around a call ---------------------------------------------------------
@@ -154,39 +203,45 @@ async def run_phase_async(
     """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
 
     In the exception phase every hook runs, until one recovers: a hook that
-    raises replaces the error (``ctx.exception``) for the hooks after it, and the
-    caller raises whatever error is left. The async variant awaits async hooks.
+    raises replaces the error (``ctx.exception``) for the hooks after it, and a
+    recovery it made before raising is void; the caller raises whatever error is
+    left. Every other phase runs every hook, after a recovery too. The async
+    variant awaits async hooks.
     """
     phase = ctx.phase
     policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
-    for handle in handles:
-        hook = handle.runner(ctx.target, ctx.name)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            returned = hook(ctx)
-            if inspect.isawaitable(returned):  # async only
-                returned = await returned  # async only
-            if returned is not None:
-                reject_returned(handle, ctx, returned)
-        except Exception as error:
-            if phase == "exception":  # raising is how an exception hook replaces the error
-                add_note(error, describe(handle, ctx.name))
-                replace_error(ctx, error)
+    try:
+        for handle in handles:
+            hook = handle.runner(ctx.target, ctx.name)
+            if hook is None:
                 continue
-            if policy == "raise":
-                add_note(error, describe(handle, ctx.name))
-                raise
-            handle_error(policy, error, handle, ctx.name, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-        if ctx._recovered:
-            break
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                returned = hook(ctx)
+                if inspect.isawaitable(returned):  # async only
+                    returned = await returned  # async only
+                if returned is not None:
+                    reject_returned(handle, ctx, returned)
+            except Exception as error:
+                if phase == "exception":  # raising is how an exception hook replaces the error
+                    add_note(error, describe(handle, ctx.name))
+                    replace_error(ctx, error)  # a recovery the hook made first is void
+                    continue
+                if policy == "raise":
+                    add_note(error, describe(handle, ctx.name))
+                    raise
+                handle_error(policy, error, handle, ctx.name, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
+            if ctx._recovered and phase == "exception":  # the post hooks run on the value
+                break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, ctx.name)
 
 
@@ -215,12 +270,14 @@ async def recover_or_raise_async(
             await run_phase_async(registry, plan.post, ctx)
     finally:
         left, ctx._exception = ctx._exception, None
-    if not ctx._recovered:
-        try:
+    try:
+        if not ctx._recovered:
             raise cast(BaseException, left)
-        finally:
-            del error, left  # this frame is in the error's traceback: no cycle through it
-    return ctx._result
+        return ctx._result
+    finally:
+        # This frame is in the tracebacks of the errors the hooks raised (their frames
+        # point back to it), recovered or not: no cycle through it.
+        del error, left
 
 
 async def call_with_hooks_async(

@@ -42,7 +42,6 @@ __all__ = [
     "UnknownNameError",
     "did_you_mean",
     "mismatch_message",
-    "other_namespace",
     "unknown_emitted",
 ]
 
@@ -331,12 +330,3 @@ def unknown_emitted(bus_name: str, event: str, known: Iterable[str]) -> UnknownN
         f"point has that name{did_you_mean(event, known)}\nDeclare the event with @bus.event "
         f"before emitting it (or make the bus with strict=False)"
     )
-
-
-def other_namespace(kind: str, name: str, events: Set[str], points: Set[str]) -> str:
-    """``"; 'x' is a hook point: use pre, post or exception"`` (or the reverse), else ``""``."""
-    if kind == "event" and name in points:
-        return f"; {name!r} is a hook point: use pre, post or exception"
-    if kind != "event" and name in events:
-        return f"; {name!r} is an event: use on"
-    return ""

@@ -59,6 +59,7 @@ Constructors
 from __future__ import annotations
 
 import inspect
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from typing_extensions import Protocol
@@ -147,21 +148,28 @@ def note_fast_error(
     """Name the hook in ``error``'s notes, for an error raised in emit's fast loop; or
     raise the error naming a declared event's spec, if no hook ran.
 
-    The fast loop holds bare callables; the event's handles tell which one it was.
+    The fast loop holds bare callables; the event's handles tell which one it was: the
+    hook itself, or the caller made for a hook that takes a declared event's arguments
+    by name (its ``__wrapped__``).
     """
     if registry.checking:
         registry.declarations.refuse_arguments(error, event, args, kwargs)
-    for handle in registry.event_handles(event):
-        if handle.hook is hook:
-            add_note(error, describe(handle, event))
-            return
+    handles = registry.event_handles(event)
+    wrapped = getattr(hook, "__wrapped__", None) if hook.__class__ is FunctionType else None
+    for each in (hook, wrapped) if wrapped is not None else (hook,):
+        for handle in handles:
+            if handle.hook is each:
+                add_note(error, describe(handle, event))
+                return
 
 
 def replace_error(ctx: CallContext, error: Exception) -> None:
-    """An exception hook raised ``error``: it is the call's error from now on."""
+    """An exception hook raised ``error``: it is the call's error from now on, and a
+    recovery the hook made before raising is void (raising is its last word)."""
     if error.__context__ is None and error is not ctx._exception:
         error.__context__ = ctx._exception  # shown as "during handling of ..."
     ctx._exception = error
+    ctx._recovered = False
 
 
 # ``next(generator, FINISHED)`` tells a finished around hook without a StopIteration:

@@ -39,6 +39,7 @@ from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 from ._async_dispatch import call_with_hooks_async
 from ._context import CallContext, Layout, layout_of
 from ._handle import where_defined
+from ._kinds import point_kind
 from ._names import check_name
 from ._plan import PointPlan
 from ._sync_dispatch import call_with_hooks, recover_or_raise
@@ -126,8 +127,10 @@ class HookPoint:
         "where",
     )
 
-    kinds: Tuple[str, ...] = ("around", "pre", "post", "exception")
-    """The hook kinds that apply to this point."""
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        """The hook kinds that apply to this point: its kind's row of the table."""
+        return point_kind(self.kind).runs
 
     skip_refusal: Optional[str] = None  # the call can always be skipped (Point protocol)
     """Why ``ctx.skip()`` can't work at this point, or ``None`` when it can."""

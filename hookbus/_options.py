@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping, Tuple, Union
 
 from typing_extensions import TypedDict
 
+from ._kinds import hook_kind, hook_kinds
+
 __all__ = [
     "EventHookOptions",
     "HookOptions",
@@ -166,12 +168,17 @@ def spell_out_options(method: Callable[..., Any], options: Any) -> None:
 
 
 def method_name(kind: str) -> str:
-    """The registering method's name, for messages (the torch adapter adds kinds)."""
-    return "on" if kind == "event" else kind
+    """The registering method's name, for messages (the table's, for a known kind)."""
+    try:
+        return hook_kind(kind).method
+    except ValueError:
+        return str(kind)
 
 
 def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
-    """Check the options of one registration of ``kind``; unknown names get a hint."""
+    """Check the options of one registration of ``kind`` against the kind's row of the
+    table (an unknown kind is refused); unknown names get a hint."""
+    row = hook_kind(kind)
     unknown = [key for key in options if key not in OPTION_NAMES]
     if unknown:
         close = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
@@ -189,9 +196,12 @@ def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
             raise TypeError(
                 f"option {option}= takes True or False, got {type(value).__name__} {value!r}"
             )
-    if with_name and kind != "event":
+    if with_name and "with_name" not in row.options:
+        takers = [each for each in hook_kinds() if "with_name" in each.options]
+        names = " and ".join(f"{each.name} hooks ({each.method})" for each in takers)
+        article = "an" if row.name[:1] in "aeiou" else "a"
         raise TypeError(
-            f"option with_name= is for event hooks (on); a {method_name(kind)} hook gets "
-            f"the name as ctx.name already"
+            f"option with_name= is for {names}; {article} {row.name} hook gets the name "
+            f"as ctx.name already"
         )
     return priority, once, options.get("target"), weak, with_name, optional

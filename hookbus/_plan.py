@@ -56,7 +56,8 @@ class Point(Protocol):
 
     @property
     def kinds(self) -> Tuple[str, ...]:
-        """The hook kinds that apply to the point (``"pre"``, ``"post"``, ...)."""
+        """The hook kinds that apply to the point (``"pre"``, ``"post"``, ...): the ``runs``
+        of its kind's row of the table (``hookbus.adapter.PointKind``)."""
         ...
 
     @property

@@ -36,6 +36,11 @@ kind (exact names by name, patterns in one list), the live hook points by name
 checking a hook against the specs and a strict bus's names before it is
 registered, declaring, replaying a historic event's past emissions to a new
 hook, and listing the hooks that match nothing (``check_pending()``).
+
+What is valid where is not decided here: the table (``_kinds.py``) says which hook
+kinds exist and what shape each takes (``_checked_shape``), which kinds an event's
+plan resolves (``_WRAPPING_EVENTS``) and which reach points (``AT_POINTS``), and the
+one rule a strict bus and ``check_pending()`` share (``known_names``).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import inspect
 import itertools
 import threading
 import weakref
-from inspect import CO_COROUTINE
+from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR
 from types import FunctionType
 from typing import (
     Any,
@@ -68,11 +73,23 @@ from ._declarations import (
     UnknownNameError,
     did_you_mean,
     mismatch_message,
-    other_namespace,
     unknown_emitted,
 )
 from ._errors import ErrorPolicy, HookError, raise_collected
 from ._handle import MARKED_COROUTINES, Handle, Owner, hook_name, is_async_callable, where_defined
+from ._kinds import (
+    AT_POINTS,
+    DECLARED_EVENT,
+    EVENT,
+    EVENT_RUNS,
+    GENERATOR,
+    HOOK_KINDS,
+    hook_kind,
+    known_names,
+    methods,
+    other_namespace,
+    where_it_runs,
+)
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._open_scopes import OpenScope, innermost_scope, open_scopes
 from ._options import method_name, parse_options
@@ -109,13 +126,68 @@ def _what(kind: str) -> str:
     return "event" if kind == "event" else "hook point"
 
 
-def _is_async_hook(kind: str, hook: Any) -> bool:
-    """Whether ``hook``, which is not a plain function, is async; refuse what isn't callable."""
+# A plain function whose code has none of these flags is a plain sync hook: the shape
+# every kind but around needs, told without inspect (register's common case).
+_GENERATOR_CODE = CO_GENERATOR | CO_ASYNC_GENERATOR
+_SHAPED_CODE = CO_COROUTINE | _GENERATOR_CODE
+
+# The hook kinds an event's dispatch runs around its event hooks (an around hook wraps
+# the whole emission): the plan of an emission resolves these, as the table says.
+_WRAPPING_EVENTS = tuple(kind for kind in EVENT.runs if kind != "event")
+
+
+def _generator_of(hook: Any) -> Optional[str]:
+    """``"generator"`` or ``"async generator"`` when calling ``hook`` makes one, else None.
+
+    A ``functools.partial`` says what it wraps; a callable object, its ``__call__``.
+    """
+    inner = hook
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    if not inspect.isfunction(inner) and not inspect.ismethod(inner) and callable(inner):
+        inner = type(inner).__call__  # a callable object: its method says
+    if inspect.isasyncgenfunction(inner):
+        return "async generator"
+    if inspect.isgeneratorfunction(inner):
+        return "generator"
+    return None
+
+
+def _checked_shape(kind: str, hook: Any) -> bool:
+    """Whether ``hook`` is async; refuse it if it isn't callable, or if its shape isn't the
+    one the table gives ``kind`` (an unknown kind is refused too, naming the known ones).
+
+    Checked at registration: an around hook that cannot yield would fail only at the
+    first call of what it wraps, and a generator function given as any other kind of
+    hook would be called and its generator dropped, its body never run.
+    """
+    shape = hook_kind(kind).shape
     if not callable(hook):
         raise TypeError(
             f"{method_name(kind)}() needs a callable hook, got {type(hook).__name__} "
             f"{hook!r}; accepted: a function, method, lambda, functools.partial or "
             f"callable object"
+        )
+    made = _generator_of(hook)
+    if shape == GENERATOR:
+        if made is None:
+            raise TypeError(
+                f"{method_name(kind)}() needs a generator function, got {hook_name(hook)} "
+                f"({type(hook).__name__}); an around hook yields once, where the call runs:\n"
+                f"    def hook(ctx):\n"
+                f"        ...  # before the call\n"
+                f"        yield\n"
+                f"        ...  # after it (an error of the call is raised at the yield)\n"
+                f"'async def' with 'yield' for async hook points and emit_async"
+            )
+        return made == "async generator"
+    if made is not None:
+        raise TypeError(
+            f"{method_name(kind)}() got the {made} function {hook_name(hook)}: calling it "
+            f"only makes a {made}, so its body would never run. A hook that yields once, "
+            f"where the call runs, is an around hook: register it with around(). To hand "
+            f"out a {made} on purpose (collect() then returns it), register a plain "
+            f"function that returns one: lambda *args: {hook_name(hook)}(*args)"
         )
     return is_async_callable(hook)
 
@@ -145,33 +217,6 @@ def _sync_point_error(point_name: str, handle: Handle) -> TypeError:
     return TypeError(
         f"the sync hook point {point_name!r} matches the async hook {handle!r}; async hooks "
         f"need an async hook point (an 'async def' function)"
-    )
-
-
-def _around_is_async(handle: Handle) -> bool:
-    """Whether the around hook of ``handle`` is an async generator; refuse any other shape.
-
-    Checked at registration: an around hook that cannot yield would fail only at
-    the first call of what it wraps.
-    """
-    hook: Any = handle.hook
-    inner = hook
-    while isinstance(inner, functools.partial):
-        inner = inner.func
-    if not inspect.isfunction(inner) and not inspect.ismethod(inner) and callable(inner):
-        inner = type(inner).__call__  # a callable object: its method says
-    if inspect.isasyncgenfunction(inner):
-        return True
-    if inspect.isgeneratorfunction(inner):
-        return False
-    raise TypeError(
-        f"around() needs a generator function, got {hook_name(hook)} "
-        f"({type(hook).__name__}); an around hook yields once, where the call runs:\n"
-        f"    def hook(ctx):\n"
-        f"        ...  # before the call\n"
-        f"        yield\n"
-        f"        ...  # after it (an error of the call is raised at the yield)\n"
-        f"'async def' with 'yield' for async hook points and emit_async"
     )
 
 
@@ -314,12 +359,11 @@ class Registry:
             match = self._names[name]
         except KeyError:
             match = check_and_cache(self._names, name, f"{_what(kind)} name")
-        if hook.__class__ is FunctionType:  # told sync or async without inspect
-            is_async = hook.__code__.co_flags & CO_COROUTINE != 0 or (
-                MARKED_COROUTINES and getattr(hook, "_is_coroutine_marker", None) is not None
-            )
+        if hook.__class__ is FunctionType and not hook.__code__.co_flags & _SHAPED_CODE:
+            # A plain function: the shape every kind but around takes, told without inspect.
+            is_async = MARKED_COROUTINES and hasattr(hook, "_is_coroutine_marker")
         else:
-            is_async = _is_async_hook(kind, hook)
+            is_async = _checked_shape(kind, hook)
         if options:
             priority, once, target, weak, with_name, optional = parse_options(kind, options)
             handle = Handle(
@@ -393,15 +437,18 @@ class Registry:
         """:meth:`register` of every case but the common one: specs, strict names,
         scopes, patterns, async hooks, and hook points to tell of the change."""
         kind, name, match = handle.kind, handle.name, handle.match
-        if kind == "around":
-            handle.is_async = _around_is_async(handle)
         hook = handle.hook
-        if kind != "event" and hook is not None:
-            written = context_mismatch(hook)
-            if written is not None:
-                raise _context_hook_error(kind, written)
+        at_points = kind in AT_POINTS
+        if kind != "event" and hook is not None:  # an event hook's shape was told already
+            row = HOOK_KINDS.get(kind) or hook_kind(kind)  # an unknown kind: refused, named
+            if row.shape == GENERATOR:  # register's common case told a plain function
+                handle.is_async = _checked_shape(kind, hook)
+            if row.takes_context:
+                written = context_mismatch(hook)
+                if written is not None:
+                    raise _context_hook_error(kind, written)
         sources = self._sources
-        if sources and kind != "event":  # no lock held: sources make points
+        if sources and at_points:  # no lock held: sources make points
             self._prepare_points(handle)
         declared_count = self._declared_count
         checking = self.checking
@@ -421,7 +468,7 @@ class Registry:
         try:
             if self._collected:
                 self._sweep_collected_locked()
-            if handle.is_async and kind != "event":
+            if handle.is_async and at_points:
                 conflict = self._async_conflict_locked(handle)
             if match is None:
                 same = self._exact.get(kind, _NO_NAMES).get(name, ())
@@ -448,7 +495,7 @@ class Registry:
             raise _duplicate_error(handle, duplicate)
         if conflict is not None:
             raise _async_hook_error(handle, conflict)
-        if self._sources is not sources and kind != "event":  # a source came meanwhile
+        if self._sources is not sources and at_points:  # a source came meanwhile
             for source in self._live_sources():
                 source.make_points(kind, name, match)
         if scope is not None:
@@ -687,9 +734,11 @@ class Registry:
         """Declare an event, after checking the hooks registered for it so far.
 
         All or nothing: if a hook doesn't accept the spec, the error lists every one,
-        and the name stays undeclared. The hooks are checked without the lock
-        (``inspect.signature`` may run user code); the declaration is committed only
-        if they are still the ones checked, else they are checked again.
+        and the name stays undeclared; so does a hook registered under the name whose
+        kind never runs at an event (nor at a point of that name). The hooks are
+        checked without the lock (``inspect.signature`` may run user code); the
+        declaration is committed only if they are still the ones checked, else they
+        are checked again.
         """
         declarations = self.declarations
         while True:
@@ -698,23 +747,56 @@ class Registry:
             hooks = self.hooks(declared.name, literal=True)
             checked = tuple(h for h in hooks if h.kind == "event")
             declarations.refuse_mismatches(declared, checked)
-            if self._commit_declaration(declared, checked):
-                return
+            misplaced = self._commit_declaration(declared, checked)
+            if misplaced is None:
+                continue
+            if misplaced:  # raised here: the message reads the hooks
+                raise UnknownNameError(
+                    f"cannot declare event {declared.name!r}: a declared name is an event, "
+                    f"and {len(misplaced)} hook{'s' if len(misplaced) != 1 else ''} registered "
+                    f"under it would then never run:\n"
+                    + "\n".join(
+                        f"  - {handle!r} ({handle.where}): {handle.kind} hooks run at hook "
+                        f"points; an event runs {methods(DECLARED_EVENT.runs)} hooks"
+                        for handle in misplaced
+                    )
+                    + "\nRemove them, or give the event another name",
+                    misplaced,
+                )
+            return
 
-    def _commit_declaration(self, declared: Declared, checked: Tuple[Handle, ...]) -> bool:
+    def _commit_declaration(
+        self, declared: Declared, checked: Tuple[Handle, ...]
+    ) -> Optional[List[Handle]]:
         """Declare ``declared`` if its event hooks are still ``checked``, the ones checked
-        against its spec without the lock; False if they changed (check them again)."""
+        against its spec without the lock; ``None`` if they changed (check them again).
+
+        Returns the hooks registered under its exact name whose kind runs neither at an
+        event nor at a point of that name, declaring nothing if there are any (``[]``:
+        declared).
+        """
+        name = declared.name
         with self._changing:
             if self.declarations.already(declared):
-                return True
-            resolved = self._resolve_locked("event", declared.name, paused_ok=True, literal=True)
+                return []
+            resolved = self._resolve_locked("event", name, paused_ok=True, literal=True)
             if resolved != checked:
-                return False
+                return None
+            points = self._points.get(name, ())
+            taken: Set[str] = {kind for point in points for kind in point.kinds}
+            misplaced = [
+                handle
+                for kind, names in self._exact.items()
+                if kind not in DECLARED_EVENT.runs and kind not in taken
+                for handle in names.get(name, ())
+            ]
+            if misplaced:
+                return sorted(misplaced, key=lambda handle: handle.seq)
             self.declarations.add(declared)
             self._declared_count += 1
             self.checking = True
-            self._invalidate_locked("event", declared.name, None)
-            return True
+            self._invalidate_locked("event", name, None)
+            return []
 
     def _check_registration(self, handle: Handle) -> None:
         """Refuse a hook that a declared event's spec, or a strict bus, rules out.
@@ -727,8 +809,10 @@ class Registry:
         what = (
             f"{'async ' if handle.is_async else ''}hook {hook_name(hook)} ({where_defined(hook)})"
         )
-        if declarations.strict and match is None and not handle.optional:
-            self._refuse_unknown_name(kind, name, what)
+        if match is None:
+            strict = declarations.strict and not handle.optional
+            if strict or (kind not in DECLARED_EVENT.runs and name in declarations.specs):
+                self._refuse_unknown_name(kind, name, what, strict)
         if kind != "event" or hook is None:
             return
         for declared in declarations.specs_for(name, match):
@@ -742,20 +826,31 @@ class Registry:
                     f"hook there"
                 )
 
-    def _refuse_unknown_name(self, kind: str, name: str, what: str) -> None:
-        """``strict=True``: a hook's name must be a declared event, or a point of its kind."""
+    def _refuse_unknown_name(self, kind: str, name: str, what: str, strict: bool) -> None:
+        """Refuse a hook whose exact name is no place its kind runs at (:func:`known_names`):
+        on a ``strict`` bus, any such name; on any bus, a declared event's (a declared name
+        is an event: a hook of a kind that never runs at one would never run)."""
         events = set(self.declarations.specs)
-        points = {point.name: point.kinds for point in self.points()}
-        known = events if kind == "event" else {n for n, kinds in points.items() if kind in kinds}
+        points: Dict[str, Set[str]] = {}
+        for point in self.points() if strict else self.points(name):
+            points.setdefault(point.name, set()).update(point.kinds)
+        known = known_names(kind, events, points)
         if name in known:
             return
-        noun = "declared event" if kind == "event" else "hook point"
-        raise UnknownNameError(
-            f"strict bus {self.bus.name!r} refuses a hook for an unknown name:\n"
+        noun = where_it_runs(kind)
+        line = (
             f"  - {kind} {what}: no {noun} is named {name!r}{did_you_mean(name, known)}"
-            f"{other_namespace(kind, name, events, set(points))}\n"
-            f"Declare events with @bus.event and define hook points with @bus.hookable "
-            f"before hooking them (or make the bus with strict=False)"
+            f"{other_namespace(kind, name, events, points)}"
+        )
+        if strict:
+            raise UnknownNameError(
+                f"strict bus {self.bus.name!r} refuses a hook for an unknown name:\n{line}\n"
+                f"Declare events with @bus.event and define hook points with @bus.hookable "
+                f"before hooking them (or make the bus with strict=False)"
+            )
+        raise UnknownNameError(
+            f"bus {self.bus.name!r} refuses a hook that could never run:\n{line}\n"
+            f"A declared event runs {methods(DECLARED_EVENT.runs)} hooks only"
         )
 
     def checked_handles(
@@ -803,8 +898,9 @@ class Registry:
         raise_collected(errors, handle.name)
 
     def unmatched(self) -> Tuple[List[Handle], List[str]]:
-        """The hooks whose names match nothing known, each with a line saying why
-        (``check_pending()``)."""
+        """The hooks whose names match no place their kind runs at, each with a line
+        saying why (``check_pending()``): the rule of a strict bus, :func:`known_names`,
+        with the emitted names known too."""
         handles = sorted(self.hooks(), key=lambda handle: handle.seq)
         point_kinds: Dict[str, Set[str]] = {}
         for point in self.points():
@@ -815,20 +911,17 @@ class Registry:
         for handle in handles:
             if handle.name == "*" or handle.optional:
                 continue  # watches everything, names nothing; or may never find its name
-            if handle.kind == "event":
-                known, noun = events, "declared or emitted event"
-            else:
-                known = {name for name, kinds in point_kinds.items() if handle.kind in kinds}
-                noun = "hook point"
+            known = known_names(handle.kind, events, point_kinds)
             match = handle.match
             if (handle.name in known) if match is None else any(match(n) for n in known):
                 continue
+            noun = where_it_runs(handle.kind, "declared or emitted event")
             if match is None:
                 reason = f"no {noun} is named {handle.name!r}"
             else:
                 reason = f"the pattern {handle.name!r} matches no {noun}"
             hint = did_you_mean(handle.name, known)
-            hint += other_namespace(handle.kind, handle.name, events, set(point_kinds))
+            hint += other_namespace(handle.kind, handle.name, events, point_kinds)
             found.append(handle)
             lines.append(f"  - {handle!r} ({handle.where}): {reason}{hint}")
         if lines and self.declarations.emitted_overflow:
@@ -910,12 +1003,16 @@ class Registry:
             else:
                 declarations.saw_emitted(event)
                 handles = self._resolve_locked("event", event, literal=True)
-                arounds = self._resolve_locked("around", event, literal=True)
+                wrapping = {
+                    kind: self._resolve_locked(kind, event, literal=True)
+                    for kind in _WRAPPING_EVENTS
+                }
                 plain = self.errors == "raise" and self.tracer is None
                 declared = declarations.specs.get(event)
-                # Around hooks wrap the whole emission: the full loop runs it.
-                plan = event_plan(handles, plain, declared) if not arounds else EventPlan(handles)
-                around = PointPlan({"around": arounds}, plain) if arounds else None
+                if any(wrapping.values()):  # they wrap the whole emission: the full loop
+                    plan, around = EventPlan(handles), PointPlan(wrapping, plain)
+                else:
+                    plan = event_plan(handles, plain, declared)
                 if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
                     self.event_plans.clear()
                     self._event_hooks.clear()
@@ -1058,7 +1155,7 @@ class Registry:
                 found = bool(points.get(name))
             else:
                 found = any(match(each) for each, alive in points.items() if alive)
-            if not found and kind == "around":  # around hooks wrap events too
+            if not found and kind in EVENT_RUNS:  # around hooks wrap events too
                 events = self.declarations.emitted.union(self.declarations.specs)
                 found = name in events if match is None else any(map(match, events))
         if not found:
@@ -1139,15 +1236,15 @@ class Registry:
 
     def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Forget the plans that a change of hooks for ``name`` (or a pattern) affects."""
-        if kind == "event" or kind == "around":  # an around hook wraps events and points
+        if kind in EVENT_RUNS:  # an around hook wraps events and points
             if match is None:
                 self.event_plans.pop(name, None)
                 self._event_hooks.pop(name, None)
             else:
                 self.event_plans.clear()
                 self._event_hooks.clear()
-            if kind == "event":
-                return
+        if kind not in AT_POINTS:
+            return
         points = self._points
         if match is None:
             self._stale += points.get(name, ())

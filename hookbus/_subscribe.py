@@ -19,6 +19,7 @@ from typing import (
     Dict,
     Iterable,
     List,
+    Literal,
     Mapping,
     NamedTuple,
     Optional,
@@ -32,23 +33,20 @@ from typing_extensions import Concatenate, ParamSpec, Protocol
 
 from ._event import Event
 from ._handle import HandleGroup
+from ._kinds import DECLARED_EVENT, hook_kind, methods, runs_at_points
 from ._names import check_name
 from ._options import PriorityLike, to_priority
 
 if TYPE_CHECKING:
     from ._registry import Registry
 
-__all__ = ["KINDS", "Listening", "listens", "subscribe"]
+__all__ = ["Listening", "listens", "subscribe"]
 
 F = TypeVar("F")
 P = ParamSpec("P")
 R = TypeVar("R")
 S = TypeVar("S")
 T = TypeVar("T")
-
-KINDS = ("event", "pre", "post", "exception", "around")
-"""What ``listens(kind=...)`` accepts: an event hook, or a hook around a hook point or an
-event (``"around"``: a generator method, as pluggy's ``wrapper=True``)."""
 
 _MARK = "__hookbus_listens__"
 
@@ -59,7 +57,8 @@ class Listening(NamedTuple):
     event: str
     """The event or hook-point name, or a glob pattern."""
     kind: str
-    """``"event"``, ``"pre"``, ``"post"``, ``"exception"`` or ``"around"``."""
+    """A hook kind of the table: ``"event"``, ``"around"``, ``"pre"``, ``"post"``,
+    ``"exception"``, or one an adapter added."""
     priority: Optional[int]
     """The method's own priority, or ``None`` to take the object's default."""
     once: bool
@@ -100,6 +99,17 @@ def listens(
 
 @overload
 def listens(
+    event: Event[Any],
+    *,
+    kind: Literal["around"],
+    priority: Optional[PriorityLike] = None,
+    once: bool = False,
+    optional: bool = False,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def listens(
     event: str,
     *,
     priority: Optional[PriorityLike] = None,
@@ -135,7 +145,9 @@ def listens(
     ``event`` may be a declared :class:`Event` (what ``@bus.event`` returns)
     instead of its name: type checkers then check the method's parameters after
     ``self`` against the event's spec, and the bus that declares it checks them
-    when the object is subscribed, as for any hook of a declared event.
+    when the object is subscribed, as for any hook of a declared event. With
+    ``kind="around"`` the method is the event's around hook (a declared event runs
+    event and around hooks only).
 
     Example:
         >>> import hookbus
@@ -161,18 +173,19 @@ def listens(
         >>> order_paid.emit(7)
         receipt for 7
     """
+    hook_kind(kind)  # an unknown kind is refused, naming the known ones
     if isinstance(event, Event):
-        if kind != "event":
+        if kind not in DECLARED_EVENT.runs:
             raise ValueError(
-                f"listens({event!r}, kind={kind!r}): a declared event takes event hooks "
-                f"only; for a hook around a hook point, give the point's name"
+                f"listens({event!r}, kind={kind!r}): a declared event runs "
+                f"{methods(DECLARED_EVENT.runs)} hooks only (kind="
+                f"{' or '.join(map(repr, DECLARED_EVENT.runs))}); for a hook around a hook "
+                f"point, give the point's name"
             )
         event = event.name
     name = check_name(
-        event, "event name" if kind == "event" else "hook point name", allow_pattern=True
+        event, "hook point name" if runs_at_points(kind) else "event name", allow_pattern=True
     )
-    if kind not in KINDS:
-        raise ValueError(f"unknown hook kind {kind!r}; accepted: {', '.join(map(repr, KINDS))}")
     own_priority = None if priority is None else to_priority(priority)
     if not isinstance(once, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"listens(once=) takes True or False, got {type(once).__name__} {once!r}")

@@ -63,28 +63,32 @@ def dispatch_event(
     if async_hooks:
         raise sync_emit_refusal(event, async_hooks)
     sender = args[0] if args else NO_SENDER
-    for handle in handles:
-        hook = handle.runner(sender, event)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            result = hook(*args, **kwargs)
-            if result is not None:
-                check_event_result(result, event)
-        except Exception as error:
-            if policy == "raise":
-                add_note(error, describe(handle, event))
-                raise
-            handle_error(policy, error, handle, event, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(event, "event", handle, perf_counter_ns() - start)
-        if results is not None and result is not NOT_COLLECTED:
-            results.append((handle, result) if pairs else result)
-            if first and result is not None:
-                break
+    try:
+        for handle in handles:
+            hook = handle.runner(sender, event)
+            if hook is None:
+                continue
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                result = hook(*args, **kwargs)
+                if result is not None:
+                    check_event_result(result, event)
+            except Exception as error:
+                if policy == "raise":
+                    add_note(error, describe(handle, event))
+                    raise
+                handle_error(policy, error, handle, event, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(event, "event", handle, perf_counter_ns() - start)
+            if results is not None and result is not NOT_COLLECTED:
+                results.append((handle, result) if pairs else result)
+                if first and result is not None:
+                    break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, event)
 
 
@@ -99,37 +103,43 @@ def run_phase(
     """Run one phase's hooks on ``ctx``, in order, under the bus's error policy.
 
     In the exception phase every hook runs, until one recovers: a hook that
-    raises replaces the error (``ctx.exception``) for the hooks after it, and the
-    caller raises whatever error is left. The async variant awaits async hooks.
+    raises replaces the error (``ctx.exception``) for the hooks after it, and a
+    recovery it made before raising is void; the caller raises whatever error is
+    left. Every other phase runs every hook, after a recovery too. The async
+    variant awaits async hooks.
     """
     phase = ctx.phase
     policy = registry.errors
     tracer = registry.tracer
     errors: List[Exception] = []
-    for handle in handles:
-        hook = handle.runner(ctx.target, ctx.name)
-        if hook is None:
-            continue
-        start = perf_counter_ns() if tracer is not None else 0
-        try:
-            returned = hook(ctx)
-            if returned is not None:
-                reject_returned(handle, ctx, returned)
-        except Exception as error:
-            if phase == "exception":  # raising is how an exception hook replaces the error
-                add_note(error, describe(handle, ctx.name))
-                replace_error(ctx, error)
+    try:
+        for handle in handles:
+            hook = handle.runner(ctx.target, ctx.name)
+            if hook is None:
                 continue
-            if policy == "raise":
-                add_note(error, describe(handle, ctx.name))
-                raise
-            handle_error(policy, error, handle, ctx.name, errors)
-            continue
-        finally:
-            if tracer is not None:
-                tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-        if ctx._recovered:
-            break
+            start = perf_counter_ns() if tracer is not None else 0
+            try:
+                returned = hook(ctx)
+                if returned is not None:
+                    reject_returned(handle, ctx, returned)
+            except Exception as error:
+                if phase == "exception":  # raising is how an exception hook replaces the error
+                    add_note(error, describe(handle, ctx.name))
+                    replace_error(ctx, error)  # a recovery the hook made first is void
+                    continue
+                if policy == "raise":
+                    add_note(error, describe(handle, ctx.name))
+                    raise
+                handle_error(policy, error, handle, ctx.name, errors)
+                continue
+            finally:
+                if tracer is not None:
+                    tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
+            if ctx._recovered and phase == "exception":  # the post hooks run on the value
+                break
+    except BaseException:
+        errors.clear()  # collected before a BaseException: their tracebacks hold this frame
+        raise
     raise_collected(errors, ctx.name)
 
 
@@ -158,12 +168,14 @@ def recover_or_raise(
             run_phase(registry, plan.post, ctx)
     finally:
         left, ctx._exception = ctx._exception, None
-    if not ctx._recovered:
-        try:
+    try:
+        if not ctx._recovered:
             raise cast(BaseException, left)
-        finally:
-            del error, left  # this frame is in the error's traceback: no cycle through it
-    return ctx._result
+        return ctx._result
+    finally:
+        # This frame is in the tracebacks of the errors the hooks raised (their frames
+        # point back to it), recovered or not: no cycle through it.
+        del error, left
 
 
 def call_with_hooks(

@@ -11,7 +11,10 @@ kind, in order) and, per call, builds one :class:`CallContext` with
 or, when the adapter makes the call itself, the whole sequence (around, pre, the
 call, post or exception hooks) with :func:`call_with_hooks`. An adapter with
 many possible points makes them on demand through a :class:`PointSource`
-(``bus.registry.add_source``).
+(``bus.registry.add_source``). The kinds of hook an adapter adds (torch's ``grad``),
+and the kinds of point it makes, are rows of the table of what is valid where:
+it declares them with :func:`add_hook_kind` and :func:`add_point_kind`, and its
+points' ``kinds`` read their row.
 
 ``hookbus.torch`` is built on this module and :mod:`hookbus` alone (a test
 enforces it); docs/adapters.md walks through a small adapter from scratch, and
@@ -46,27 +49,41 @@ from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
 from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, where_defined
+from ._kinds import (
+    PLAIN,
+    HookKind,
+    PointKind,
+    add_hook_kind,
+    add_point_kind,
+    hook_kind,
+)
 from ._names import Matcher, check_name, is_pattern, matcher_for
 from ._options import HookOptions
 from ._plan import Point, PointPlan, PointSource
 from ._sync_dispatch import call_with_hooks, resume_arounds, run_phase, start_arounds
 
 __all__ = [
+    "PLAIN",
     "CallContext",
     "EventBus",
     "Handle",
     "HandleGroup",
+    "HookKind",
     "HookOptions",
     "Layout",
     "Matcher",
     "Point",
+    "PointKind",
     "PointPlan",
     "PointSource",
     "Removable",
+    "add_hook_kind",
     "add_note",
+    "add_point_kind",
     "call_with_hooks",
     "check_name",
     "describe",
+    "hook_kind",
     "is_pattern",
     "layout_of",
     "matcher_for",

@@ -1,4 +1,6 @@
-"""The torch adapter is built on the public seam: ``hookbus`` and ``hookbus.adapter`` only.
+"""The adapters are built on the public seam: ``hookbus`` and ``hookbus.adapter`` only.
+
+The torch adapter and the example adapter (examples/method_hooks.py) import nothing else.
 
 A second adapter (flax, a web router) can then be written from what torch uses,
 and the core's private modules can be renamed or merged without touching it.
@@ -130,3 +132,25 @@ def test_every_name_of_the_seam_is_used_by_an_adapter() -> None:
     used = " ".join(sources)
     unused = [name for name in hookbus.adapter.__all__ if not re.search(rf"\b{name}\b", used)]
     assert not unused, f"names of hookbus.adapter that no adapter uses: {unused}"
+
+
+def _imports(path: Path) -> List[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names += [f"{base}.{alias.name}" for alias in node.names]
+    return names
+
+
+def test_the_example_adapter_uses_only_the_public_seam() -> None:
+    used = _imports(ROOT / "examples" / "method_hooks.py")
+    of_hookbus = sorted({name for name in used if name.startswith("hookbus")})
+    assert of_hookbus == [
+        "hookbus",
+        "hookbus.adapter",
+    ]  # import hookbus; from hookbus import adapter
+    private = [name for name in used if "._" in name]
+    assert not private, private

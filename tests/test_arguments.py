@@ -314,8 +314,8 @@ def test_arguments_agree_with_the_callable_for_every_way_of_calling(
 
 
 def test_a_positional_only_parameter_is_not_the_kwargs_key_of_its_name() -> None:
-    # Issue 20, item 13: writing ctx.arguments["x"] edited kwargs["x"], which belongs
-    # to **kwargs, instead of the positional-only x.
+    # Writing ctx.arguments["x"] once edited kwargs["x"], which belongs to **kwargs,
+    # instead of the positional-only x.
     bus = EventBus()
 
     @bus.hookable("f")
@@ -338,7 +338,7 @@ def test_a_positional_only_parameter_is_not_the_kwargs_key_of_its_name() -> None
 
 
 def test_a_callable_object_that_hands_everything_to_forward_binds_to_forward() -> None:
-    # Issue 20, item 15: bus.wrap(model) gave ctx.arguments the keys args and kwargs.
+    # bus.wrap(model) once gave ctx.arguments the keys args and kwargs.
     class Model:
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return self.forward(*args, **kwargs)

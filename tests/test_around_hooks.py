@@ -1,17 +1,15 @@
-"""Around hooks, and teardown that always runs (issue 18).
+"""Around hooks: a generator that spans the call, its pre and post hooks, and their errors.
 
-The first tests are the regressions: each failed on the code before around hooks
-(an error in a later pre hook, in a post hook, or in an exception hook dropped the
-hooks that would have closed what an earlier one opened). Then around hooks
-themselves, their bad shapes, events, async, and a property: whatever raises
-where, every around hook that started finishes exactly once, innermost first.
+How around hooks nest, replace, translate and recover; their bad shapes; on events and
+async points; and a property: whatever raises where, every around hook that started
+finishes exactly once, innermost first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Callable, Generator, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Generator, Iterator, List, Optional
 
 import pytest
 from hypothesis import given, settings
@@ -21,130 +19,6 @@ import hookbus
 from hookbus import CallContext, EventBus
 
 Around = Generator[None, None, None]
-
-
-# --- regressions: teardown that the old dispatch skipped ---------------------------
-
-
-def test_an_error_in_a_later_pre_hook_still_reaches_the_exception_hooks() -> None:
-    bus = EventBus()
-    spans: List[str] = []
-
-    @bus.hookable("load")
-    def load() -> str:
-        return "data"
-
-    bus.pre("load", lambda ctx: spans.append("open"), priority=10)
-
-    @bus.pre("load")
-    def refuse(ctx: CallContext) -> None:
-        raise PermissionError("denied")
-
-    bus.post("load", lambda ctx: spans.append("close"))
-    bus.exception("load", lambda ctx: spans.append("close"))
-    with pytest.raises(PermissionError):
-        load()
-    assert spans == ["open", "close"]
-
-
-def test_an_error_in_a_post_hook_reaches_the_exception_hooks() -> None:
-    bus = EventBus()
-    seen: List[str] = []
-
-    @bus.hookable("load")
-    def load() -> str:
-        return "data"
-
-    @bus.post("load")
-    def broken(ctx: CallContext) -> None:
-        raise ValueError("bad result")
-
-    @bus.exception("load")
-    def cleanup(ctx: CallContext) -> None:
-        seen.append(type(ctx.exception).__name__)
-
-    with pytest.raises(ValueError, match="bad result"):
-        load()
-    assert seen == ["ValueError"]
-
-
-def test_a_post_hook_error_can_be_recovered_once() -> None:
-    bus = EventBus()
-
-    @bus.hookable("load")
-    def load() -> str:
-        return "data"
-
-    bus.post("load", lambda ctx: (_ for _ in ()).throw(ValueError("bad")))
-    bus.exception("load", lambda ctx: ctx.recover("fallback"))
-    assert load() == "fallback"
-
-
-def test_every_exception_hook_runs_and_sees_the_replacement_error() -> None:
-    bus = EventBus()
-    seen: List[Tuple[str, str]] = []
-
-    @bus.hookable("fetch")
-    def fetch() -> None:
-        raise ConnectionError("offline")
-
-    @bus.exception("fetch", priority=10)
-    def translate(ctx: CallContext) -> None:
-        seen.append(("translate", type(ctx.exception).__name__))
-        raise LookupError("not found") from ctx.exception
-
-    @bus.exception("fetch")
-    def cleanup(ctx: CallContext) -> None:
-        seen.append(("cleanup", type(ctx.exception).__name__))
-
-    with pytest.raises(LookupError) as info:
-        fetch()
-    assert seen == [("translate", "ConnectionError"), ("cleanup", "LookupError")]
-    assert isinstance(info.value.__cause__, ConnectionError)
-
-
-@pytest.mark.parametrize("errors", ["raise", "collect", "log"])
-def test_a_cleanup_exception_hook_after_a_failing_one_runs_under_every_policy(
-    errors: Any,
-) -> None:
-    bus = EventBus(errors=errors)
-    ran: List[str] = []
-
-    @bus.hookable("f")
-    def f() -> None:
-        raise KeyError("k")
-
-    bus.exception("f", lambda ctx: (_ for _ in ()).throw(RuntimeError("hook")), priority=1)
-    bus.exception("f", lambda ctx: ran.append("cleanup"))
-    with pytest.raises(RuntimeError):
-        f()
-    assert ran == ["cleanup"]
-
-
-def test_an_around_hook_sees_keyboard_interrupt_and_lets_it_go_on() -> None:
-    bus = EventBus()
-    log: List[str] = []
-
-    @bus.hookable("work")
-    def work() -> None:
-        raise KeyboardInterrupt
-
-    @bus.around("work")
-    def span(ctx: CallContext) -> Around:
-        log.append("open")
-        try:
-            yield
-        except BaseException as error:
-            log.append(type(error).__name__)
-            ctx.recover("ignored")  # a BaseException always goes on
-            raise
-        finally:
-            log.append("close")
-
-    bus.exception("work", lambda ctx: log.append("exception hook"))
-    with pytest.raises(KeyboardInterrupt):
-        work()
-    assert log == ["open", "KeyboardInterrupt", "close"]  # exception hooks: Exception only
 
 
 # --- around hooks ---------------------------------------------------------------------
@@ -260,6 +134,32 @@ def test_teardown_runs_after_a_skip() -> None:
     bus.pre("job", lambda ctx: ctx.skip(-1))
     assert job(1) == -1
     assert log == ["after, skipped=True result=-1"]
+
+
+def test_an_around_hook_sees_keyboard_interrupt_and_lets_it_go_on() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("work")
+    def work() -> None:
+        raise KeyboardInterrupt
+
+    @bus.around("work")
+    def span(ctx: CallContext) -> Around:
+        log.append("open")
+        try:
+            yield
+        except BaseException as error:
+            log.append(type(error).__name__)
+            ctx.recover("ignored")  # a BaseException always goes on
+            raise
+        finally:
+            log.append("close")
+
+    bus.exception("work", lambda ctx: log.append("exception hook"))
+    with pytest.raises(KeyboardInterrupt):
+        work()
+    assert log == ["open", "KeyboardInterrupt", "close"]  # exception hooks: Exception only
 
 
 def test_an_around_hook_that_yields_twice_is_closed_and_named() -> None:

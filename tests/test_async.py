@@ -9,20 +9,12 @@ import gc
 import logging
 import sys
 import warnings
-from typing import Any, Awaitable, Callable, Iterator, List, Optional, TypeVar
+from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
+from async_helpers import LazyEvent, run
 
 from hookbus import CallContext, EventBus, HookError
-
-T = TypeVar("T")
-
-
-def run(coro: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await coro
-
-    return asyncio.run(main())
 
 
 @contextlib.contextmanager
@@ -44,24 +36,6 @@ def no_unawaited_coroutines() -> Iterator[None]:
         sys.unraisablehook = old_hook
     messages = [str(w.message) for w in caught] + [repr(u.exc_value) for u in unraisable]
     assert not [m for m in messages if "never awaited" in m], messages
-
-
-class LazyEvent:
-    """An asyncio.Event made at first use, in the running loop (3.9 binds one at creation)."""
-
-    def __init__(self) -> None:
-        self._event: Optional[asyncio.Event] = None
-
-    def _get(self) -> asyncio.Event:
-        if self._event is None:
-            self._event = asyncio.Event()
-        return self._event
-
-    def set(self) -> None:
-        self._get().set()
-
-    async def wait(self) -> None:
-        await self._get().wait()
 
 
 async def double(x: int) -> int:
@@ -489,48 +463,3 @@ def test_timeout_in_an_async_hook_propagates() -> None:
     with pytest.raises(asyncio.TimeoutError):
         run(main())
     assert len(bus.hooks()) == 1
-
-
-def test_cancellation_inside_a_scope_removes_its_hooks() -> None:
-    bus = EventBus()
-    started = LazyEvent()
-
-    async def task_body() -> None:
-        with bus.scope():
-            bus.on("e", print)
-            started.set()
-            await asyncio.Event().wait()
-
-    async def main() -> None:
-        task = asyncio.ensure_future(task_body())
-        await started.wait()
-        assert len(bus.hooks()) == 1
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    run(main())
-    assert bus.hooks() == []
-
-
-def test_scope_opened_in_one_task_does_not_capture_another_tasks_hooks() -> None:
-    bus = EventBus()
-    inside = LazyEvent()
-    done = LazyEvent()
-
-    async def scoped() -> None:
-        with bus.scope():
-            bus.on("scoped", print)
-            inside.set()
-            await done.wait()
-
-    async def other() -> None:
-        await inside.wait()
-        bus.on("other", print)
-        done.set()
-
-    async def main() -> None:
-        await asyncio.gather(scoped(), other())
-
-    run(main())
-    assert bus.events() == ["other"]

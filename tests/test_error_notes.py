@@ -10,11 +10,6 @@ import pytest
 from hookbus import CallContext, EventBus
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on emit's fast path, the error of a hook that takes a subset of a declared "
-    "event's arguments by name gets no note naming the hook",
-)
 def test_the_error_of_a_hook_taking_arguments_by_name_names_the_hook() -> None:
     """The note is how a user finds which of many hooks failed; a hook that takes part of
     the spec by name (pluggy's habit) is as much a hook as one that takes all of it."""

@@ -12,11 +12,6 @@ import pytest
 from hookbus import CallContext, EventBus
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an exception hook that calls ctx.recover(0) and then raises: the error is "
-    "swallowed and the call returns 0",
-)
 def test_an_exception_hook_that_recovers_and_then_raises_replaces_the_error() -> None:
     """Raising is how an exception hook replaces the error; a recovery it made before
     raising did not complete, so the call raises the hook's error, and the later hooks see
@@ -58,11 +53,6 @@ def _call_async(bus: EventBus) -> Callable[[str], Any]:
     return lambda text: asyncio.run(parse(text))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after ctx.recover(), only the first post hook runs: the phase loop's stop on "
-    "recovery also ends the post phase",
-)
 @pytest.mark.parametrize("make", [_call_sync, _call_async], ids=["sync point", "async point"])
 def test_every_post_hook_runs_on_a_recovered_value(
     make: Callable[[EventBus], Callable[[str], Any]],
@@ -83,11 +73,6 @@ class _Argument:
     pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an exception hook that raises, then a later one that recovers: the call's "
-    "arguments stay in a reference cycle until the garbage collector runs",
-)
 def test_a_recovered_call_keeps_nothing_of_its_arguments_when_a_hook_raised_first() -> None:
     """After a call nothing references its arguments (a batch of tensors, a request): the
     dispatch lets go of every error it handled, whichever hook raised it."""

@@ -27,11 +27,6 @@ def _bus_with_a_failing_sync_hook(policy: str, ran: List[str]) -> EventBus:
     return bus
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gather ignores errors='collect' when a sync hook raises: the bare error comes "
-    "out at once and the later hooks never run",
-)
 def test_gather_collects_a_sync_hook_s_error_after_running_every_hook() -> None:
     """``collect_async`` runs every hook and raises one group under ``"collect"``; gather,
     its concurrent twin, keeps the same policy whether the failing hook is sync or async."""
@@ -43,11 +38,6 @@ def test_gather_collects_a_sync_hook_s_error_after_running_every_hook() -> None:
     assert ran == ["later"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gather ignores errors='log' when a sync hook raises: the error comes out and "
-    "the later hooks never run",
-)
 def test_gather_logs_a_sync_hook_s_error_and_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     """Under ``"log"`` an error is logged and dispatch goes on, on every dispatch path."""
     ran: List[str] = []
@@ -59,11 +49,6 @@ def test_gather_logs_a_sync_hook_s_error_and_goes_on(caplog: pytest.LogCaptureFi
     assert any("sync hook failed" in str(record.exc_info) for record in caplog.records)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="in gather, a sync hook raising SystemExit or KeyboardInterrupt leaves the "
-    "earlier hooks' coroutines never awaited",
-)
 @pytest.mark.parametrize("stop", [SystemExit, KeyboardInterrupt])
 def test_gather_closes_the_started_coroutines_when_a_sync_hook_raises_a_base_exception(
     stop: type,

@@ -1,200 +1,24 @@
-"""Hook points: pre/post/exception hooks around every kind of callable."""
+"""Hook points: any callable made a hook point (``hookable``, ``wrap``), its name, the hooks
+that reach it by name and pattern, and the hooks registered through the point itself."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
-from typing import Any, Dict, List
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
+import hookbus
 from hookbus import CallContext, EventBus
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def test_pre_hook_replaces_args_and_kwargs() -> None:
-    bus = EventBus()
-
-    @bus.hookable("scale")
-    def scale(x: int, factor: int = 2) -> int:
-        return x * factor
-
-    def rewrite(ctx: CallContext) -> None:
-        assert (ctx.args, ctx.kwargs, ctx.phase) == ((5,), {}, "pre")
-        ctx.args = (10,)
-        ctx.kwargs = {"factor": 3}
-
-    bus.pre("scale", rewrite)
-    assert scale(5) == 30
-
-
-def test_post_hook_replaces_result_including_with_none() -> None:
-    bus = EventBus()
-
-    @bus.hookable("get")
-    def get() -> Any:
-        return "value"
-
-    seen: List[Any] = []
-
-    def to_none(ctx: CallContext) -> None:
-        seen.append(ctx.result)
-        ctx.result = None
-
-    bus.post("get", to_none)
-    assert get() is None
-    assert seen == ["value"]
-
-
-def test_post_hooks_chain_in_priority_order() -> None:
-    bus = EventBus()
-
-    @bus.hookable("v")
-    def v() -> str:
-        return "x"
-
-    bus.post("v", lambda ctx: setattr(ctx, "result", ctx.result + "-low"), priority=-1)
-    bus.post("v", lambda ctx: setattr(ctx, "result", ctx.result + "-high"), priority=1)
-    assert v() == "x-high-low"
-
-
-def test_exception_hook_observes_and_error_propagates_unchanged() -> None:
-    bus = EventBus()
-    error = ValueError("bad")
-    seen: List[Any] = []
-
-    @bus.hookable("f")
-    def f() -> None:
-        raise error
-
-    bus.exception("f", lambda ctx: seen.append((ctx.phase, ctx.exception)))
-    with pytest.raises(ValueError, match="bad") as info:
-        f()
-    assert info.value is error
-    assert seen == [("exception", error)]
-
-
-def test_exception_hook_replaces_the_error_by_raising() -> None:
-    bus = EventBus()
-
-    @bus.hookable("f")
-    def f() -> None:
-        raise KeyError("k")
-
-    def translate(ctx: CallContext) -> None:
-        raise LookupError("translated") from ctx.exception
-
-    bus.exception("f", translate)
-    with pytest.raises(LookupError, match="translated") as info:
-        f()
-    assert isinstance(info.value.__cause__, KeyError)
-
-
-def test_exception_hook_recovers_and_post_hooks_see_the_value() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-
-    @bus.hookable("f")
-    def f(x: int) -> int:
-        return 10 // x
-
-    bus.exception("f", lambda ctx: ctx.recover(-1))
-    bus.exception("f", lambda ctx: log.append("never: the first recovered"), priority=-5)
-    bus.post("f", lambda ctx: log.append((ctx.result, ctx.recovered)))
-    assert f(2) == 5
-    assert f(0) == -1
-    assert log == [(5, False), (-1, True)]
-
-
-def test_recover_outside_an_exception_hook_is_an_error() -> None:
-    bus = EventBus()
-
-    @bus.hookable("f")
-    def f() -> int:
-        return 1
-
-    bus.post("f", lambda ctx: ctx.recover(2))
-    with pytest.raises(RuntimeError, match="exception hooks"):
-        f()
-
-
-def test_pre_hook_error_stops_the_call_and_reaches_the_exception_hooks() -> None:
-    bus = EventBus()
-    ran: List[str] = []
-
-    @bus.hookable("f")
-    def f() -> None:
-        ran.append("f")
-
-    def refuse(ctx: CallContext) -> None:
-        raise PermissionError("no")
-
-    bus.pre("f", refuse)
-    bus.exception("f", lambda ctx: ran.append("exception hook"))
-    with pytest.raises(PermissionError) as info:
-        f()
-    # Not the callable; the exception hooks, which see every error of the call's
-    # inside (a pre hook's too), so that what a pre hook opened can be closed.
-    assert ran == ["exception hook"]
-    assert "pre hook point 'f'" in info.value.__notes__[0]
-
-
-def test_call_context_fields_and_per_call_data() -> None:
-    bus = EventBus()
-    seen: List[Any] = []
-
-    @bus.hookable("work")
-    def work(a: int, *, b: int) -> int:
-        return a + b
-
-    def before(ctx: CallContext) -> None:
-        ctx.data["token"] = ctx.call_index * 100
-
-    def after(ctx: CallContext) -> None:
-        seen.append((ctx.name, ctx.target, ctx.args, ctx.kwargs, ctx.result, ctx.data["token"]))
-
-    bus.pre("work", before)
-    bus.post("work", after)
-    work(1, b=2)
-    work(3, b=4)
-    assert seen == [
-        ("work", work.__wrapped__, (1,), {"b": 2}, 3, 0),  # type: ignore[attr-defined]
-        ("work", work.__wrapped__, (3,), {"b": 4}, 7, 100),  # type: ignore[attr-defined]
-    ]
-    assert "hunter" not in repr(CallContext("n", None, ("hunter2",), {}))
-
-
-def test_target_filter_on_instances() -> None:
-    bus = EventBus()
-    log: List[Any] = []
-
-    class Model:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        @bus.hookable("forward")
-        def forward(self, x: int) -> int:
-            return x
-
-    a, b = Model("a"), Model("b")
-    bus.post("forward", lambda ctx: log.append(ctx.target.name), target=a)
-    a.forward(1)
-    b.forward(1)
-    assert log == ["a"]
-
-
-def test_once_pre_hook() -> None:
-    bus = EventBus()
-    log: List[int] = []
-
-    @bus.hookable("f")
-    def f(x: int) -> int:
-        return x
-
-    bus.pre("f", lambda ctx: log.append(ctx.args[0]), once=True)
-    f(1)
-    f(2)
-    assert log == [1]
+# --- a point runs the hooks of its name ----------------------------------------------------
 
 
 def test_hook_points_share_hooks_by_name_and_pattern() -> None:
@@ -224,19 +48,6 @@ def test_hooks_registered_before_the_point_exists_apply() -> None:
         return "plain"
 
     assert later() == "hooked"
-
-
-def test_paused_point_runs_the_callable_without_hooks() -> None:
-    bus = EventBus()
-
-    @bus.hookable("f")
-    def f() -> str:
-        return "plain"
-
-    bus.post("f", lambda ctx: setattr(ctx, "result", "hooked"))
-    with bus.paused("f"):
-        assert f() == "plain"
-    assert f() == "hooked"
 
 
 def test_removing_the_last_hook_restores_the_plain_call() -> None:
@@ -369,7 +180,7 @@ def test_wrap_leaves_the_original_unchanged() -> None:
     assert Widget.unit() == 1
 
 
-def test_wrap_a_callable_object() -> None:
+def test_a_wrapped_callable_object_is_the_target_and_keeps_its_signature() -> None:
     bus = EventBus()
 
     class Adder:
@@ -387,7 +198,7 @@ def test_wrap_a_callable_object() -> None:
     assert list(inspect.signature(wrapped).parameters) == ["a", "b"]
 
 
-def test_wrap_builtins() -> None:
+def test_wrapped_builtins_run_their_hooks_and_keep_their_name() -> None:
     bus = EventBus()
     hooked_len = bus.wrap(len, "len")
     hooked_sorted = bus.wrap(sorted, "sorted")
@@ -398,7 +209,7 @@ def test_wrap_builtins() -> None:
     assert hooked_len.__name__ == "len"
 
 
-def test_wrap_a_partial() -> None:
+def test_a_wrapped_partial_runs_its_hooks() -> None:
     bus = EventBus()
     double = bus.wrap(functools.partial(pow, exp=2), "square")
     bus.post("square", lambda ctx: setattr(ctx, "result", -ctx.result))
@@ -429,6 +240,235 @@ def test_metadata_and_signature_are_kept() -> None:
         assert getattr(wrapped, attribute) == getattr(documented, attribute)
     assert wrapped.__wrapped__ is documented  # type: ignore[attr-defined]
     assert inspect.signature(wrapped) == inspect.signature(documented)
+
+
+# --- a point wrapped again: hookable(hookable(f)) -----------------------------------------
+
+
+def test_hookable_twice_on_the_same_name_runs_hooks_once() -> None:
+    bus = EventBus()
+    log: List[str] = []
+
+    @bus.hookable("f")
+    @bus.hookable("f")
+    def f(x: int) -> int:
+        return x
+
+    bus.pre("f", lambda ctx: log.append("pre"))
+    bus.post("f", lambda ctx: log.append("post"))
+    assert f(1) == 1
+    assert log == ["pre", "post"]
+
+
+def test_wrap_of_a_hook_point_on_its_own_name_is_the_point_itself() -> None:
+    bus = EventBus()
+    log: List[int] = []
+    once = bus.wrap(abs, "abs")
+    twice = bus.wrap(once, "abs")
+    assert twice is once
+    bus.post("abs", lambda ctx: log.append(ctx.result))
+    assert twice(-2) == 2
+    assert log == [2]
+
+
+def test_hookable_twice_under_two_names_runs_each_names_hooks() -> None:
+    bus = EventBus()
+    log: List[str] = []
+    inner = bus.wrap(abs, "inner")
+    outer = bus.wrap(inner, "outer")
+    bus.pre("*", lambda ctx: log.append(ctx.name))
+    assert outer(-1) == 1
+    assert log == ["outer", "inner"]
+
+
+def test_a_method_hooked_under_two_names_keeps_self_out_of_args_in_both() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    class Motor:
+        @bus.hookable("outer")
+        @bus.hookable("inner")
+        def spin(self, rpm: int) -> int:
+            return rpm
+
+    bus.pre("*", lambda ctx: seen.append((ctx.name, ctx.target, ctx.args)))
+    motor = Motor()
+    assert motor.spin(5) == 5
+    assert seen == [("outer", motor, (5,)), ("inner", motor, (5,))]
+
+
+def test_hook_points_of_two_buses_both_run() -> None:
+    first, second = EventBus(), EventBus()
+    log: List[str] = []
+    both = second.wrap(first.wrap(abs, "abs"), "abs")
+    first.pre("abs", lambda ctx: log.append("first"))
+    second.pre("abs", lambda ctx: log.append("second"))
+    assert both(-3) == 3
+    assert log == ["second", "first"]
+
+
+# --- classes are refused: construction is hooked at __init__ ------------------------------
+
+
+def test_hookable_on_a_class_is_refused_saying_how_to_hook_construction() -> None:
+    bus = EventBus()
+
+    class Model:
+        pass
+
+    with pytest.raises(TypeError, match=r"class Model.*__init__"):
+        bus.hookable(Model)
+    with pytest.raises(TypeError, match=r"class Model.*__init__"):
+        bus.hookable("model")(Model)
+    with pytest.raises(TypeError, match=r"class Model"):
+        bus.wrap(Model, "model")
+    assert bus.hooks() == []
+    assert isinstance(Model(), Model)  # untouched
+
+
+def test_hooking_init_is_the_way_to_hook_construction() -> None:
+    bus = EventBus()
+
+    class Model:
+        @bus.hookable("Model.__init__")
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+    built: List[Any] = []
+    bus.post("Model.__init__", lambda ctx: built.append((ctx.target, ctx.arguments["size"])))
+    model = Model(3)
+    assert built == [(model, 3)]
+
+    class Sub(Model):  # subclassing still works: Model is still a class
+        pass
+
+    assert isinstance(Sub(1), Model)
+
+
+def test_default_bus_hookable_is_the_same_function() -> None:
+    # hookbus.hookable is the default bus's method: the edge cases hold there too.
+    with pytest.raises(TypeError, match="class"):
+        hookbus.hookable(Widget)
+
+
+# --- callable objects with an async __call__ --------------------------------------
+
+
+class AsyncFetcher:
+    async def __call__(self, key: str) -> str:
+        if key == "bad":
+            raise KeyError(key)
+        await asyncio.sleep(0)
+        return key.upper()
+
+
+def test_wrap_an_object_with_async_call_gives_an_async_hook_point() -> None:
+    bus = EventBus()
+    fetch = bus.wrap(AsyncFetcher(), "fetch")
+    assert inspect.iscoroutinefunction(fetch)
+    results: List[Any] = []
+    bus.post("fetch", lambda ctx: results.append(ctx.result))
+    bus.exception("fetch", lambda ctx: ctx.recover("recovered"))
+    assert asyncio.run(fetch("a")) == "A"
+    assert asyncio.run(fetch("bad")) == "recovered"
+    assert results == ["A", "recovered"]
+
+
+# --- targets of wrapped builtins ----------------------------------------------------------
+
+
+def test_target_of_a_wrapped_builtin_function_is_the_function() -> None:
+    bus = EventBus()
+    hooked_len = bus.wrap(len, "len")
+    seen: List[Any] = []
+    bus.post("len", lambda ctx: seen.append(ctx.target), target=len)
+    assert hooked_len("abc") == 3
+    assert seen == [len]
+
+
+def test_target_of_a_wrapped_bound_builtin_method_is_its_object() -> None:
+    bus = EventBus()
+    items: List[int] = []
+    append = bus.wrap(items.append, "append")
+    seen: List[Any] = []
+    bus.pre("append", lambda ctx: seen.append(ctx.target), target=items)
+    append(1)
+    assert items == [1]
+    assert seen == [items]
+
+
+# --- generator functions: the hooks see the call, not the iteration -----------------------
+
+
+def test_generator_functions_are_documented_with_what_to_do_instead() -> None:
+    doc = inspect.getdoc(EventBus.hookable) or ""
+    concepts = (ROOT / "docs" / "concepts.md").read_text()
+    for text in (doc, concepts):
+        assert "generator" in text
+        assert "iteration" in text
+
+
+def test_generator_function_as_documented_post_hooks_get_the_generator() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+
+    @bus.hookable("count")
+    def count(n: int) -> Iterator[int]:
+        yield from range(n)
+        raise ValueError("during iteration")
+
+    bus.post("count", lambda ctx: seen.append(inspect.isgenerator(ctx.result)))
+    bus.exception("count", lambda ctx: seen.append("exception hook"))
+    numbers = count(2)
+    assert seen == [True]
+    with pytest.raises(ValueError, match="during iteration"):
+        list(numbers)
+    assert seen == [True]  # an error during iteration is after the call: no hook runs
+
+
+# --- a default name shared by accident warns -----------------------------------------------
+
+
+def _function_in_module(module_name: str, qualname: str) -> Any:
+    module = types.ModuleType(module_name)
+    exec(f"def {qualname}(x):\n    return x\n", module.__dict__)
+    fn = module.__dict__[qualname]
+    fn.__module__ = module_name
+    return fn
+
+
+def test_a_default_name_taken_by_another_modules_function_warns_naming_both() -> None:
+    bus = EventBus()
+    first = bus.hookable(_function_in_module("pkg.a", "forward"))
+    with pytest.warns(hookbus.SharedNameWarning) as caught:
+        second = bus.hookable(_function_in_module("pkg.b", "forward"))
+    message = str(caught[0].message)
+    assert "pkg.a" in message
+    assert "pkg.b" in message
+    assert "@hookable('forward')" in message  # the way to say sharing is meant
+    assert first(1) == second(1) == 1
+
+
+def test_no_warning_for_the_same_module_or_an_explicit_name() -> None:
+    bus = EventBus()
+    keep = [bus.hookable(_function_in_module("pkg.a", "forward"))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        keep.append(bus.hookable(_function_in_module("pkg.a", "forward")))  # a reload
+        keep.append(bus.hookable("forward")(_function_in_module("pkg.c", "forward")))
+    assert len(keep) == 3
+
+
+def test_the_shared_name_warning_as_an_error_leaves_nothing_half_registered() -> None:
+    bus = EventBus()
+    keep = bus.hookable(_function_in_module("pkg.a", "forward"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(hookbus.SharedNameWarning):
+            bus.hookable(_function_in_module("pkg.b", "forward"))
+    assert [p.where for p in bus.points()] == [p.where for p in bus.points()[:1]]
+    assert len(bus.points()) == 1
+    assert keep(2) == 2
 
 
 # --- async ----------------------------------------------------------------------------

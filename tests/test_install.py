@@ -8,7 +8,7 @@
 * an editable install (``pip install -e``, as the README says): ``mypy --strict`` and
   ``pyright`` on a user program in another folder find hookbus and hookbus.torch and their
   types, and ``import hookbus`` works from the checkout's parent folder, even one that holds
-  a folder named ``hookbus`` (issue 19: setuptools' import-hook finder failed both).
+  a folder named ``hookbus`` (setuptools' import-hook finder failed both).
 
 The wheel is built once per session, with the hatchling installed here (the ``dev`` extra);
 the environments install from the package index through pip's cache. Slow (a minute or two,

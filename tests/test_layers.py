@@ -21,7 +21,7 @@ PACKAGE = ROOT / "hookbus"
 # Bottom first. Each layer is a list of module paths under hookbus/ (globs allowed):
 # a module imports only from layers below its own.
 LAYERS: List[List[str]] = [
-    ["_names.py"],  # names, glob patterns
+    ["_names.py", "_kinds.py"],  # names, glob patterns; the table of what is valid where
     ["_spec.py"],  # event specs: binders, by-name callers
     ["_context.py"],  # the CallContext of one call
     ["_handle.py"],  # one registration, groups of them, and the store they know
@@ -48,7 +48,7 @@ LAYERS: List[List[str]] = [
     # The torch adapter, on hookbus and hookbus.adapter alone. Where warnings point, outside
     # hookbus; then foundations with no hooks: tensors in nested outputs, wrapper names,
     # exact statistics.
-    ["torch/_user_line.py"],
+    ["torch/_user_line.py", "torch/_module_kinds.py"],
     ["torch/_tree.py", "torch/_unwrap.py", "torch/_moments.py"],
     # Mechanisms, each alone: which module call a frame runs, an owner's native hooks in a
     # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives,
@@ -71,7 +71,7 @@ LAYERS: List[List[str]] = [
     # layout (those built on Llama's above it); finding a model's table, and reading and
     # writing a value through points; the values the forward does not hold; a name's
     # hook point; the point source of one model's names.
-    ["torch/_architecture.py", "torch/_name_views.py"],
+    ["torch/_architecture.py", "torch/_head_views.py"],
     [
         "torch/_tables/__init__.py",
         "torch/_tables/gpt2.py",
@@ -80,8 +80,8 @@ LAYERS: List[List[str]] = [
         "torch/_tables/opt.py",
     ],
     ["torch/_tables/gemma2.py", "torch/_tables/phi3.py"],
-    ["torch/_architectures.py", "torch/_name_recipes.py"],
-    ["torch/_attention_pattern.py", "torch/_norm_scale.py", "torch/_name_point.py"],
+    ["torch/_table_detection.py", "torch/_recipes.py"],
+    ["torch/_attention_pattern.py", "torch/_norm_scale.py", "torch/_value_point.py"],
     ["torch/_vocabulary.py"],
     ["torch/_attach.py"],  # attaching a model: its modules (and names) become hook points
     # The features.

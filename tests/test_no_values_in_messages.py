@@ -8,7 +8,6 @@ produces (the error's message and notes, the reprs a hook can see, the log).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any, Callable, List
 
@@ -205,70 +204,3 @@ def test_the_collect_policy_group_shows_no_value() -> None:
     error = raised_by(lambda: bus.emit("e", Secret()))
     assert isinstance(error, HookError)
     assert_no_secret(texts_of(error))
-
-
-# --- a note is added once --------------------------------------------------------------
-
-
-def test_an_error_re_raised_through_a_hook_gets_its_note_once() -> None:
-    # Sentinel errors, retry loops and future.result() re-raise one object again and again.
-    bus = EventBus()
-    failure = ConnectionError("offline")
-
-    def hook() -> None:
-        raise failure
-
-    bus.on("e", hook)
-    for _ in range(1000):
-        with pytest.raises(ConnectionError):
-            bus.emit("e")
-    assert len(failure.__notes__) == 1
-
-
-@pytest.mark.parametrize("path", ["emit", "collect", "emit_async", "point", "log"])
-def test_the_note_once_holds_on_every_dispatch_path(path: str) -> None:
-    bus = EventBus(errors="log" if path == "log" else "raise")
-    failure = ConnectionError("offline")
-
-    def hook(*args: Any) -> None:
-        raise failure
-
-    @bus.hookable("fetch")
-    def fetch() -> None: ...
-
-    bus.on("e", hook)
-    bus.pre("fetch", hook)
-    calls = {
-        "emit": lambda: bus.emit("e"),
-        "collect": lambda: bus.collect("e"),
-        "emit_async": lambda: asyncio.run(bus.emit_async("e")),
-        "point": fetch,
-        "log": lambda: bus.emit("e"),
-    }
-    for _ in range(3):
-        with contextlib.suppress(ConnectionError):
-            calls[path]()
-    assert len(failure.__notes__) == 1, failure.__notes__
-
-
-def test_distinct_hooks_still_each_add_their_note() -> None:
-    bus = EventBus()
-    failure = ConnectionError("offline")
-
-    def first() -> None:
-        raise failure
-
-    def second() -> None:
-        raise failure
-
-    with bus.scope():
-        bus.on("a", first)
-        with pytest.raises(ConnectionError):
-            bus.emit("a")
-    bus.on("a", second)
-    with pytest.raises(ConnectionError):
-        bus.emit("a")
-    assert [("first" in note, "second" in note) for note in failure.__notes__] == [
-        (True, False),
-        (False, True),
-    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import types
 from typing import Any, List
 
@@ -177,6 +178,32 @@ def test_dunder_call_can_be_marked() -> None:
     bus.subscribe(Callback(log))
     bus.emit("done", 3)
     assert log == [3]
+
+
+def test_a_module_subscribes_its_marked_functions() -> None:
+    plugin = types.ModuleType("my_plugin")
+    seen: List[Any] = []
+
+    @hookbus.listens("tick")
+    def on_tick(n: int) -> None:
+        seen.append(n)
+
+    def helper() -> None: ...
+
+    plugin.on_tick = on_tick  # type: ignore[attr-defined]
+    plugin.helper = helper  # type: ignore[attr-defined]
+    sys.modules["my_plugin"] = plugin
+    try:
+        bus = EventBus()
+        group = bus.subscribe(plugin)
+        bus.emit("tick", 3)
+        assert seen == [3]
+        assert [h.name for h in group] == ["tick"]
+        group.remove()
+        with pytest.raises(ValueError, match="no hook functions"):
+            bus.subscribe(types.ModuleType("empty"))
+    finally:
+        del sys.modules["my_plugin"]
 
 
 # --- priorities -------------------------------------------------------------------
@@ -680,6 +707,19 @@ def test_class_attributes_that_answer_every_getattr_are_not_hooks() -> None:
     assert [h.name for h in group] == ["e"]
 
 
+def test_subscribing_the_same_object_twice_is_refused() -> None:
+    class Plugin:
+        @hookbus.listens("tick")
+        def tick(self) -> None: ...
+
+    bus = EventBus()
+    plugin = Plugin()
+    bus.subscribe(plugin)
+    with pytest.raises(ValueError, match="already registered"):
+        bus.subscribe(plugin)
+    assert len(bus.hooks()) == 1
+
+
 # --- listening to a declared event -----------------------------------------------------------
 
 
@@ -717,5 +757,5 @@ def test_listens_to_a_declared_event_takes_event_hooks_only() -> None:
     @bus.event
     def order_paid(order_id: int) -> None: ...
 
-    with pytest.raises(ValueError, match="event hooks only"):
+    with pytest.raises(ValueError, match="on or around hooks only"):
         listens(order_paid, kind="post")  # type: ignore[call-overload]

@@ -36,7 +36,6 @@ def test_a_trace_records_around_hooks_on_points_and_on_events() -> None:
     assert ("saved", _span) in seen
 
 
-@pytest.mark.xfail(strict=True, reason="bus.trace() never records the hooks bus.gather runs")
 def test_a_trace_records_the_hooks_that_gather_runs() -> None:
     """gather is emit_async with the awaiting done together: a trace sees its hooks as it
     sees emit_async's."""

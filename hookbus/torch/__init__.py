@@ -45,7 +45,6 @@ from ._every_module import EveryModule, every_module
 from ._generation import Steps, steps
 from ._grad import GradHandle, on_accumulated_grad, on_grad
 from ._moments import Moments
-from ._name_point import NamePoint
 from ._operations import OperationSelection
 from ._patching import Patch, patch
 from ._point import inert_point
@@ -53,6 +52,7 @@ from ._script_refusal import ScriptRefusal
 from ._selection import ROOT, Selector
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
+from ._value_point import NamePoint
 from ._vocabulary import Vocabulary
 
 # What a pickle names (a hooked module saved with torch.save holds inert_point and a

@@ -3,8 +3,8 @@
 An :class:`Architecture` is data: the paths of a Hugging Face model's modules
 that hold each value (relative to the model's *body*, the module that holds the
 blocks), and how a fused projection packs its heads. :mod:`._vocabulary` turns
-each entry into a recipe (:mod:`._name_recipes`) that reads and writes the value
-through module points and operation points; :mod:`._architectures` lists the
+each entry into a recipe (:mod:`._recipes`) that reads and writes the value
+through module points and operation points; :mod:`._table_detection` lists the
 tables and finds the one a model's structure matches. Adding an architecture is
 one table in ``_tables/`` (docs/torch.md, "Adding an architecture").
 """

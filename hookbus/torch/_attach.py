@@ -52,10 +52,8 @@ from ..adapter import (
     matcher_for,
     where_defined,
 )
-from ._architectures import find_architecture
-from ._name_point import is_name
+from ._module_kinds import OPERATION_POINT
 from ._operations import (
-    OPERATION_KINDS,
     OperationSelection,
     OperationSite,
     operation_key,
@@ -70,8 +68,10 @@ from ._selection import (
     literal_pattern,
     select,
 )
+from ._table_detection import find_architecture
 from ._unwrap import is_compiled, unwrap, walk, warn_hook_on_compiled
 from ._user_line import stacklevel_outside_hookbus
+from ._value_point import is_name
 from ._vocabulary import VOCABULARIES, Vocabulary
 
 __all__ = ["Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
@@ -819,10 +819,10 @@ class Attachment(Removable):
             return self._register_names(kind, selector, names, hook, options)
         if isinstance(selector, str) and ":" in selector and selector not in self._modules:
             self._check_attached()
-            if kind not in OPERATION_KINDS:
+            if kind not in OPERATION_POINT.runs and OPERATION_POINT.refuses_others:
                 raise ValueError(
                     f"{kind} hooks do not apply to operation points such as {selector!r}; "
-                    f"accepted there: {', '.join(OPERATION_KINDS)} hooks"
+                    f"accepted there: {', '.join(OPERATION_POINT.runs)} hooks"
                 )
             key = operation_key(
                 selector,

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..adapter import CallContext, Removable
-from ._name_recipes import Net, Site, swapped, unchanged
+from ._recipes import Net, Site, swapped, unchanged
 from ._user_line import stacklevel_outside_hookbus
 
 __all__ = ["AttentionPattern", "attention_scores"]

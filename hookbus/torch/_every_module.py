@@ -25,6 +25,7 @@ from ..adapter import (
     layout_of,
 )
 from ._attach import Hook, bus_or_default
+from ._module_kinds import EVERY_MODULE_POINT
 from ._point import ModulePoint
 from ._selection import literal_pattern
 
@@ -47,12 +48,9 @@ class EveryModulePoint(ModulePoint):
 
     __slots__ = ("_placeholder",)
 
-    kinds = ("around", "pre", "post", "exception")
-    kind = "every module"
-    skip_refusal = (
-        "ctx.skip() needs the module's own hook point: attach its model and register "
-        "there; hooks on every module cannot skip one"
-    )
+    kinds = EVERY_MODULE_POINT.runs
+    kind = EVERY_MODULE_POINT.name
+    skip_refusal = EVERY_MODULE_POINT.skip_refusal
     _layout_of_any = layout_of(_any_call, "any module")
 
     def __init__(self, bus: EventBus, name: str) -> None:

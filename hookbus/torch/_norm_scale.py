@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..adapter import CallContext, Removable
-from ._name_recipes import Net, Site, quiet, unchanged
+from ._recipes import Net, Site, quiet, unchanged
 
 __all__ = ["NormScale"]
 

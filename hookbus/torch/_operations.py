@@ -60,6 +60,7 @@ from ..adapter import (
 )
 from . import _function_swap
 from ._call_frames import forward_raised
+from ._module_kinds import OPERATION_POINT
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
 
@@ -76,8 +77,8 @@ __all__ = [
     "operation_name",
 ]
 
-OPERATION_KINDS = ("pre", "post", "exception", "around")
-"""The hook kinds an operation point runs."""
+OPERATION_KINDS = OPERATION_POINT.runs
+"""The hook kinds an operation point runs (its row of the table)."""
 
 _push_mode: Callable[[Any], None] = torch._C._push_on_torch_function_stack
 _pop_mode: Callable[[], Any] = torch._C._pop_torch_function_stack

@@ -61,6 +61,7 @@ from ..adapter import (
 from ._call_frames import call_keys, forward_raised, running_calls
 from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
+from ._module_kinds import MODULE_POINT
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
 from ._tree import Path, leaves_the_graph
@@ -75,8 +76,8 @@ __all__ = [
     "inert_point",
 ]
 
-KINDS = ("around", "pre", "post", "exception", "backward_pre", "backward", "grad")
-"""The hook kinds a module point runs (the last three are added by this adapter)."""
+KINDS = MODULE_POINT.runs
+"""The hook kinds a module point runs (its row of the table)."""
 
 # What a pre dispatcher passes on to the rest of its call: (the call's key, its
 # context or None when an around hook's set-up raised, the around hooks started).

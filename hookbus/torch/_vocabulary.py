@@ -5,13 +5,13 @@ points of ``bus`` through a :class:`Vocabulary`, the bus's point source for
 them: ``bus.post("blocks.1.attn.hook_z", hook)`` sees the attention's output per
 head, ``[batch, pos, head, d_head]``, on GPT-2, Llama or Phi-3 alike, and
 ``ctx.result = ...`` replaces it in the forward. The Hugging Face model is not
-rewritten: each name is a :class:`~hookbus.torch._name_point.NamePoint` made on
+rewritten: each name is a :class:`~hookbus.torch._value_point.NamePoint` made on
 demand, whose hooks, while it has some, are run from a few hooks on the model's
 module and operation points (on a private attachment of its own, see
-:mod:`._name_recipes`), and nothing at all while it has none.
+:mod:`._recipes`), and nothing at all while it has none.
 
 Which module holds which value is data: one table per layout (:mod:`._tables`),
-found from the model's structure (:mod:`._architectures`); :func:`recipes` turns
+found from the model's structure (:mod:`._table_detection`); :func:`recipes` turns
 a table into one recipe per name.
 """
 
@@ -25,10 +25,10 @@ from torch import nn
 
 from ..adapter import EventBus, Matcher, Removable, is_pattern, matcher_for
 from ._architecture import Dims, Separate
-from ._architectures import DOCS, Found, find_architecture
 from ._attention_pattern import AttentionPattern
-from ._name_point import NAME_KINDS, NamePoint, is_name
-from ._name_recipes import (
+from ._head_views import HeadsFirst, LastDimSlice, PerHeadPart, View, Whole
+from ._norm_scale import NormScale
+from ._recipes import (
     Batched,
     Flattened,
     HeadResult,
@@ -40,9 +40,9 @@ from ._name_recipes import (
     ResidMid,
     linear_weight,
 )
-from ._name_views import HeadsFirst, LastDimSlice, PerHeadPart, View
-from ._norm_scale import NormScale
+from ._table_detection import DOCS, Found, find_architecture
 from ._unwrap import unwrap
+from ._value_point import NAME_KINDS, NamePoint, is_name
 
 __all__ = [
     "VOCABULARIES", "Vocabulary", "is_names_selector", "recipes", "select_names", "unknown_name",
@@ -248,7 +248,7 @@ def recipes(model: nn.Module, found: Found, prefix: str = "") -> Tuple[Recipes, 
     start = f"{prefix}." if prefix else ""
     made: Recipes = {}
     absent: Dict[str, str] = {}
-    whole = View()
+    whole = Whole()
 
     def add_top(name: str, recipe: Recipe, slot: str = "") -> None:
         made[start + name] = (recipe, slot)
@@ -296,8 +296,8 @@ def recipes(model: nn.Module, found: Found, prefix: str = "") -> Tuple[Recipes, 
                     LastDimSlice(q_size, q_size + kv_size, kv_heads),
                     LastDimSlice(q_size + kv_size, q_size + 2 * kv_size, kv_heads),
                 )
-            for letter, view in zip("qkv", views):
-                add(f"attn.hook_{letter}", ModuleOutput(fused, view))
+            for index, letter in enumerate("qkv"):
+                add(f"attn.hook_{letter}", ModuleOutput(fused, views[index]))
         attn = part(spec.attn)
         if spec.rotary is not None:
             operation, q_index, k_index = spec.rotary

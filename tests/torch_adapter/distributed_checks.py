@@ -241,7 +241,7 @@ def check_errors(rank: int) -> None:
 
 
 def check_nan_and_inf_reduce_as_one_process(rank: int) -> None:
-    # Issue 20.3: a NaN on one rank vanished from the reduced min and max.
+    # A NaN on one rank once vanished from the reduced min and max.
     model = nn.Sequential(nn.Identity())
 
     def rows(of: int) -> torch.Tensor:
@@ -265,7 +265,7 @@ def check_nan_and_inf_reduce_as_one_process(rank: int) -> None:
 
 
 def check_merge_then_reduce_never_counts_twice(rank: int) -> None:
-    # Issue 20.2: local.merge(reduced) dropped the mark, and local.reduce() then
+    # local.merge(reduced) once dropped the mark, and local.reduce() then
     # counted the reduced part once per rank.
     model = nn.Sequential(nn.Identity())
     with ht.stats(model, "0") as local:
@@ -284,7 +284,7 @@ def check_merge_then_reduce_never_counts_twice(rank: int) -> None:
 
 
 def check_ranks_that_select_different_modules_fail_together(rank: int) -> None:
-    # Issue 20.1: one rank raised at once, the other waited for the timeout.
+    # One rank once raised at once while the other waited for the timeout.
     model = make_net()
     names = ["out"] if rank == 0 else ["inp", "out"]
     with ht.stats(model, names) as st:

@@ -4,7 +4,7 @@ One spawn runs every scenario, since starting processes is the slow part. Each
 scenario trains a hooked and an unhooked copy of the same model and reports the
 largest difference, so the parent's tests can say which scenario failed and how.
 The model itself comes from the parent through ``mp.spawn`` with hooks installed
-(a capture is open on it there), which is item 4's "passing a model to mp.spawn".
+(a capture is open on it there): passing a hooked model to mp.spawn is checked too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Around hooks on torch modules: a generator that spans the forward (issue 18)."""
+"""Around hooks on torch modules: a generator that spans the forward."""
 
 from __future__ import annotations
 

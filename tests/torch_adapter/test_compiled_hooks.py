@@ -1,4 +1,4 @@
-"""No silent misses under ``torch.compile``: hooks added after a hook-less compiled call.
+"""Hooks on compiled models: no silent misses under ``torch.compile``.
 
 torch (dynamo) skips its guards on a module's empty hook dicts, so code compiled
 while a module had no hook keeps running after hooks are added: a capture came
@@ -62,7 +62,7 @@ def _fresh_dynamo() -> Any:
     torch._dynamo.reset()
 
 
-# --- the regression: hooks added after a hook-less compiled call take effect ---------
+# --- hooks added after a hook-less compiled call take effect ------------------------------
 
 
 @pytest.mark.parametrize("make", [_net, _sequential], ids=["hand-written", "sequential"])
@@ -254,3 +254,92 @@ def test_capture_does_not_warn_when_its_block_raised() -> None:
         warnings.simplefilter("error")
         with pytest.raises(KeyError), hookbus.torch.capture(model, nn.Linear):
             raise KeyError("the block's own error says what went wrong")
+
+
+# --- what compile changes: eager values, a recompile on change, no exception hooks --------
+
+
+def _compiled_model() -> Any:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+
+
+@pytest.mark.timeout(240)
+def test_capture_on_a_compiled_model_gives_the_eager_values() -> None:
+    torch._dynamo.reset()
+    model = _compiled_model()
+    compiled = torch.compile(model)  # the default backend (inductor)
+    x = torch.randn(3, 4)
+    with hookbus.torch.capture(model, nn.Linear) as eager:
+        expected = model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the hooks take effect: no warning
+        with hookbus.torch.capture(compiled, nn.Linear) as cache:
+            out = compiled(x)
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert list(cache) == ["0", "2"]
+    for name in cache:
+        assert torch.allclose(cache[name].output, eager[name].output, atol=1e-6)
+    assert hook_state(model) == hook_state(_compiled_model())
+
+
+@pytest.mark.timeout(240)
+def test_compiled_model_runs_hooks_added_after_a_hookless_first_call() -> None:
+    # torch alone ignores them (it skips its guards on empty hook dicts); hookbus
+    # makes the code that calls the module compile again (ModulePoint.recompile_on_change).
+    torch._dynamo.reset()
+    model = _compiled_model()
+    compiled = torch.compile(model, backend="eager")
+    x = torch.randn(3, 4)
+    plain = compiled(x)  # the first compiled call, with no hook anywhere
+    attached = hookbus.torch.attach(compiled, hookbus.EventBus())
+    seen: List[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        handle = attached.post("2", lambda ctx: seen.append(ctx.name))
+    compiled(x)
+    assert seen == ["2"]
+    handle.remove()
+    attached.detach()
+    assert torch.equal(compiled(x), plain)
+    assert seen == ["2"]
+    assert hook_state(model) == hook_state(_compiled_model())
+
+
+@pytest.mark.timeout(240)
+def test_compiled_model_that_had_hooks_recompiles_when_they_change() -> None:
+    torch._dynamo.reset()
+    model = _compiled_model()
+    compiled = torch.compile(model, backend="eager")
+    x = torch.randn(3, 4)
+    attached = hookbus.torch.attach(compiled, hookbus.EventBus())
+    seen: List[str] = []
+    attached.post("0", lambda ctx: seen.append(ctx.name))
+    compiled(x)
+    assert seen == ["0"]
+
+    def double(ctx: CallContext) -> None:
+        ctx.result = ctx.result * 2
+
+    with attached.post("2", double):
+        doubled = compiled(x)
+    plain = compiled(x)
+    assert torch.allclose(doubled, 2 * plain, atol=1e-6)
+    attached.detach()
+
+
+@pytest.mark.timeout(240)
+def test_exception_hooks_do_not_run_under_compile() -> None:
+    torch._dynamo.reset()
+    model = _compiled_model()
+    compiled = torch.compile(model, backend="eager")
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(compiled, bus)
+    seen: List[Any] = []
+    with pytest.warns(hookbus.torch.CompiledModelWarning):
+        attached.exception("0", lambda ctx: seen.append(ctx.exception))
+    with pytest.raises(Exception, match=r"shape|size|mat"):
+        compiled(torch.randn(3, 5))
+    assert seen == []  # torch skips always_call hooks while compiling
+    attached.detach()
+    assert hook_state(model) == hook_state(_compiled_model())

@@ -1,4 +1,4 @@
-"""Copies, pickles and saves of hooked models, and of hookbus's own objects (issue 10, item 4).
+"""Copies, pickles and saves of hooked models, and of hookbus's own objects.
 
 Hooks are not part of a model's state: a copy carries no bus hook, runs at native
 speed, and the original keeps its hooks. Per-process objects refuse pickling
@@ -204,7 +204,7 @@ def test_hooks_in_a_worker_need_the_bus_made_in_the_worker() -> None:
 
 
 def test_saved_files_name_the_public_package_not_a_private_module() -> None:
-    # Moving private modules (issue 17) broke loading files saved before: they named
+    # Moving private modules once broke loading files saved before: they named
     # hookbus.torch._copies and hookbus.torch._stat. What a pickle names is public now.
     import pickletools
 

@@ -1,4 +1,4 @@
-"""A bus-level hook whose name is a typo of an attached module's name is refused (issue 22 §5).
+"""A bus-level hook whose name is a typo of an attached module's name is refused.
 
 ``net.post("h.1.atn", ...)`` and ``capture(model, "h.1.atn")`` always refused a
 name that no module has; ``bus.post("h.1.atn", ...)`` was accepted and never
@@ -191,7 +191,7 @@ def test_prefixes_and_several_models_on_one_bus(bus: hookbus.EventBus) -> None:
     second.detach()
 
 
-def test_operation_point_names(bus: hookbus.EventBus) -> None:
+def test_operation_point_names_are_checked_like_module_names(bus: hookbus.EventBus) -> None:
     model = Net()
     net = hookbus.torch.attach(model, bus)
     seen: List[str] = []

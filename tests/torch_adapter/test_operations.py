@@ -1,4 +1,4 @@
-"""Hook points on the operations inside a module's forward (issue 22, section 1).
+"""Hook points on the operations inside a module's forward.
 
 Checked against hand-written torch (a monkeypatch of the function, restored by hand)
 on a small random Hugging Face GPT-2 under the eager and the sdpa attention, and on a
@@ -457,7 +457,7 @@ def test_disarmed_and_armed_again_during_a_call_keeps_one_pair_of_hooks(
     assert hook_state(model) == before
 
 
-# --- GPT-2 counterparts of the hand-written checks above (issue 22: both models) -----------
+# --- GPT-2 counterparts of the hand-written checks above: each holds on both models -------
 
 
 def test_gpt2_sdpa_pre_and_around_replace_like_a_monkeypatch(bus: hookbus.EventBus) -> None:

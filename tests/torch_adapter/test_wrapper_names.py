@@ -1,6 +1,6 @@
 """Wrappers are see-through: a selector written for the bare model works on the wrapped one.
 
-Issue 10, item 5. DDP and FSDP1 are checked in 2 processes in test_training_stacks.py;
+DDP and FSDP1 are checked in 2 processes in test_training_stacks.py;
 DataParallel (the same ``module.`` level as DDP), ``torch.compile`` and the checkpoint
 wrapper are checked here, in one process.
 """

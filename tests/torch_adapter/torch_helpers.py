@@ -84,3 +84,76 @@ def hook_state(model: nn.Module) -> Dict[str, tuple]:
         )
         for name, module in model.named_modules()
     }
+
+
+class Block(nn.Module):
+    """A transformer-shaped block: attn, then mlp, each a Linear(2, 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.Linear(2, 2)
+        self.mlp = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.attn(x))
+
+
+class Encoder(nn.Module):
+    """Two Blocks in a ModuleList, then a LayerNorm: layers.0.attn ... layers.1.mlp, norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Block(), Block()])
+        self.norm = nn.LayerNorm(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class Scaled(nn.Module):
+    """forward(x, scale=1.0, *, shift=0.0) -> x * scale + shift; counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0, *, shift: float = 0.0) -> torch.Tensor:
+        self.calls += 1
+        return x * scale + shift
+
+
+class Counted(nn.Module):
+    """A block that counts its forward calls (a child too, to see that it doesn't run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(3, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.tanh(self.inner(x)) + x
+
+
+class CountedNet(nn.Module):
+    """embed (Linear(2, 3)), block (a Counted), head (Linear(3, 1))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(2, 3)
+        self.block = Counted()
+        self.head = nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.embed(x)))
+
+
+def hand_skipped(model: nn.Module, module: nn.Module, value: Any, x: Any) -> Any:
+    """The hand-written way: replace the instance's forward, call, restore."""
+    module.forward = lambda *args, **kwargs: value(*args) if callable(value) else value
+    try:
+        return model(x)
+    finally:
+        del module.forward
