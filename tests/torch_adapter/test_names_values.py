@@ -206,27 +206,30 @@ def test_doubling_the_normalized_input_equals_doubling_the_norm_before_its_affin
     torch.testing.assert_close(edited, expected, **TOLERANCE)
 
 
+@pytest.mark.parametrize("letter", ["q", "k", "v"])
 @pytest.mark.parametrize(("arch", "impl"), CASES)
-def test_zeroing_a_query_head_equals_zeroing_its_slice_of_the_projection(
-    arch: str, impl: str
+def test_zeroing_a_head_of_q_k_or_v_equals_zeroing_its_slice_of_the_projection(
+    arch: str, impl: str, letter: str
 ) -> None:
     model, bus, _ = named(arch, impl)
     ids = tokens()
-    _, _, d_head = dims(model)
+    heads, kv, d_head = dims(model)
 
-    def zero_head_2(q: torch.Tensor) -> torch.Tensor:
-        q[:, :, 2] = 0
-        return q
+    def zero_head_1(x: torch.Tensor) -> torch.Tensor:
+        x[:, :, 1] = 0
+        return x
 
-    with bus.post("blocks.0.attn.hook_q", replacing(zero_head_2)):
+    with bus.post(f"blocks.0.attn.hook_{letter}", replacing(zero_head_1)):
         edited = logits(model, ids)
     style, path = layout(arch)["qkv"]
+    index = "qkv".index(letter)
     if style == "separate":
-        projection, start = block_module(model, arch, 0, f"{path}.q_proj"), 2 * d_head
-    elif style == "concat":
-        projection, start = block_module(model, arch, 0, path), 2 * d_head
-    else:
-        projection, start = block_module(model, arch, 0, path), 2 * 3 * d_head
+        projection, start = block_module(model, arch, 0, f"{path}.{letter}_proj"), d_head
+    elif style == "concat":  # [q of every head | k of the kv heads | v of the kv heads]
+        offset = (0, heads * d_head, (heads + kv) * d_head)[index]
+        projection, start = block_module(model, arch, 0, path), offset + d_head
+    else:  # per head: [q k v] of head 0, then of head 1, ...
+        projection, start = block_module(model, arch, 0, path), 3 * d_head + index * d_head
 
     def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
         output = output.clone()
@@ -239,24 +242,132 @@ def test_zeroing_a_query_head_equals_zeroing_its_slice_of_the_projection(
     assert not torch.allclose(edited, logits(model, ids))
 
 
-@pytest.mark.parametrize(("arch", "impl"), ROTARY)
-def test_zeroing_a_rotated_key_head_equals_editing_the_rotary_function(
+def _add_to_input(delta: torch.Tensor) -> Any:
+    def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:
+        if args:
+            return (args[0] + delta, *args[1:]), kwargs
+        return args, dict(kwargs, hidden_states=kwargs["hidden_states"] + delta)
+
+    return hook
+
+
+def _add_to_output(delta: torch.Tensor) -> Any:
+    def hook(module: nn.Module, args: Any, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (output[0] + delta, *output[1:])
+        return output + delta
+
+    return hook
+
+
+STREAM = [
+    ("hook_embed", "embed", None, "output"),
+    ("blocks.0.hook_resid_pre", "blocks", 0, "input"),
+    ("blocks.1.hook_resid_pre", "blocks", 1, "input"),
+    ("blocks.0.hook_resid_post", "blocks", 0, "output"),
+    ("blocks.1.hook_resid_post", "blocks", 1, "output"),
+    ("blocks.0.hook_attn_out", "attn_out", 0, "output"),
+    ("blocks.1.hook_mlp_out", "mlp_out", 1, "output"),
+]
+"""Names of ``[batch, pos, d_model]`` values, and where the raw edit adds: the input or
+output of a module of the model (``blocks`` with a layer: that block itself)."""
+
+
+@pytest.mark.parametrize(("name", "where", "layer", "side"), STREAM, ids=[s[0] for s in STREAM])
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_adding_to_a_residual_stream_name_equals_adding_at_its_module(
+    arch: str, impl: str, name: str, where: str, layer: Any, side: str
+) -> None:
+    model, bus, _ = named(arch, impl)
+    ids = tokens()
+    delta = torch.linspace(-1, 1, 32)
+    with bus.post(name, replacing(lambda x: x + delta)):
+        edited = logits(model, ids)
+    spec = layout(arch)
+    if layer is None:
+        target = module(model, spec[where])
+    elif where == "blocks":
+        target = module(model, spec["blocks"])[layer]
+    else:
+        target = block_module(model, arch, layer, spec[where])
+    if side == "input":
+        handle = target.register_forward_pre_hook(_add_to_input(delta), with_kwargs=True)
+    else:
+        handle = target.register_forward_hook(_add_to_output(delta))
+    with handle:
+        expected = logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, logits(model, ids))
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_doubling_the_mlp_pre_activation_equals_doubling_the_input_projection(
     arch: str, impl: str
 ) -> None:
     model, bus, _ = named(arch, impl)
     ids = tokens()
+    with bus.post("blocks.1.mlp.hook_pre", replacing(lambda x: x * 2)):
+        edited = logits(model, ids)
+    spec = layout(arch)
+    fused = spec["up"] == "fused"  # [gate | up] from one projection: the gate is the first half
 
-    def zero_head_0(k: torch.Tensor) -> torch.Tensor:
-        k[:, :, 0] = 0
-        return k
+    def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        if not fused:
+            return output * 2
+        gate, up = output.chunk(2, dim=-1)
+        return torch.cat([gate * 2, up], dim=-1)
 
-    with bus.post("blocks.1.attn.hook_rot_k", replacing(zero_head_0)):
+    with block_module(model, arch, 1, spec["mlp_in"]).register_forward_hook(raw):
+        expected = logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, logits(model, ids))
+
+
+@pytest.mark.parametrize("norm", ["blocks.0.ln1", "ln_final"])
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+def test_doubling_a_norm_scale_equals_halving_the_norm_before_its_affine(
+    arch: str, impl: str, norm: str
+) -> None:
+    model, bus, _ = named(arch, impl)
+    ids = tokens()
+    with bus.post(f"{norm}.hook_scale", replacing(lambda x: x * 2)):
+        edited = logits(model, ids)
+    spec = layout(arch)
+    if norm == "ln_final":
+        target = module(model, spec["ln_f"])
+    else:
+        target = block_module(model, arch, 0, spec["ln1"])
+    bias = getattr(target, "bias", None)
+    offset = bias if bias is not None else 0
+
+    def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        return (output - offset) / 2 + offset
+
+    with target.register_forward_hook(raw):
+        expected = logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, logits(model, ids))
+
+
+@pytest.mark.parametrize("letter", ["q", "k"])
+@pytest.mark.parametrize(("arch", "impl"), ROTARY)
+def test_zeroing_a_rotated_head_equals_editing_the_rotary_function(
+    arch: str, impl: str, letter: str
+) -> None:
+    model, bus, _ = named(arch, impl)
+    ids = tokens()
+
+    def zero_head_0(x: torch.Tensor) -> torch.Tensor:
+        x[:, :, 0] = 0
+        return x
+
+    with bus.post(f"blocks.1.attn.hook_rot_{letter}", replacing(zero_head_0)):
         edited = logits(model, ids)
 
     def raw(q: torch.Tensor, k: torch.Tensor) -> Any:
-        if raw.calls == 1:  # the second layer's call
-            k = k.clone()
-            k[:, 0] = 0
+        if raw.calls == 1:  # the second layer's call ([batch, head, pos, d_head])
+            q, k = q.clone(), k.clone()
+            (q if letter == "q" else k)[:, 0] = 0
         raw.calls += 1
         return q, k
 
