@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import contextlib
+from typing import Any, Dict, Iterator, List
 
 import pytest
 import torch
+from torch import nn
 from transformer_models import (
     CASES,
     TOLERANCE,
+    block_module,
+    dims,
+    layout,
     named,
+    replacing,
+    scaled_softmax,
     tokens,
 )
 
@@ -95,3 +102,73 @@ def test_steering_only_the_generated_tokens_with_steps() -> None:
             steered = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert calls == [1, 1, 1]  # the prompt's step is left alone
     assert torch.equal(steered[:, :5], plain[:, :5])
+
+
+# --- writing during generation -------------------------------------------------------------
+
+
+def _generate(model: nn.Module, ids: torch.Tensor, use_cache: bool) -> Any:
+    with torch.no_grad():
+        return model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+            use_cache=use_cache, pad_token_id=0, return_dict_in_generate=True,
+            output_logits=True,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _raw_zeroed_head(model: nn.Module, arch: str) -> Iterator[None]:
+    """Head 1 of layer 0 zeroed in the output projection's input, by a native hook."""
+    _, _, d_head = dims(model)
+
+    def zero(module: nn.Module, args: Any) -> Any:
+        x = args[0].clone()
+        x[..., d_head : 2 * d_head] = 0
+        return (x, *args[1:])
+
+    with block_module(model, arch, 0, layout(arch)["o"]).register_forward_pre_hook(zero):
+        yield
+
+
+@contextlib.contextmanager
+def _raw_halved_pattern(model: nn.Module, arch: str) -> Iterator[None]:
+    """Every pattern halved in the softmax, under eager attention (sdpa has no softmax)."""
+    implementation = model.config._attn_implementation
+    model.config._attn_implementation = "eager"
+    try:
+        with scaled_softmax(0.5):
+            yield
+    finally:
+        model.config._attn_implementation = implementation
+
+
+def _zero_head_1(z: torch.Tensor) -> torch.Tensor:
+    z[:, :, 1] = 0
+    return z
+
+
+WRITES = {
+    "hook_z": ("blocks.0.attn.hook_z", _zero_head_1, _raw_zeroed_head),
+    "hook_pattern": ("blocks.*.attn.hook_pattern", lambda p: p * 0.5, _raw_halved_pattern),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+@pytest.mark.parametrize(("arch", "impl"), CASES)
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_a_write_during_generation_has_the_raw_edits_effect_on_every_step(
+    arch: str, impl: str, use_cache: bool, write: str
+) -> None:
+    model, bus, _ = named(arch, impl)
+    ids = tokens(batch=2, length=5)
+    name, edit, raw_edit = WRITES[write]
+    with bus.post(name, replacing(edit)):
+        edited = _generate(model, ids, use_cache)
+    with raw_edit(model, arch):
+        expected = _generate(model, ids, use_cache)
+    plain = _generate(model, ids, use_cache)
+    assert len(edited.logits) == len(expected.logits) == 3
+    for step, (ours, theirs) in enumerate(zip(edited.logits, expected.logits)):
+        torch.testing.assert_close(ours, theirs, **TOLERANCE, msg=f"step {step}")
+    assert torch.equal(edited.sequences, expected.sequences)
+    assert not torch.allclose(edited.logits[0], plain.logits[0])
