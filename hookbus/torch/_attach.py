@@ -452,7 +452,8 @@ class Attachment(Removable):
             >>> config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=10)
             >>> model = transformers.GPT2LMHeadModel(config)
             >>> net = hookbus.torch.attach(model, hookbus.EventBus(), names="transformer")
-            >>> net.vocabulary.architecture, len(net.vocabulary.names), net.vocabulary.dims.heads
+            >>> names = net.vocabulary
+            >>> names.architecture, len(names.names), names.dims.heads
             ('GPT-2', 40, 4)
         """
         return self._vocabulary

@@ -70,7 +70,8 @@ class Vocabulary(Removable):
         ...     hidden_size=32, intermediate_size=64, num_hidden_layers=1,
         ...     num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
         >>> model = transformers.LlamaForCausalLM(config)
-        >>> with hookbus.torch.attach(model, hookbus.EventBus(), names="transformer") as net:
+        >>> bus = hookbus.EventBus()
+        >>> with hookbus.torch.attach(model, bus, names="transformer") as net:
         ...     names = net.vocabulary
         ...     names.names[:3], names.dims.kv_heads, "hook_pos_embed" in names.absent
         (['hook_embed', 'blocks.0.hook_resid_pre', 'blocks.0.ln1.hook_scale'], 2, True)
@@ -130,9 +131,10 @@ class Vocabulary(Removable):
         Example:
             >>> import transformers, hookbus, hookbus.torch
             >>> config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10)
-            >>> net = hookbus.torch.attach(
-            ...     transformers.GPT2LMHeadModel(config), hookbus.EventBus(), names="transformer")
-            >>> [net.vocabulary.knows(name) for name in ("blocks.0.attn.hook_z", "*hook_z", "h.0")]
+            >>> model = transformers.GPT2LMHeadModel(config)
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus(), names="transformer")
+            >>> names = ("blocks.0.attn.hook_z", "*hook_z", "h.0")
+            >>> [net.vocabulary.knows(name) for name in names]
             [True, True, False]
         """
         return name in self._recipes or (is_pattern(name) and is_name(name))
