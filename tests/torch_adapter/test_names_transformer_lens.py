@@ -3,8 +3,10 @@
 Each name hookbus gives a GPT-2, a Llama (GQA) and a GPT-NeoX (parallel blocks)
 is compared with the value of the same name in TransformerLens's cache
 (``TransformerBridge.boot_transformers(..., hf_model=...)``), under eager and sdpa
-attention on hookbus's side. Skipped where TransformerLens is not installed; CI
-installs it on Python 3.11 only (see CONTRIBUTING.md, "The TransformerLens test").
+attention on hookbus's side. Skipped where TransformerLens is not installed, unless
+``HOOKBUS_REQUIRE_TRANSFORMER_LENS`` is set: then its absence fails the tests. CI
+installs it on Python 3.11 only, in a venv of its own, and sets that variable (see
+CONTRIBUTING.md, "The TransformerLens test").
 
 Offline, TransformerLens boots from a folder holding the model's config and a
 tokenizer saved there and loaded back; booting rewrites the model it is given, so
@@ -14,6 +16,7 @@ it gets a copy.
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
@@ -40,11 +43,30 @@ NOT_IN_TRANSFORMER_LENS: Dict[str, Tuple[str, ...]] = {
 
 TOLERANCE: Dict[str, Any] = dict(atol=1e-4, rtol=1e-4)
 
+REQUIRED = "HOOKBUS_REQUIRE_TRANSFORMER_LENS"
+"""Set (to anything but empty): a missing module fails the tests instead of skipping them."""
+
+
+def _module(name: str) -> Any:
+    """``name`` imported; a skip without it, or an ``ImportError`` where it is required."""
+    if os.environ.get(REQUIRED):
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
+
+
+def test_a_missing_module_skips_unless_it_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(REQUIRED, raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        _module("hookbus_no_such_module")
+    monkeypatch.setenv(REQUIRED, "1")
+    with pytest.raises(ImportError, match="hookbus_no_such_module"):
+        _module("hookbus_no_such_module")
+
 
 def _tokenizer(folder: Path) -> Any:
     """A word-level tokenizer of the models' 100 tokens, saved to ``folder`` and loaded."""
-    tokenizers = pytest.importorskip("tokenizers")
-    transformers = pytest.importorskip("transformers")
+    tokenizers = _module("tokenizers")
+    transformers = _module("transformers")
     vocab = {f"t{i}": i for i in range(100)}
     model = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="t0"))
     model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
@@ -59,7 +81,7 @@ def transformer_lens_cache(
     request: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Tuple[str, Dict[str, torch.Tensor]]:
     """``(arch, TransformerLens's cache of one forward of tokens())`` per architecture."""
-    bridge_module = pytest.importorskip("transformer_lens.model_bridge")
+    bridge_module = _module("transformer_lens.model_bridge")
     arch: str = request.param
     folder = tmp_path_factory.mktemp(arch)
     model = tiny_model(arch, "eager")
