@@ -87,6 +87,9 @@ class MethodPoint:
                 adapter.rebind(ctx, "exception", target, args, kwargs, error)
                 adapter.run_phase(registry, plan.exception, ctx)
                 if not ctx.recovered:
+                    # Let go of the error: raised through this frame
+                    # (which holds ctx), it would make a reference cycle.
+                    adapter.rebind(ctx, "post", target, args, kwargs)
                     raise
                 result = ctx.result
         adapter.rebind(ctx, "post", target, ctx.args, ctx.kwargs)

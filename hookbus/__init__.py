@@ -67,6 +67,7 @@ __all__ = [
     "event",
     "events",
     "exception",
+    "explain",
     "first",
     "forget",
     "gather",
@@ -119,6 +120,7 @@ hooks = default_bus.hooks
 handles_of = default_bus.handles_of
 events = default_bus.events
 points = default_bus.points
+explain = default_bus.explain
 trace = default_bus.trace
 subscribe = default_bus.subscribe
 without = default_bus.without

@@ -1,6 +1,6 @@
 """The dispatch loops, written once: the async variants, from which the sync ones are made.
 
-``tools/unasync.py`` writes ``_sync_dispatch.py`` from this file (a test checks that
+``.ci/unasync.py`` writes ``_sync_dispatch.py`` from this file (a test checks that
 it is current, ``tests/test_dispatch_variants.py`` that both give the same
 outcomes): ``async def`` becomes ``def``, ``await`` goes, ``name_async`` becomes
 ``name``, a line that ends with ``# async only`` is left out (a whole definition,
@@ -17,19 +17,16 @@ import typing  # async only
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
+from ._arounds import FINISHED, Started, did_not_yield, refusing_a_returned_value, yielded_twice
 from ._context import CallContext, reject_returned
 from ._dispatch import (
-    FINISHED,
     NOT_COLLECTED,
     # sync only: check_event_result,
-    did_not_yield,
     replace_error,
     # sync only: sync_emit_refusal,
     # sync only: sync_point_refusal,
-    yielded_twice,
 )
 from ._errors import add_note, describe, handle_error, raise_collected
-from ._handle import NO_SENDER
 
 if TYPE_CHECKING:
     from ._handle import Handle
@@ -73,7 +70,7 @@ async def dispatch_event_async(
     # sync only: async_hooks = [handle for handle in handles if handle.is_async]
     # sync only: if async_hooks:
     # sync only:     raise sync_emit_refusal(event, async_hooks)
-    sender = args[0] if args else NO_SENDER
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
     try:
         for handle in handles:
             hook = handle.runner(sender, event)
@@ -123,7 +120,7 @@ async def dispatch_concurrently(  # async only
     """
     policy = registry.errors
     tracer = registry.tracer
-    sender = args[0] if args else NO_SENDER
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
     # (handle, what it returned or raised, whether it raised, when it was called)
     called: List[Tuple[Handle, Any, bool, int]] = []
     errors: List[Exception] = []
@@ -298,16 +295,16 @@ async def call_with_hooks_async(
     5. Around hooks, innermost first, resume at their ``yield``
        (:func:`resume_arounds_async`): with the result, or with the error raised there.
 
-    For the plans the hook point's direct loop can't run (``_hookpoint.py``), and
+    For the plans a hook point's compiled call can't run (``_compiled_call.py``), and
     for an event's around hooks (``fn`` then runs the event hooks). The async
     variant is for ``async def`` callables, whose hooks may be sync or async.
     """
     # sync only: if plan.has_async:
     # sync only:     raise sync_point_refusal(plan, ctx)
-    started: List[Tuple[Handle, Any]] = []
+    started: List[Started] = []  # this call's: it resumes them, whatever is removed meanwhile
     try:
         if plan.around:  # 1.
-            await start_arounds_async(plan.around, plan.around_hooks, ctx, started)
+            await start_arounds_async(registry, plan.around, plan.around_hooks, ctx, started)
         try:
             if plan.pre:  # 2.
                 await run_phase_async(registry, plan.pre, ctx)
@@ -349,30 +346,44 @@ async def call_with_hooks_async(
 
 
 async def start_arounds_async(
+    registry: DispatchSettings,
     handles: Tuple[Handle, ...],
     bare: Optional[Tuple[Callable[..., Any], ...]],
     ctx: CallContext,
-    started: List[Tuple[Handle, Any]],
+    started: List[Started],
 ) -> None:
     """Run around hooks up to their ``yield``, outermost first, appending each to ``started``.
 
     ``bare``: their callables, when none has a rare option (the plan's
-    ``around_hooks``). If one raises, those in ``started`` must be resumed with
-    the error (:func:`resume_arounds_async`): the caller does it, as it does after
-    the call.
+    ``around_hooks``). ``started`` is the caller's to keep: it resumes them
+    (:func:`resume_arounds_async`) after the call, or with the error if a set-up
+    here raised (which carries a note naming its hook), whatever is removed meanwhile.
+    Each entry holds the tracer open now, which records the hook once it is resumed.
     """
+    tracer = registry.tracer
     for position, handle in enumerate(handles):
         hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
-        if hook is not None:
+        if hook is None:
+            continue
+        start = perf_counter_ns() if tracer is not None else 0
+        try:
             around = hook(ctx)
+            if handle.may_return_value:  # its code may return a value: refused if it does
+                around = refusing_a_returned_value(around, handle, ctx)
             async_gen = inspect.isasyncgen(around)  # async only
             if (await _anext(around) if async_gen else next(around, FINISHED)) is FINISHED:
                 raise did_not_yield(handle, ctx)
-            started.append((handle, around))
+        except BaseException as error:
+            add_note(error, describe(handle, ctx.name))
+            if tracer is not None:
+                tracer._record(ctx.name, "around", handle, perf_counter_ns() - start)
+            raise
+        set_up_ns = perf_counter_ns() - start if tracer is not None else 0
+        started.append((handle, around, tracer, set_up_ns))
 
 
 async def resume_arounds_async(
-    started: List[Tuple[Handle, Any]],
+    started: List[Started],
     ctx: CallContext,
     result: Any,
     error: Optional[BaseException],
@@ -383,41 +394,47 @@ async def resume_arounds_async(
     success, or the error raised at its ``yield``. A hook that raises replaces the
     error; one that calls ``ctx.recover(value)`` swallows an ``Exception``
     (a ``BaseException`` always goes on). Every started hook is resumed exactly
-    once, whatever the others do.
+    once, whatever the others do: one that yields again is closed, and if even
+    that fails, the outer ones still get the error. The trace open when a hook
+    started records it, once, with its set-up's and teardown's time.
     """
-    for handle, around in reversed(started):
+    for handle, around, tracer, set_up_ns in reversed(started):
+        start = perf_counter_ns() if tracer is not None else 0
         async_gen = inspect.isasyncgen(around)  # async only
-        if error is None:
-            ctx.phase = "post"
-            ctx._result = result
-            try:
+        try:
+            if error is None:
+                ctx.phase = "post"
+                ctx._result = result
                 if (await _anext(around) if async_gen else next(around, FINISHED)) is FINISHED:
                     result = ctx._result
                     continue
-            except BaseException as failure:
+            else:
+                ctx.phase = "exception"
+                ctx._exception = error
+                ctx._recovered = False
+                try:
+                    await around.athrow(error) if async_gen else around.throw(error)
+                finally:
+                    ctx._exception = None
+        except (StopIteration, StopAsyncIteration):  # it finished, after the error
+            if ctx._recovered and isinstance(error, Exception):
+                error, result = None, ctx._result
+            continue  # caught without ctx.recover(): the error goes on
+        except BaseException as failure:
+            if failure is not error:
                 add_note(failure, describe(handle, ctx.name))
-                error = failure
-                continue
+            error = failure
+            continue
+        finally:
+            if tracer is not None:
+                tracer._record(ctx.name, "around", handle, set_up_ns + perf_counter_ns() - start)
+        # It yielded a second time: end it (its finally blocks run), and say so.
+        try:
+            await around.aclose() if async_gen else around.close()
+        except BaseException as failure:  # it ignored the close, or a finally block raised
+            error = yielded_twice(handle, ctx, error, failure)
         else:
-            ctx.phase = "exception"
-            ctx._exception = error
-            ctx._recovered = False
-            try:
-                await around.athrow(error) if async_gen else around.throw(error)
-            except (StopIteration, StopAsyncIteration):
-                if ctx._recovered and isinstance(error, Exception):
-                    error, result = None, ctx._result
-                continue  # caught without ctx.recover(): the error goes on
-            except BaseException as failure:
-                if failure is not error:
-                    add_note(failure, describe(handle, ctx.name))
-                error = failure
-                continue
-            finally:
-                ctx._exception = None
-        # It yielded a second time: end it (its finally blocks run).
-        await around.aclose() if async_gen else around.close()
-        error = yielded_twice(handle, ctx, error)
+            error = yielded_twice(handle, ctx, error, None)
     if error is not None:
         try:
             raise error

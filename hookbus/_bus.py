@@ -4,8 +4,8 @@ One class: events (``emit``, ``collect``, ``first``), registration (``on``, ``pr
 ``post``, ``exception``, ``subscribe``), hook points (``hookable``, ``wrap``),
 declared events (``event``, ``forget``, ``check_pending``), handles, scopes, pauses,
 traces and introspection. What it keeps, and the lock, are the registry's
-(``_registry``); :class:`PointInfo` and :class:`Pause` are what two of its
-methods return.
+(``_registry``); :class:`PointInfo` is what ``points()`` returns, ``Pause``
+(``_pause``) what ``paused()`` does and ``Subset`` (``_without``) what ``without()`` does.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from typing import (
     List,
     NamedTuple,
     Optional,
+    Sequence,
     Set,
     Tuple,
     Type,
     TypeVar,
+    cast,
     overload,
 )
 
@@ -39,22 +41,25 @@ from ._declarations import Declared, UnknownNameError
 from ._dispatch import check_event_result, note_fast_error
 from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
-from ._handle import Handle, HandleGroup
+from ._handle import NO_SENDER, Handle, HandleGroup, same_callable
 from ._hookpoint import AsyncTypedPoint, Decorator, TypedClassPoint, TypedPoint, make_hookable
+from ._kinds import hook_kind
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
+from ._pause import Pause
 from ._plan import NO_HOOKS, PointPlan
 from ._registry import Registry
-from ._scope import Scope, warn_never_entered
+from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
 from ._sync_dispatch import call_with_hooks, dispatch_event
 from ._trace import Trace
+from ._without import Subset
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    pass
 
-__all__ = ["EventBus", "Pause", "PointInfo", "Subset"]
+__all__ = ["EventBus", "PointInfo"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -89,94 +94,6 @@ class PointInfo(NamedTuple):
     """Where that is defined, as ``file:line`` (``"?"`` if unknown)."""
 
 
-class Pause:
-    """The context manager returned by :meth:`EventBus.paused`; pauses nest.
-
-    Example:
-        >>> import hookbus
-        >>> bus = hookbus.EventBus()
-        >>> _ = bus.on("tick", print)
-        >>> with bus.paused("tick") as pause:
-        ...     bus.emit("tick", "muted")
-        >>> pause  # doctest: +ELLIPSIS
-        <paused 'tick' on <EventBus 'bus-...' ...>>
-    """
-
-    __slots__ = ("_bus", "_entered", "_name")
-
-    def __init__(self, bus: EventBus, name: Optional[str]) -> None:
-        self._bus = bus
-        self._name = name
-        self._entered = False
-
-    def __enter__(self) -> Self:
-        self._bus.registry.pause(self._name, +1)
-        self._entered = True
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._bus.registry.pause(self._name, -1)
-
-    def __repr__(self) -> str:
-        return f"<paused {self._name or 'whole bus'!r} on {self._bus!r}>"
-
-    def __del__(self) -> None:
-        if not self._entered:  # bus.paused(...) without ``with``: it paused nothing
-            warn_never_entered(
-                self._bus.registry,
-                f"{self!r} was never entered, so it paused nothing: write 'with bus.paused(...):'",
-            )
-
-
-class Subset:
-    """The bus's emissions, leaving some hooks out: what :meth:`EventBus.without` returns.
-
-    pluggy's ``subset_hook_caller``. Each method is the bus's own, for the same event,
-    except that the hooks left out don't run (event hooks and around hooks alike).
-    Nothing is changed on the bus: every other emission, in any thread, runs them.
-
-    Example:
-        >>> import hookbus
-        >>> bus = hookbus.EventBus()
-        >>> csv = bus.on("formats", lambda: "csv")
-        >>> _ = bus.on("formats", lambda: "json")
-        >>> bus.without(csv).collect("formats"), bus.collect("formats")
-        (['json'], ['csv', 'json'])
-    """
-
-    __slots__ = ("_bus", "_left_out")
-
-    def __init__(self, bus: EventBus, left_out: FrozenSet[Handle]) -> None:
-        self._bus = bus
-        self._left_out = left_out
-
-    def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
-        """:meth:`EventBus.emit`, without the hooks left out."""
-        self._bus._emit_full(event, args, kwargs, None, left_out=self._left_out)
-
-    def collect(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
-        """:meth:`EventBus.collect`, without the hooks left out."""
-        return self._bus._emit_full(event, args, kwargs, [], left_out=self._left_out)  # type: ignore[no-any-return]
-
-    def first(self, event: str, /, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`EventBus.first`, without the hooks left out."""
-        return self._bus._emit_full(event, args, kwargs, [], first=True, left_out=self._left_out)
-
-    async def emit_async(self, event: str, /, *args: Any, **kwargs: Any) -> None:
-        """:meth:`EventBus.emit_async`, without the hooks left out."""
-        await self._bus._emit_full_async(event, args, kwargs, None, left_out=self._left_out)
-
-    async def collect_async(self, event: str, /, *args: Any, **kwargs: Any) -> List[Any]:
-        """:meth:`EventBus.collect_async`, without the hooks left out."""
-        return await self._bus._emit_full_async(  # type: ignore[no-any-return]
-            event, args, kwargs, [], left_out=self._left_out
-        )
-
-    def __repr__(self) -> str:
-        count = len(self._left_out)
-        return f"<{self._bus!r} without {count} hook{'' if count == 1 else 's'}>"
-
-
 def _leave_out(
     left_out: FrozenSet[Handle], handles: Tuple[Handle, ...], around: Optional[PointPlan]
 ) -> Tuple[Tuple[Handle, ...], Optional[PointPlan]]:
@@ -186,6 +103,30 @@ def _leave_out(
         arounds = tuple(handle for handle in around.around if handle not in left_out)
         around = PointPlan({"around": arounds}, plain=False) if arounds else None
     return kept, around
+
+
+def _sender(registry: Registry, event: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """An emission's sender, the ``ctx.target`` of its around hooks (``None`` for none)."""
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
+    return None if sender is NO_SENDER else sender
+
+
+def _listed(given: Any) -> Sequence[Any]:
+    """The items of a list or tuple (what ``handles_of`` returns), else none."""
+    return cast("Sequence[Any]", given) if isinstance(given, (list, tuple)) else ()
+
+
+def _is_handle_list(given: Any) -> bool:
+    return isinstance(given, (list, tuple)) and all(
+        isinstance(item, Handle) for item in _listed(given)
+    )
+
+
+def _not_handles(given: Any) -> str:
+    """What :meth:`EventBus.without` was given instead of handles, for its refusal."""
+    strays = [type(item).__name__ for item in _listed(given) if not isinstance(item, Handle)]
+    held = f"holding {strays[0]}" if strays else repr(given)
+    return f"{type(given).__name__} {held}"
 
 
 class EventBus:
@@ -348,6 +289,29 @@ class EventBus:
         """
         return self._emit_full(event, args, kwargs, [], pairs=True)  # type: ignore[no-any-return]
 
+    def _emission_hooks(
+        self,
+        event: str,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        left_out: FrozenSet[Handle],
+    ) -> Tuple[str, Tuple[Handle, ...], Optional[PointPlan]]:
+        """The name, the event hooks and the around hooks of one emission, sync or async:
+        an Enum member becomes its string, and a declared name's arguments are checked
+        first."""
+        registry = self.registry
+        if event.__class__ is not str:
+            event = check_name(event, "event name", allow_pattern=False)
+        handles = (
+            registry.checked_handles(event, args, kwargs)
+            if registry.checking
+            else registry.event_handles(event)
+        )
+        around = registry.event_hooks(event)[1]
+        if left_out:
+            handles, around = _leave_out(left_out, handles, around)
+        return event, handles, around
+
     def _emit_full(
         self,
         event: str,
@@ -367,16 +331,7 @@ class EventBus:
         ``collect`` (the list) or ``first`` (the first result not None) returns.
         """
         registry = self.registry
-        if event.__class__ is not str:  # an enum member: its string, from here on
-            event = check_name(event, "event name", allow_pattern=False)
-        handles = (
-            registry.checked_handles(event, args, kwargs)
-            if registry.checking  # a declared name's arguments are checked first
-            else registry.event_handles(event)
-        )
-        around = registry.event_hooks(event)[1]
-        if left_out:
-            handles, around = _leave_out(left_out, handles, around)
+        event, handles, around = self._emission_hooks(event, args, kwargs, left_out)
 
         def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
@@ -387,7 +342,7 @@ class EventBus:
 
         if around is None:
             return emission(*args, **kwargs)
-        sender = args[0] if args else None
+        sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return call_with_hooks(registry, around, ctx, emission)
 
@@ -404,16 +359,7 @@ class EventBus:
         """:meth:`_emit_full` for ``emit_async``, ``collect_async``, ``collect_pairs_async``
         and ``gather``."""
         registry = self.registry
-        if event.__class__ is not str:  # an enum member: its string, from here on
-            event = check_name(event, "event name", allow_pattern=False)
-        handles = (
-            registry.checked_handles(event, args, kwargs)
-            if registry.checking
-            else registry.event_handles(event)
-        )
-        around = registry.event_hooks(event)[1]
-        if left_out:
-            handles, around = _leave_out(left_out, handles, around)
+        event, handles, around = self._emission_hooks(event, args, kwargs, left_out)
 
         async def emission(*args: Any, **kwargs: Any) -> Any:
             collected: Optional[List[Any]] = None if results is None else []
@@ -427,7 +373,7 @@ class EventBus:
 
         if around is None:
             return await emission(*args, **kwargs)
-        sender = args[0] if args else None
+        sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return await call_with_hooks_async(registry, around, ctx, emission)
 
@@ -531,8 +477,10 @@ class EventBus:
         The hook is called with exactly what :meth:`emit` is given (a declared event's
         hook may take a subset of its spec, by name). ``target=obj`` makes it fire
         only when ``obj`` is the first positional argument (the sender, as in blinker:
-        built-in values compare by value, other objects by identity, held weakly). A
-        callable is registered once per name and target: a second registration raises.
+        built-in values compare by value, other objects by identity, held weakly; a
+        declared event's sender is its spec's first parameter, even by keyword). A
+        callable is registered once per name and sender: a second registration raises
+        (one for any sender and one for a given sender included).
         ``with_name=True`` passes the event's name first, ``hook(event, *args,
         **kwargs)``, for hooks that watch many events through a pattern.
 
@@ -722,7 +670,9 @@ class EventBus:
         name), each method named like one of them. Methods without a priority of
         their own take ``priority=``, else the object's ``hook_priority`` (an int
         or a :class:`Priority` name, mmengine's included), else 0. ``weak=True``
-        holds the methods weakly: when ``obj`` is collected, its hooks go too.
+        holds the methods weakly: when ``obj`` is collected, its hooks go too, its
+        static and class methods included; an ``obj`` that nothing else refers to is
+        refused (``TypeError``), as its hooks would go at once.
         ``target`` applies to every method. All are registered, or none; an object
         subscribed already is refused (``ValueError``). A module subscribes its
         functions marked with :func:`hookbus.listens` (pluggy's plugin modules).
@@ -887,10 +837,11 @@ class EventBus:
     def without(self, *hooks: Any) -> Subset:
         """Emissions of this bus that leave out some hooks: pluggy's ``subset_hook_caller``.
 
-        ``hooks`` are handles, or groups of them (what :meth:`subscribe` returns for
-        a plugin). The :class:`Subset` returned has ``emit``, ``collect``, ``first``,
-        ``emit_async`` and ``collect_async``, which run every hook of the event but
-        those, event hooks and around hooks alike. The bus is not changed: its own
+        ``hooks`` are handles, groups of them (what :meth:`subscribe` returns for
+        a plugin), or lists of them (what :meth:`handles_of` returns). The
+        :class:`Subset` returned has ``emit``, ``collect``, ``first``, ``emit_async``
+        and ``collect_async``, which run every hook of the event but those, event
+        hooks and around hooks alike. The bus is not changed: its own
         emissions, in every thread, run them all.
 
         Example:
@@ -912,15 +863,15 @@ class EventBus:
         for given in hooks:
             if isinstance(given, Handle):
                 left_out.add(given)
-            elif isinstance(given, HandleGroup):
+            elif isinstance(given, HandleGroup) or _is_handle_list(given):
                 left_out.update(given)
             else:
                 raise TypeError(
-                    f"without() takes handles or groups of them, got {type(given).__name__} "
-                    f"{given!r}; accepted: what on() or subscribe() returned, or the handles "
-                    f"of bus.handles_of(hook)"
+                    f"without() takes handles or groups of them, got {_not_handles(given)}; "
+                    f"accepted: what on() or subscribe() returned, or the list "
+                    f"bus.handles_of(hook) returns"
                 )
-        return Subset(self, frozenset(left_out))
+        return Subset(self, self._emit_full, self._emit_full_async, frozenset(left_out))
 
     @overload
     def event(self, stub: Callable[P, Any], /) -> Event[P]: ...
@@ -990,7 +941,8 @@ class EventBus:
         """Drop the past emissions of the historic event ``name``, releasing their arguments.
 
         Hooks registered from now on are called only with later emissions; the event
-        stays historic and records again from here.
+        stays historic and records again from here. ``name`` may be an enum member, as
+        wherever a name is taken.
 
         Example:
             >>> import hookbus
@@ -1069,6 +1021,86 @@ class EventBus:
         """
         return sorted(PointInfo(p.name, p.kind, p.where) for p in self.registry.points())
 
+    def explain(self, name: str) -> str:
+        """The code that runs for a call of the hook point ``name`` now, as Python source.
+
+        When a point's hooks change, hookbus compiles its next call to straight-line
+        code (no loop over the hooks, the context filled inline), as attrs does for
+        ``__init__``; tracebacks through it show these lines. This returns that code,
+        with what each of its hook names is bound to; or says why the reference
+        sequence (``call_with_hooks``) runs instead: around hooks, async hooks, a hook
+        with an option (``once``, ``weak``, ``target``, ``with_name``), an error policy
+        other than ``"raise"``, or an open trace. A name shared by several points gives
+        each one's; an event's hooks run in ``emit``'s loop, and it says so. A name
+        with neither raises ``LookupError``.
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("double")
+            ... def double(x):
+            ...     return 2 * x
+            >>> @double.post
+            ... def plus_one(ctx):
+            ...     ctx.result += 1
+            >>> print(bus.explain("double"))
+            # 'double': a compiled call
+            #   post_0 = <Handle post 'double' plus_one active>
+            def make(call, name, target, counter, registry, reference, post_0, post_0_handle):
+                def hooked_call(point, plan, args, kwargs):
+                    ctx = new(CallContext)
+                    ctx.name = name
+                    ctx.target = target
+                    ctx._args = args
+                    ctx._kwargs = kwargs
+                    ctx.call_index = next(counter)
+                    ctx.phase = "pre"
+                    ctx._result = None
+                    ctx._exception = None
+                    ctx._recovered = False
+                    ctx._skipped = False
+                    ctx._data = None
+                    ctx._point = point
+                    if ctx._skipped:
+                        result = ctx._result
+                    else:
+                        result = call(*ctx._args, **ctx._kwargs)
+                    ctx.phase = "post"
+                    ctx._result = result
+                    try:
+                        returned = post_0(ctx)
+                        if returned is not None:
+                            reject_returned(post_0_handle, ctx, returned)
+                    except Exception as error:
+                        add_note(error, describe(post_0_handle, name))
+                        raise
+                    return ctx._result
+                return hooked_call
+            <BLANKLINE>
+            >>> _ = double.around(lambda ctx: (yield))
+            >>> print(bus.explain("double"))
+            # 'double': call_with_hooks runs the plan (around hooks)
+            <BLANKLINE>
+        """
+        name = check_name(name, "explain() name", allow_pattern=False)
+        points = self.registry.points(name)
+        parts: List[str] = []
+        for point in points:
+            explain = getattr(point, "explain", None)
+            parts.append(
+                explain()
+                if explain is not None
+                else f"# {name!r}: a {point.kind} point; its adapter's dispatch runs the plan\n"
+            )
+        if self.registry.hooks(name) and not points:
+            parts.append(f"# {name!r}: an event; emit runs its hooks in a loop (not compiled)\n")
+        if not parts:
+            raise LookupError(
+                f"explain() found no hook point and no hook named {name!r} on {self!r}; "
+                f"bus.points() lists the points"
+            )
+        return "\n".join(parts)
+
     # --- what is registered ---------------------------------------------------------
 
     def hooks(self, name: Optional[str] = None, *, kind: Optional[str] = None) -> List[Handle]:
@@ -1089,6 +1121,8 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "hooks() name", allow_pattern=True)
+        if kind is not None:
+            hook_kind(kind)  # a misspelt kind is refused, not read as "no such hooks"
         handles = self.registry.hooks(name)
         return [handle for handle in handles if kind is None or handle.kind == kind]
 
@@ -1111,7 +1145,9 @@ class EventBus:
         ``name``, only the registrations that :meth:`hooks` lists for it: those that run
         for that name (a pattern's included), or, for a pattern, those registered under
         it. pyee's ``remove_listener(event, f)`` is ``remove()`` on each of
-        ``bus.handles_of(f, event)``.
+        ``bus.handles_of(f, event)``. A registration is of ``hook`` when it holds that
+        object, or the same method of the same object (``obj.method``, ``log.append``),
+        as the duplicate rule says; no hook's own ``__eq__`` is called.
 
         Example:
             >>> import hookbus
@@ -1127,7 +1163,8 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "handles_of() name", allow_pattern=True)
-        return [handle for handle in self.registry.hooks(name) if handle.hook == hook]
+        # Not ==: one hook whose __eq__ raises (a mock, a proxy) would break it for all.
+        return [h for h in self.registry.hooks(name) if same_callable(h.hook, hook)]
 
     # --- handles, scopes, pauses ---------------------------------------------------
 
@@ -1169,7 +1206,7 @@ class EventBus:
         """
         if name is not None:
             name = check_name(name, "paused() name", allow_pattern=True)
-        return Pause(self, name)
+        return Pause(self.registry, name)
 
     def trace(self) -> Trace:
         """A context manager recording every hook call while open, with its duration.

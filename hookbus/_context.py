@@ -376,14 +376,17 @@ def rebind(
     a forward's pre and post hooks from two separate callbacks): the pre phase's
     context is kept, without the arguments, and rebound when the post or
     exception phase begins, so ``ctx.data`` is shared by the call's hooks.
-    Published in :mod:`hookbus.adapter`.
+    ``exception`` is the error the exception phase sees; with ``None`` (moving on
+    to the post phase, or once the exception hooks ran) the context lets go of the
+    error it held: that error's traceback holds the frames that hold the context,
+    and with them the call's arguments, a reference cycle. Published in
+    :mod:`hookbus.adapter`.
     """
     ctx.phase = phase
     ctx.target = target
     ctx._args = args
     ctx._kwargs = kwargs
-    if exception is not None:
-        ctx._exception = exception
+    ctx._exception = exception
 
 
 _HOW_TO_CHANGE = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from inspect import Signature
+from inspect import Parameter, Signature
 from types import FunctionType
 from typing import (
     TYPE_CHECKING,
@@ -90,7 +90,15 @@ UnknownNameError.__module__ = "hookbus"  # tracebacks show where users import it
 class Declared:
     """One declared event: its spec, and the function that checks emit's arguments."""
 
-    __slots__ = ("binder", "binder_shape", "historic", "name", "signature", "text")
+    __slots__ = (
+        "binder",
+        "binder_shape",
+        "historic",
+        "name",
+        "sender_keyword",
+        "signature",
+        "text",
+    )
 
     def __init__(self, name: str, signature: Signature, historic: bool) -> None:
         self.name = name
@@ -101,6 +109,9 @@ class Declared:
         #: don't bind to the spec, at the cost of one call of an empty function.
         self.binder: Callable[..., None] = make_binder(signature, name)
         self.binder_shape = code_shape(cast(FunctionType, self.binder))
+        #: The sender is the spec's first parameter, however it is passed: its name,
+        #: when an emission may pass it by keyword (else ``None``).
+        self.sender_keyword = _sender_keyword(signature)
 
     def checks_itself(self, hook: Any) -> bool:
         """Whether calling ``hook`` fails exactly when the arguments don't bind to the spec.
@@ -116,6 +127,23 @@ class Declared:
 
     def described(self) -> str:
         return self.text + (" (historic)" if self.historic else "")
+
+
+def _sender_keyword(signature: Signature) -> Optional[str]:
+    """The name of the spec's first parameter if it may be passed by keyword.
+
+    Example:
+        >>> import inspect
+        >>> def saved(doc, path=""): ...
+        >>> def ping(n, /): ...
+        >>> _sender_keyword(inspect.signature(saved)), _sender_keyword(inspect.signature(ping))
+        ('doc', None)
+    """
+    for parameter in signature.parameters.values():
+        if parameter.kind in (Parameter.POSITIONAL_OR_KEYWORD, Parameter.KEYWORD_ONLY):
+            return parameter.name
+        return None
+    return None
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

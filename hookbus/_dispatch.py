@@ -9,7 +9,7 @@ refused by ``_context.reject_returned``. The loops read only the error policy
 and the tracer of the registry (``_plan.DispatchSettings``).
 
 Each loop is written once: the async variants, in ``_async_dispatch.py``, are the
-source, and ``_sync_dispatch.py`` is generated from them by ``tools/unasync.py``
+source, and ``_sync_dispatch.py`` is generated from them by ``.ci/unasync.py``
 (a test checks that it is current). This module holds what both share.
 
 Every loop over hooks in hookbus, and every copy made for speed. A copy is kept
@@ -30,11 +30,14 @@ Events
       ``dispatch_concurrently`` (async only).
 
 Hooks around a call
-    * ``_hookpoint.py`` ``make_hookable.call_hooked``: the direct loop, when the plan
-      is ``direct`` (plain sync pre and post hooks, no around hook: see
-      ``_plan.PointPlan``). Slow twin: ``call_with_hooks``.
+    * ``_compiled_call.py``: a sync hook point's call, generated as straight-line
+      code for each ``direct`` plan (plain sync pre and post hooks, no around hook:
+      see ``_plan.PointPlan``), compiled once per shape. Not a hand copy: the
+      generator is checked against its reference, ``call_with_hooks``, for any
+      plan (``tests/test_compiled_call.py``), and the crossings matrix runs on it.
     * ``call_with_hooks`` (and ``_async``): the whole sequence; around hooks'
-      set-up in ``start_arounds`` and their teardown in ``resume_arounds``; the
+      set-up in ``start_arounds`` and their teardown in ``resume_arounds`` (the
+      caller keeps the started ones, ``_arounds.Started``, and resumes them); the
       torch adapter's module points use these two as well.
     * ``run_phase`` (and ``_async``): the hooks of one phase on one
       ``CallContext``; every other path ends here, the exception phase included
@@ -60,7 +63,7 @@ from __future__ import annotations
 
 import inspect
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from typing_extensions import Protocol
 
@@ -73,16 +76,13 @@ if TYPE_CHECKING:
     from ._plan import PointPlan
 
 __all__ = [
-    "FINISHED",
     "NOT_COLLECTED",
     "EventHooks",
     "check_event_result",
-    "did_not_yield",
     "note_fast_error",
     "replace_error",
     "sync_emit_refusal",
     "sync_point_refusal",
-    "yielded_twice",
 ]
 
 
@@ -170,26 +170,3 @@ def replace_error(ctx: CallContext, error: Exception) -> None:
         error.__context__ = ctx._exception  # shown as "during handling of ..."
     ctx._exception = error
     ctx._recovered = False
-
-
-# ``next(generator, FINISHED)`` tells a finished around hook without a StopIteration:
-# raising and catching one, with its traceback, cost a third of an around hook's call.
-FINISHED: Any = object()
-
-
-def did_not_yield(handle: Handle, ctx: CallContext) -> RuntimeError:
-    return RuntimeError(
-        f"around hook {handle!r} on {ctx.name!r} returned without yielding; an around "
-        f"hook yields exactly once, where the call runs"
-    )
-
-
-def yielded_twice(
-    handle: Handle, ctx: CallContext, error: Optional[BaseException]
-) -> RuntimeError:
-    twice = RuntimeError(
-        f"around hook {handle!r} on {ctx.name!r} yielded a second time; an around hook "
-        f"yields exactly once, where the call runs (it was closed)"
-    )
-    twice.__cause__ = error  # the call's own error, if any
-    return twice

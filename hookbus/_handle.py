@@ -11,7 +11,7 @@ import functools
 import inspect
 import sys
 import weakref
-from types import BuiltinMethodType, MethodType, MethodWrapperType, ModuleType
+from types import BuiltinMethodType, FunctionType, MethodType, MethodWrapperType, ModuleType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -23,6 +23,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    cast,
 )
 
 from typing_extensions import Protocol
@@ -42,7 +43,12 @@ __all__ = [
     "HandleStore",
     "Owner",
     "Removable",
+    "builtin_value",
     "is_async_callable",
+    "refuse_unheld_hook",
+    "same_callable",
+    "tie_to",
+    "unheld",
 ]
 
 NO_SENDER: Any = object()
@@ -138,6 +144,8 @@ class Handle(Removable):
         optional: whether its name may never exist (pluggy's ``optionalhook``).
         by_name: for each declared event whose spec it takes a subset of, by name,
             what makes its caller (``None`` when it takes every spec as it is).
+        may_return_value: for an around hook, whether its code may return a value
+            after its ``yield`` (then refused at the call; read at registration).
 
     Example:
         >>> import hookbus
@@ -162,6 +170,7 @@ class Handle(Removable):
         "is_async",
         "kind",
         "match",
+        "may_return_value",
         "name",
         "once",
         "optional",
@@ -200,6 +209,7 @@ class Handle(Removable):
         self.with_name = with_name
         self.optional = optional
         self.by_name: Optional[Dict[str, CallerFactory]] = None
+        self.may_return_value = False
         self._registered = False
         self._hook: Any = _weak_reference(hook, self) if weak else hook
         self._target = None if target is None else _Sender(target, self)
@@ -241,6 +251,7 @@ class Handle(Removable):
         handle.with_name = False
         handle.optional = False
         handle.by_name = None
+        handle.may_return_value = False
         handle._registered = False
         handle._hook = hook
         handle._target = None
@@ -276,11 +287,18 @@ class Handle(Removable):
     @property
     def active(self) -> bool:
         """Whether the hook is registered and (if held weakly) still alive, its target too."""
-        return (
-            self._registered
-            and (not self.weak or self._hook() is not None)
-            and (self._target is None or self._target.get() is not None)
-        )
+        return self._registered and self.alive
+
+    @property
+    def alive(self) -> bool:
+        """Whether the hook could still run: a weakly held hook, or target, not collected.
+
+        ``active`` is this and being registered; a snapshot restores only live hooks.
+        """
+        held = self._hook
+        if self.weak and (held._owner() if held.__class__ is _WeakCMethod else held()) is None:
+            return False  # (a C method's object is asked for nothing: no getattr runs)
+        return self._target is None or self._target.get() is not None
 
     def fires_for(self, subject: Any) -> bool:
         """Whether the hook's ``target`` lets it fire for ``subject`` (the sender, or target).
@@ -296,26 +314,21 @@ class Handle(Removable):
         return sender is None or sender.matches(subject)
 
     def same_registration(self, other: Handle) -> bool:
-        """Whether ``other`` registers the same callable for the same target (see register).
+        """Whether ``other`` registers the same callable (:func:`same_callable`) for the
+        same kind and name, with targets that one sender can match both: the duplicate
+        rule of register, so that no emission runs one callable twice.
 
-        Bound methods count as the same when they bind the same function to the
-        same object, as ``==`` says, without calling the user's ``__eq__``.
+        A registration for any sender (no ``target``) overlaps every other one;
+        two targets overlap when the other's target is one this one fires for.
         """
         if self.kind != other.kind or self.name != other.name:
             return False
         mine: Any = self.hook
         theirs: Any = other.hook
-        if mine is None or theirs is None:
-            return False
-        if mine is not theirs and not (
-            type(mine) is MethodType
-            and type(theirs) is MethodType
-            and mine.__self__ is theirs.__self__
-            and mine.__func__ is theirs.__func__
-        ):
+        if mine is None or theirs is None or not same_callable(mine, theirs):
             return False
         if self._target is None or other._target is None:
-            return self._target is other._target
+            return True  # one of them fires for every sender, the other's included
         target = other.target
         return target is not None and self.fires_for(target)
 
@@ -394,6 +407,18 @@ class Handle(Removable):
         return f"<Handle {self.kind} {self.name!r} {hook_name(self.hook)}{options} {state}>"
 
 
+def _check_handle(handle: Any) -> Handle:
+    # Checked on the way in: remove() empties the group before removing, so a stray
+    # object found there would leave every hook of the group registered.
+    if not isinstance(handle, Handle):
+        raise TypeError(
+            f"HandleGroup holds Handles, got {type(handle).__name__}; accepted: what on, pre, "
+            "post, exception and around return (for a group's handles, add each: "
+            "for handle in other: group.add(handle))"
+        )
+    return handle
+
+
 class HandleGroup(Removable):
     """Handles removed together: ``remove()`` removes all, and so does leaving a ``with``.
 
@@ -412,11 +437,11 @@ class HandleGroup(Removable):
     __slots__ = ("_handles",)
 
     def __init__(self, handles: Iterable[Handle] = ()) -> None:
-        self._handles: List[Handle] = list(handles)
+        self._handles: List[Handle] = [_check_handle(handle) for handle in handles]
 
     def add(self, handle: Handle) -> None:
-        """Add a handle to the group."""
-        self._handles.append(handle)
+        """Add a handle to the group (``TypeError`` for anything else)."""
+        self._handles.append(_check_handle(handle))
 
     @property
     def active(self) -> bool:
@@ -447,6 +472,64 @@ class HandleGroup(Removable):
 VALUE_TYPES = (str, int, float, bytes, complex)
 """Senders matched by value (blinker keys ``str`` and ``int`` senders by value)."""
 
+# A built-in value of a subclass (a StrEnum or IntEnum member, a bool, numpy's float64),
+# copied by the built-in type's own C code: no method of the subclass runs.
+_BUILTIN_COPIES: Tuple[Tuple[type, str, Callable[[Any], Any]], ...] = (
+    (str, "text", str.__str__),
+    (int, "number", int.__int__),
+    (float, "number", float.__float__),
+    (bytes, "bytes", lambda value: bytes.__getitem__(value, slice(None))),
+    (complex, "number", complex.__pos__),
+)
+
+
+def builtin_value(value: Any) -> Optional[Tuple[str, Any]]:
+    """What a value sender compares as: its category and its value as a plain built-in.
+
+    ``None`` for an object that is not a ``str``, ``int``, ``float``, ``bytes`` or
+    ``complex`` (by its type: a ``__class__`` it claims is not asked). No method of
+    the value's own class runs, so its ``__eq__`` or ``__str__`` is never called.
+
+    Example:
+        >>> import enum
+        >>> class Mode(str, enum.Enum):
+        ...     TRAIN = "train"
+        >>> builtin_value(Mode.TRAIN), builtin_value(True), builtin_value(object())
+        (('text', 'train'), ('number', 1), None)
+    """
+    kind: Any = type(cast(object, value))
+    for base, category, _ in _BUILTIN_COPIES:
+        if kind is base:
+            return category, value
+    for base, category, copy in _BUILTIN_COPIES:
+        if issubclass(kind, base):
+            return category, copy(value)
+    return None
+
+
+def same_callable(mine: Any, theirs: Any) -> bool:
+    """Whether two hooks are one callable, as ``==`` says, without a user's ``__eq__``.
+
+    The same object; or two bound methods of one function (or one C method, such as
+    ``list.append``) bound to one object: each attribute access makes a new method
+    object, so identity alone would tell ``obj.method`` from ``obj.method``.
+
+    Example:
+        >>> log = []
+        >>> same_callable(log.append, log.append), same_callable(log.append, [].append)
+        (True, False)
+    """
+    if mine is theirs:
+        return True
+    kind: Any = type(cast(object, mine))
+    if kind is not type(theirs):
+        return False
+    if kind is MethodType:
+        return bool(mine.__self__ is theirs.__self__ and mine.__func__ is theirs.__func__)
+    if kind is BuiltinMethodType or kind is MethodWrapperType:
+        return bool(mine.__self__ is theirs.__self__ and mine.__name__ == theirs.__name__)
+    return False
+
 
 def _unregister_when_collected(handle: Handle) -> Callable[[object], None]:
     """A weakref callback that unregisters ``handle`` (its hook or target died)."""
@@ -467,12 +550,13 @@ class _Sender:
     it (its hook is unregistered when it is collected), strongly when it can't.
     """
 
-    __slots__ = ("_held", "_how")
+    __slots__ = ("_held", "_how", "_value")
 
     def __init__(self, target: Any, handle: Handle) -> None:
         self._held: Any
         self._how: str
-        if isinstance(target, VALUE_TYPES):
+        self._value = builtin_value(target)
+        if self._value is not None:
             self._how, self._held = "value", target
             return
         try:
@@ -492,8 +576,12 @@ class _Sender:
             return held is not None and subject is held
         if subject is held:
             return True
-        # By value only between built-in values: a user's __eq__ is never asked.
-        return self._how == "value" and isinstance(subject, VALUE_TYPES) and subject == held
+        if self._how != "value":
+            return False
+        # By value only between built-in values, as built-ins: a user's __eq__ is never asked.
+        value = builtin_value(subject)
+        mine: Any = self._value
+        return value is not None and value[0] == mine[0] and value[1] == mine[1]
 
 
 def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
@@ -552,6 +640,151 @@ _OWNER_ALONE = _refs_of_owner(_Alone().method)
 # Methods of C types bound to an object (deque().append, d.__setitem__): like a
 # bound method, each attribute access makes a new one, but there is no __func__.
 _C_METHODS = (BuiltinMethodType, MethodWrapperType)
+
+
+# --- what nothing but the registration refers to --------------------------------------
+#
+# A callable object or a partial made in the call (``bus.on(name, Hook(), weak=True)``)
+# is referred to by the frames of the registration alone, and dies as it returns. Its
+# reference count says so, once the references those frames hold are taken off: the
+# hookbus frames' locals are read (the user's frames never are: reading a frame's
+# locals may keep them alive), and what the calls themselves hold (the caller's stack,
+# on Python 3.10 and before, or under a PEP 523 frame evaluator such as torch.compile's,
+# and the counting's own) is measured at each check, through the same code, as
+# _OWNER_ALONE is: how CPython counts can change within a process.
+
+
+def unheld(value: Any) -> bool:
+    """Whether nothing but the registration under way refers to ``value``.
+
+    Counts the references that hookbus's own frames on the stack hold (from the
+    caller of this function up to the first frame that is not hookbus's), and those
+    the calls hold; any other reference (a variable of the user's, an attribute, a
+    list) means that something else holds ``value``. Errs towards ``False``: a
+    reference it can't account for (a ``*args`` tuple, a call through C) counts as
+    held elsewhere.
+
+    Example:
+        >>> import functools
+        >>> unheld(functools.partial(print, 1))
+        True
+        >>> kept = functools.partial(print, 1)
+        >>> unheld(kept)
+        False
+    """
+    total, held, passed = _references(value)  # first: the calibration reads this frame
+    per_call, own = _calibrate()
+    if per_call is None:  # an interpreter that counts otherwise: never refuse
+        return False
+    return total - held - per_call * passed <= own
+
+
+def refuse_unheld_hook(hook: Any) -> None:
+    """``weak=True``: refuse a callable object or ``functools.partial`` that nothing but
+    the registration refers to, as a lambda is refused (see :func:`_weak_reference`).
+
+    Functions and classes are not asked (a decorator holds one that nothing else
+    refers to yet); methods are, by their object, when the handle is made.
+    """
+    kind: Any = type(cast(object, hook))
+    if (
+        kind is FunctionType
+        or kind is MethodType
+        or kind in _C_METHODS
+        or issubclass(kind, type)
+        or not kind.__weakrefoffset__  # refused when the handle is made, saying why
+    ):
+        return
+    if unheld(hook):
+        raise TypeError(
+            f"weak=True on {hook_name(hook)} (a {kind.__name__}), which nothing else refers "
+            f"to (made in the call, say): it would be collected as soon as the registration "
+            f"returns and never run; keep it somewhere first (a variable, an attribute), or "
+            f"register it strongly (the default)"
+        )
+
+
+def _references(value: Any) -> Tuple[int, int, int]:
+    """``value``'s reference count; how many locals of hookbus frames hold it, from the
+    caller's caller up; and how many of those frames got it as a parameter."""
+    total = sys.getrefcount(value)
+    held = passed = 0
+    frame: Any = sys._getframe(2)  # the caller's locals hold it: counted in its own
+    while frame is not None and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        module = frame.f_globals.get("__name__")
+        if not isinstance(module, str) or not (
+            module == "hookbus" or module.startswith("hookbus.")
+        ):
+            break  # the user's frame: its locals are never read
+        code = frame.f_code
+        parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        for name, local in frame.f_locals.items():
+            if local is value:
+                held += 1
+                passed += name in parameters
+        frame = frame.f_back
+    del frame
+    return total, held, passed
+
+
+class _Fresh:
+    pass
+
+
+def _through_one(value: Any) -> Tuple[int, int, int]:
+    return _through_none(value)
+
+
+def _through_none(value: Any) -> Tuple[int, int, int]:
+    return _references(value)
+
+
+def _calibrate() -> Tuple[Optional[int], int]:
+    """What the calls hold: per frame that got the value as a parameter (its caller's
+    stack, where calls don't hand their arguments over), and of the counting itself.
+    ``None`` if the counts don't fit that model (then nothing is ever refused)."""
+    total_1, held_1, passed_1 = _through_none(_Fresh())
+    total_2, held_2, passed_2 = _through_one(_Fresh())
+    if passed_2 - passed_1 != 1 or held_2 - held_1 != 1:
+        return None, 0
+    per_call = total_2 - total_1 - 1
+    own = total_1 - held_1 - per_call * passed_1
+    if per_call not in (0, 1) or own < 1:
+        return None, 0
+    return per_call, own
+
+
+def tie_to(handle: Handle, owner: object) -> None:
+    """Hold the weakly held hook of ``handle`` exactly as long as ``owner``.
+
+    ``subscribe(obj, weak=True)``: a static or class method of ``obj``'s class does
+    not refer to ``obj``, so a weak reference to it would outlive ``obj``; tied, it
+    goes with ``obj`` as the plain methods do. The hook is held strongly meanwhile
+    (a class's own function or classmethod refers to nothing ``owner`` needs).
+    """
+    hook = handle.hook
+    if hook is not None:
+        handle._hook = _HeldWith(hook, owner, _unregister_when_collected(handle))
+
+
+class _HeldWith:
+    """A hook alive as long as another object (see :func:`tie_to`)."""
+
+    __slots__ = ("_hook", "_owner")
+
+    def __init__(self, hook: Any, owner: object, callback: Callable[[Any], None]) -> None:
+        try:
+            self._owner = weakref.ref(owner, callback)
+        except TypeError:
+            raise TypeError(
+                f"weak=True holds the hooks of a {type(owner).__name__} by a weak reference "
+                f"to it, which it does not support; accepted: objects of classes without "
+                f"__slots__, or with '__weakref__' in them; or subscribe it strongly"
+            ) from None
+        self._hook = hook
+
+    def __call__(self) -> Any:
+        return self._hook if self._owner() is not None else None
 
 
 class _WeakCMethod:

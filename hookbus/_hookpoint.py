@@ -37,12 +37,13 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
 from ._async_dispatch import call_with_hooks_async
+from ._compiled_call import Runner, compile_call, explain
 from ._context import CallContext, Layout, layout_of
 from ._handle import where_defined
 from ._kinds import point_kind
 from ._names import check_name
 from ._plan import PointPlan
-from ._sync_dispatch import call_with_hooks, recover_or_raise
+from ._sync_dispatch import call_with_hooks
 
 if TYPE_CHECKING:
     from ._options import HookOptions
@@ -73,10 +74,16 @@ C = TypeVar("C", contravariant=True)
 class _Unresolved:
     __slots__ = ()
 
-    direct = False  # so that the wrapper's one test sends the call to the general path
-
     def __repr__(self) -> str:
         return "<unresolved>"
+
+    @staticmethod
+    def run(point: HookPoint, plan: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """Work the point's plan out again, then run the call under it."""
+        plan = point.current_plan()
+        if plan is None:
+            return point._fn(*args, **kwargs)
+        return plan.run(point, plan, args, kwargs)
 
 
 UNRESOLVED: Any = _Unresolved()
@@ -118,6 +125,7 @@ class HookPoint:
         "_fn",
         "_layout",
         "_stamp",
+        "_target",
         "is_async",
         "kind",
         "module_name",
@@ -146,6 +154,7 @@ class HookPoint:
         module_name: str = "",
         fn: Any = None,
         bound: bool = False,
+        target: Any = None,
     ) -> None:
         self.registry = registry
         self.name = name
@@ -156,10 +165,14 @@ class HookPoint:
         """Where the wrapped callable is defined, as ``file:line`` (``"?"`` if unknown)."""
         self.module_name = module_name
         """The module that defined the wrapped callable (its ``__module__``), or ``""``."""
+        # ``plan.run(point, plan, args, kwargs)`` runs a call: the reference at a plan's
+        # first call, then the code compiled for it (``compile_call``). One attribute
+        # store swaps the plan and its code together, for any thread's caller.
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
-        self._fn = fn  # whose signature ctx.arguments binds to
+        self._fn = fn  # what the point calls, and whose signature ctx.arguments binds to
         self._bound = bound  # fn takes self or cls first, which ctx.args leave out
+        self._target = target  # ctx.target when not bound (a bound method's object, or fn)
         self._layout: Optional[Layout] = None
         # Bumped by each invalidation: a plan worked out before a change must not
         # stay cached after it (see current_plan). No lock: a weakref callback
@@ -176,12 +189,74 @@ class HookPoint:
         plan = self.plan
         if plan is UNRESOLVED:
             stamp = self._stamp
-            plan = self.plan = self.registry.plan(self)
+            plan = self.registry.plan(self)
+            if plan is not None and not self.is_async:
+                plan.run = HookPoint._run_first  # before the plan is seen: swapped whole
+            self.plan = plan
             if self._stamp != stamp:
                 # Hooks changed while it was worked out: this call runs it, the
                 # next works it out again (invalidate may have run before the store).
                 self.plan = UNRESOLVED
         return plan
+
+    def _run_first(self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """A plan's first call: the reference runs it, and the next call compiles.
+
+        So a plan that lives for one call (a hook added and removed around each
+        call) pays no compile, and a plan that stays compiles once.
+        """
+        plan.run = HookPoint._run_compiling
+        return self._run_reference(plan, args, kwargs)
+
+    def _run_compiling(
+        self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Any:
+        """Compile the plan's code (``compile_call``), keep it with the plan, and run it."""
+        run = plan.run = self._compile(plan)
+        return run(self, plan, args, kwargs)
+
+    def _compile(self, plan: PointPlan) -> Runner:
+        return compile_call(
+            plan,
+            call=self._fn,
+            name=self.name,
+            target=self._target,
+            counter=self._calls,
+            registry=self.registry,
+            bound=self._bound,
+            reference=HookPoint._run_reference,
+        )
+
+    def _run_reference(
+        self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> Any:
+        """The reference sequence, ``call_with_hooks``, for one call under ``plan``."""
+        target, strip = self._target, self._bound and bool(args)
+        if strip:
+            target, args = args[0], args[1:]
+        ctx = _for_call(self.name, target, args, kwargs, next(self._calls), "pre", self)
+        return call_with_hooks(self.registry, plan, ctx, self._fn, strip)
+
+    def explain(self) -> str:
+        """The code a call of this point runs now (see :meth:`EventBus.explain`).
+
+        Example:
+            >>> import hookbus
+            >>> bus = hookbus.EventBus()
+            >>> @bus.hookable("double")
+            ... def double(x):
+            ...     return 2 * x
+            >>> print(double.__hookbus_point__.explain())
+            # 'double': no hooks; the wrapper calls the function straight through
+            <BLANKLINE>
+            >>> _ = double.pre(lambda ctx: None)
+            >>> print(double.__hookbus_point__.explain().splitlines()[:2])
+            ["# 'double': a compiled call", "#   pre_0 = <Handle pre 'double' <lambda> active>"]
+        """
+        plan = self.current_plan()
+        if plan is not None and self.is_async:
+            return f"# {self.name!r}: an async point; call_with_hooks_async runs the plan\n"
+        return explain(plan, self.name, self._bound)
 
     def context(self, target: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """A fresh call context for one call of this point."""
@@ -195,7 +270,8 @@ class HookPoint:
         return layout
 
     def __repr__(self) -> str:
-        state = "unresolved" if self.plan is UNRESOLVED else "hooked" if self.plan else "no hooks"
+        plan = self.plan
+        state = "unresolved" if plan is UNRESOLVED else "hooked" if plan else "no hooks"
         return f"<{type(self).__name__} {self.name!r} {state}>"
 
     # --- f.pre, f.post, f.exception, f.around: registering through the point -----------
@@ -452,6 +528,7 @@ def make_hookable(
         module_name=module_name,
         fn=fn,
         bound=bound,
+        target=fixed_target,
     )
     if name is None:
         # Before the point is added, and with no lock held: a warning turned into
@@ -477,73 +554,11 @@ def make_hookable(
     else:
 
         def call_point(*args: Any, **kwargs: Any) -> Any:
-            if point.plan is None:
-                return call(*args, **kwargs)
-            # Kept apart, so that this pass-through runs in a small frame (a frame's
-            # cost grows with its locals and closure cells: ~8% of a no-hook call).
-            return call_hooked(args, kwargs)
-
-        def call_hooked(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-            """The direct loop: plain sync pre and post hooks, inline."""
-            plan = point.plan  # None too, if another thread just resolved it to no hooks
-            if plan is None or not plan.direct or (bound and not args):
-                if plan is None or plan is UNRESOLVED or (bound and not args):
-                    return call_general(args, kwargs)
-                # Around, async or rare hooks: the whole sequence.
-                target = args[0] if bound else fixed_target
-                ctx = _for_call(
-                    point_name, target, args[1:] if bound else args, kwargs, next(counter),
-                    "pre", point,
-                )  # fmt: skip
-                return call_with_hooks(registry, plan, ctx, call, bound)
-            target = args[0] if bound else fixed_target
-            if bound:
-                args = args[1:]
-            ctx = _for_call(point_name, target, args, kwargs, next(counter), "pre", point)
-            try:
-                for hook in plan.pre_hooks:
-                    try:
-                        returned = hook(ctx)
-                        if returned is not None:
-                            plan.refuse(hook, ctx, returned)
-                    except Exception as error:
-                        plan.blame(error, hook, ctx)
-                        raise
-                if ctx._skipped:
-                    result = ctx._result
-                elif bound:
-                    result = call(target, *ctx._args, **ctx._kwargs)
-                else:
-                    result = call(*ctx._args, **ctx._kwargs)
-            except Exception as error:  # of a pre hook or the call: the exception hooks
-                if not plan.exception:
-                    raise
-                return recover_or_raise(registry, plan, ctx, error)
-            if not plan.post_hooks:
-                return result
-            ctx.phase = "post"
-            ctx._result = result
-            for hook in plan.post_hooks:
-                try:
-                    returned = hook(ctx)
-                    if returned is not None:
-                        plan.refuse(hook, ctx, returned)
-                except Exception as error:
-                    plan.blame(error, hook, ctx)
-                    if not plan.exception:
-                        raise
-                    return recover_or_raise(registry, plan, ctx, error, posts_ran=True)
-            return ctx._result
-
-        def call_general(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-            plan = point.current_plan()
+            plan = point.plan  # read once: another thread may swap it meanwhile
             if plan is None:
                 return call(*args, **kwargs)
-            target, strip = fixed_target, bound and bool(args)
-            if strip:
-                target, args = args[0], args[1:]
-            ctx = _for_call(point_name, target, args, kwargs, next(counter), "pre", point)
-            return call_with_hooks(registry, plan, ctx, call, strip)
+            # Compiled for this plan (or the reference sequence); see _compiled_call.
+            return plan.run(point, plan, args, kwargs)
 
         wrapper = call_point
 

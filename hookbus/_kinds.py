@@ -53,6 +53,7 @@ __all__ = [
     "other_namespace",
     "point_kind",
     "point_kinds",
+    "refuses_others",
     "render_markdown",
     "runs_at_points",
     "where_it_runs",
@@ -218,6 +219,18 @@ def point_kind(name: str) -> PointKind:
     except (KeyError, TypeError):
         accepted = ", ".join(map(repr, _point_kinds))
         raise ValueError(f"unknown point kind {name!r}; known: {accepted}") from None
+
+
+def refuses_others(kind: str) -> bool:
+    """Whether a point of ``kind`` (a point's ``kind``) refuses, at registration on any bus,
+    a hook of a kind that never runs there; ``False`` for a kind the table does not know.
+
+    Example:
+        >>> refuses_others("declared event"), refuses_others("function"), refuses_others("?")
+        (True, False, False)
+    """
+    row = _point_kinds.get(kind)
+    return row is not None and row.refuses_others
 
 
 def hook_kinds() -> Tuple[HookKind, ...]:
@@ -417,7 +430,8 @@ DECLARED_EVENT = add_point_kind(
         "declared event",
         EVENT.runs,
         "a name declared with `@bus.event`: hooks are checked against its spec",
-        _SENDER,
+        "the sender, the spec's first parameter, passed by position or by keyword "
+        "(built-in values by value, other objects by identity)",
         None,
         _AROUND_ONLY,
         _EMIT_ASYNC + " (not on a historic event: replays are synchronous)",

@@ -181,11 +181,13 @@ def parse_options(kind: str, options: Mapping[str, Any]) -> ParsedOptions:
     row = hook_kind(kind)
     unknown = [key for key in options if key not in OPTION_NAMES]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
+        # The kind's own options: with_name is offered to event hooks alone.
+        accepted = [name for name in OPTION_NAMES if name in row.options]
+        close = difflib.get_close_matches(unknown[0], accepted, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise TypeError(
             f"unknown option {unknown[0]!r} for {method_name(kind)}(){hint}; "
-            f"accepted: {', '.join(OPTION_NAMES)}"
+            f"accepted: {', '.join(accepted)}"
         )
     priority = to_priority(options.get("priority", 0))
     once, weak = options.get("once", False), options.get("weak", False)

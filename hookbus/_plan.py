@@ -26,11 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, cast
 
 from typing_extensions import Protocol
 
-from ._context import reject_returned
-from ._errors import add_note, describe
-
 if TYPE_CHECKING:
-    from ._context import CallContext, Layout
+    from ._context import Layout
     from ._declarations import Declared
     from ._errors import ErrorPolicy
     from ._handle import Handle
@@ -103,6 +100,11 @@ class DispatchSettings(Protocol):
     @property
     def tracer(self) -> Optional[Tracer]:
         """What hook calls are recorded into while a trace is open, else ``None``."""
+        ...
+
+    def keyword_sender(self, event: str, kwargs: Dict[str, Any]) -> Any:
+        """The sender of an emission of ``event`` with no positional argument: a declared
+        event's first parameter passed by keyword, else ``NO_SENDER``."""
         ...
 
 
@@ -197,16 +199,19 @@ class PointPlan:
     ``hooks`` and ``fast`` map each of the point's kinds to its handles and to
     their bare callables (``None`` when the full loop must run them);
     ``pre``, ``post`` and ``exception`` are the core's three, read per call.
-    ``direct`` says the hook-point wrapper's own short loop (``_hookpoint.py``)
-    runs the plan, calling ``pre_hooks`` and ``post_hooks``: no hook is async and
-    the pre and post hooks are all fast (exception hooks, rare by nature, always
-    run in the full loop).
+    ``direct`` says a call can run as straight-line code (``_compiled_call``),
+    calling ``pre_hooks`` and ``post_hooks``: no hook is async, there is no around
+    hook, and the pre and post hooks are all fast (exception hooks, rare by nature,
+    always run in the full loop). ``run``, set by a hook point before it keeps the
+    plan, runs one call of the point under this plan: ``run(point, plan, args, kwargs)``.
     """
 
     __slots__ = (
         "around", "around_hooks", "direct", "exception", "fast", "has_async", "hooks", "post",
-        "post_hooks", "pre", "pre_hooks",
+        "post_hooks", "pre", "pre_hooks", "run",
     )  # fmt: skip
+
+    run: Callable[[Any, PointPlan, Tuple[Any, ...], Dict[str, Any]], Any]
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
         self.hooks = hooks
@@ -229,17 +234,3 @@ class PointPlan:
         )
         self.pre_hooks: Tuple[Callable[..., Any], ...] = pre_hooks or ()
         self.post_hooks: Tuple[Callable[..., Any], ...] = post_hooks or ()
-
-    def _handle_of(self, hook: Any, ctx: CallContext) -> Handle:
-        hooks, handles = (
-            (self.pre_hooks, self.pre) if ctx.phase == "pre" else (self.post_hooks, self.post)
-        )
-        return handles[hooks.index(hook)]
-
-    def blame(self, error: BaseException, hook: Any, ctx: CallContext) -> None:
-        """Note on ``error`` which hook of the direct loop raised it (rare: it raised)."""
-        add_note(error, describe(self._handle_of(hook, ctx), ctx.name))
-
-    def refuse(self, hook: Any, ctx: CallContext, returned: Any) -> None:
-        """A hook of the direct loop returned something: refuse it, naming the hook."""
-        reject_returned(self._handle_of(hook, ctx), ctx, returned)

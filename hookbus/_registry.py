@@ -66,6 +66,7 @@ from typing import (
     TypeVar,
 )
 
+from ._arounds import may_return_a_value
 from ._declarations import (
     Declarations,
     Declared,
@@ -76,7 +77,16 @@ from ._declarations import (
     unknown_emitted,
 )
 from ._errors import ErrorPolicy, HookError, raise_collected
-from ._handle import MARKED_COROUTINES, Handle, Owner, hook_name, is_async_callable, where_defined
+from ._handle import (
+    MARKED_COROUTINES,
+    NO_SENDER,
+    Handle,
+    Owner,
+    hook_name,
+    is_async_callable,
+    refuse_unheld_hook,
+    where_defined,
+)
 from ._kinds import (
     AT_POINTS,
     DECLARED_EVENT,
@@ -88,6 +98,7 @@ from ._kinds import (
     known_names,
     methods,
     other_namespace,
+    refuses_others,
     where_it_runs,
 )
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
@@ -122,6 +133,12 @@ def _order(handle: Handle) -> Tuple[int, int]:
     return (-handle.priority, handle.seq)
 
 
+def _refuses_others(point: Point) -> bool:
+    """Whether ``point``'s kind of point refuses the hooks that never run there, on any bus
+    (a point whose class names no kind of the table refuses nothing)."""
+    return refuses_others(getattr(point, "kind", ""))
+
+
 def _what(kind: str) -> str:
     return "event" if kind == "event" else "hook point"
 
@@ -136,16 +153,20 @@ _SHAPED_CODE = CO_COROUTINE | _GENERATOR_CODE
 _WRAPPING_EVENTS = tuple(kind for kind in EVENT.runs if kind != "event")
 
 
-def _generator_of(hook: Any) -> Optional[str]:
-    """``"generator"`` or ``"async generator"`` when calling ``hook`` makes one, else None.
-
-    A ``functools.partial`` says what it wraps; a callable object, its ``__call__``.
-    """
+def _hook_function(hook: Any) -> Any:
+    """The function that runs when ``hook`` is called: a ``functools.partial``'s own,
+    a callable object's ``__call__``."""
     inner = hook
     while isinstance(inner, functools.partial):
         inner = inner.func
     if not inspect.isfunction(inner) and not inspect.ismethod(inner) and callable(inner):
-        inner = type(inner).__call__  # a callable object: its method says
+        inner = type(inner).__call__
+    return inner
+
+
+def _generator_of(hook: Any) -> Optional[str]:
+    """``"generator"`` or ``"async generator"`` when calling ``hook`` makes one, else None."""
+    inner = _hook_function(hook)
     if inspect.isasyncgenfunction(inner):
         return "async generator"
     if inspect.isgeneratorfunction(inner):
@@ -237,14 +258,22 @@ class _Duplicate(Exception):
 
 
 def _duplicate_error(handle: Handle, existing: Handle) -> ValueError:
-    """The error for a second registration of one callable on one name (and target)."""
+    """The error for a second registration of one callable on one name, for targets
+    that one sender can match (no target matches every sender)."""
+    overlap = ""
+    if handle.targeted != existing.targeted:
+        overlap = (
+            " One registration is for any sender and the other for one sender: both "
+            "would run for that sender."
+        )
     return ValueError(
         f"{hook_name(handle.hook)} is already registered for {handle.kind} {handle.name!r} "
         f"on bus {handle.registry.bus.name!r}: {existing!r}. A callable is registered once per "
-        f"name (and target). blinker and pyee would ignore a second registration and "
-        f"torch would run the hook twice; hookbus refuses it, so that neither happens "
-        f"silently. To change its options, remove the first (handle.remove()) and "
-        f"register again; to run it twice on purpose, register functools.partial(hook)"
+        f"name and sender (no target: every sender).{overlap} blinker and pyee would ignore "
+        f"a second registration and torch would run the hook twice; hookbus refuses it, so "
+        f"that neither happens silently. To change its options, remove the first "
+        f"(handle.remove()) and register again; to run it twice on purpose, register "
+        f"functools.partial(hook)"
     )
 
 
@@ -328,8 +357,9 @@ class Registry:
         """The declared events, their history, and the names emitted so far."""
         self.checking = False
         self._declared_count = 0  # bumped by each declaration, read by register()
-        """Whether registration checks names and specs: set for good by ``strict=True``
-        or by the first declaration, so that a bus that uses neither pays one test."""
+        """Whether registration checks names and specs: set for good by ``strict=True``,
+        the first declaration, or the first point of a kind that refuses the hooks that
+        never run there (an operation point), so that a bus that has none pays one test."""
 
     # --- registration and removal -----------------------------------------------------
 
@@ -366,6 +396,8 @@ class Registry:
             is_async = _checked_shape(kind, hook)
         if options:
             priority, once, target, weak, with_name, optional = parse_options(kind, options)
+            if weak:  # counted here, before the handle's call adds references to it
+                refuse_unheld_hook(hook)
             handle = Handle(
                 self, kind, name, hook, priority, 0, once, target, weak, is_async, match,
                 with_name, optional,
@@ -443,6 +475,10 @@ class Registry:
             row = HOOK_KINDS.get(kind) or hook_kind(kind)  # an unknown kind: refused, named
             if row.shape == GENERATOR:  # register's common case told a plain function
                 handle.is_async = _checked_shape(kind, hook)
+                # An async generator cannot return a value; a generator's code says.
+                handle.may_return_value = not handle.is_async and may_return_a_value(
+                    _hook_function(hook)
+                )
             if row.takes_context:
                 written = context_mismatch(hook)
                 if written is not None:
@@ -650,7 +686,10 @@ class Registry:
         """Put hooks, error policy, trace and pauses back as :meth:`snapshot` saw them.
 
         Hooks added since are unregistered, hooks removed since come back, except
-        weakly held ones whose object died meanwhile.
+        those that can never run again: a weakly held hook, or a weakly held target,
+        collected meanwhile. Like every removal, it lets go of those handles (which
+        may hold the last reference to a strongly held target) once the lock is
+        released.
         """
         (exact, patterns), errors, traces, pauses = snapshot
         back: List[Handle] = []  # point hooks brought back: their sources make points
@@ -663,7 +702,10 @@ class Registry:
                 handle._registered = False
             buckets = [*(b for names in exact.values() for b in names.values())]
             for bucket in [*buckets, *patterns.values()]:
-                bucket[:] = [h for h in bucket if not h.weak or h.hook is not None]
+                kept = [h for h in bucket if h.alive]
+                if len(kept) != len(bucket):
+                    self._dropped.append(bucket[:])  # those left out go after the lock
+                    bucket[:] = kept
                 for handle in bucket:
                     if handle.kind != "event" and id(handle) not in present:
                         back.append(handle)
@@ -811,7 +853,11 @@ class Registry:
         )
         if match is None:
             strict = declarations.strict and not handle.optional
-            if strict or (kind not in DECLARED_EVENT.runs and name in declarations.specs):
+            if (
+                strict
+                or (kind not in DECLARED_EVENT.runs and name in declarations.specs)
+                or self._refusing_point(kind, name) is not None
+            ):
                 self._refuse_unknown_name(kind, name, what, strict)
         if kind != "event" or hook is None:
             return
@@ -825,6 +871,14 @@ class Registry:
                     f"{declared.name!r}, and the replay is synchronous; use a plain 'def' "
                     f"hook there"
                 )
+
+    def _refusing_point(self, kind: str, name: str) -> Optional[Point]:
+        """The point named ``name`` whose kind refuses a hook of ``kind`` on any bus (an
+        operation point refuses an event hook, as a declared event refuses a pre hook)."""
+        for point in self.points(name):
+            if kind not in point.kinds and _refuses_others(point):
+                return point
+        return None
 
     def _refuse_unknown_name(self, kind: str, name: str, what: str, strict: bool) -> None:
         """Refuse a hook whose exact name is no place its kind runs at (:func:`known_names`):
@@ -848,9 +902,12 @@ class Registry:
                 f"Declare events with @bus.event and define hook points with @bus.hookable "
                 f"before hooking them (or make the bus with strict=False)"
             )
+        refusing = None if name in events else self._refusing_point(kind, name)
+        runs = f"A declared event runs {methods(DECLARED_EVENT.runs)} hooks only"
+        if refusing is not None:
+            runs = f"A point of kind {refusing.kind!r} runs {methods(refusing.kinds)} hooks only"
         raise UnknownNameError(
-            f"bus {self.bus.name!r} refuses a hook that could never run:\n{line}\n"
-            f"A declared event runs {methods(DECLARED_EVENT.runs)} hooks only"
+            f"bus {self.bus.name!r} refuses a hook that could never run:\n{line}\n{runs}"
         )
 
     def checked_handles(
@@ -932,7 +989,8 @@ class Registry:
         return found, lines
 
     def forget(self, name: str) -> None:
-        """Drop the past emissions of the historic event ``name``."""
+        """Drop the past emissions of the historic event ``name`` (or its enum member)."""
+        name = check_name(name, "event name", allow_pattern=False)
         with self._changing:
             self._dropped.append(self.declarations.forget(name))  # the user's arguments
 
@@ -1032,6 +1090,15 @@ class Registry:
             hooks = self._replan_event(event)[1]
         return hooks
 
+    def keyword_sender(self, event: str, kwargs: Dict[str, Any]) -> Any:
+        """The sender of an emission that has no positional argument: a declared event's
+        first parameter, passed by keyword; else :data:`NO_SENDER` (no lock: read as
+        :meth:`checked_handles` reads the specs)."""
+        declared = self.declarations.specs.get(event) if kwargs else None
+        if declared is None or declared.sender_keyword is None:
+            return NO_SENDER
+        return kwargs.get(declared.sender_keyword, NO_SENDER)
+
     def event_handles(self, event: str) -> Tuple[Handle, ...]:
         """The handles of ``event``, in order (its around hooks aside)."""
         return self.event_hooks(event)[0]
@@ -1069,6 +1136,8 @@ class Registry:
         with self._changing:
             async_hooks = [h for h in self._all_hooks_locked() if h.is_async]
             added: List[Point] = []
+            if not self.checking and any(_refuses_others(point) for point in points):
+                self.checking = True  # for good: event hooks take the checked way there
             for point in points:
                 handle = self._add_point_locked(point, async_hooks)
                 if handle is not None:  # all or nothing: forget those added

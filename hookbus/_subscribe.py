@@ -11,7 +11,7 @@ Two ways to say which methods are hooks, usable together:
 from __future__ import annotations
 
 import difflib
-from types import ModuleType
+from types import MethodType, ModuleType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -32,7 +32,7 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec, Protocol
 
 from ._event import Event
-from ._handle import HandleGroup
+from ._handle import HandleGroup, tie_to, unheld
 from ._kinds import DECLARED_EVENT, hook_kind, methods, runs_at_points
 from ._names import check_name
 from ._options import PriorityLike, to_priority
@@ -245,12 +245,24 @@ def subscribe(
     if not plan:
         raise ValueError(_nothing_to_subscribe(obj, listed))
 
+    # weak=True: the object's hooks live as long as it does, all of them; an object
+    # that nothing else refers to would take them with it as subscribe returns.
+    tied = weak and not is_module
+    if tied and unheld(obj):
+        raise TypeError(
+            f"subscribe(weak=True) on a {type(obj).__qualname__} that nothing else refers "
+            f"to (one made in the call, say): its hooks would go as soon as subscribe "
+            f"returns and never run; keep the object somewhere first, or subscribe it "
+            f"strongly (the default)"
+        )
     group = HandleGroup()
     try:  # all or nothing: a failing registration removes the ones before it
         for method_name, marks in plan.items():
             method = getattr(obj, method_name)
             if method is None:  # a subclass switched the hook off
                 continue
+            # A static or class method doesn't refer to obj: tie it to obj's life.
+            bound_to_obj = type(method) is MethodType and method.__self__ is obj
             for mark in marks:
                 options: Dict[str, Any] = {
                     "priority": default if mark.priority is None else mark.priority,
@@ -259,7 +271,10 @@ def subscribe(
                     "target": target,
                     "optional": mark.optional,
                 }
-                group.add(registry.register(mark.kind, mark.event, method, options))
+                handle = registry.register(mark.kind, mark.event, method, options)
+                group.add(handle)
+                if tied and not bound_to_obj:
+                    tie_to(handle, obj)
     except BaseException:
         group.remove()
         raise

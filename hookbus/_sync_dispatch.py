@@ -1,6 +1,6 @@
 """The sync dispatch loops, generated from ``_async_dispatch.py``: do not edit.
 
-Change the async source, then run ``python tools/unasync.py`` (a test checks this file).
+Change the async source, then run ``python .ci/unasync.py`` (a test checks this file).
 """
 
 from __future__ import annotations
@@ -8,19 +8,16 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
+from ._arounds import FINISHED, Started, did_not_yield, refusing_a_returned_value, yielded_twice
 from ._context import CallContext, reject_returned
 from ._dispatch import (
-    FINISHED,
     NOT_COLLECTED,
     check_event_result,
-    did_not_yield,
     replace_error,
     sync_emit_refusal,
     sync_point_refusal,
-    yielded_twice,
 )
 from ._errors import add_note, describe, handle_error, raise_collected
-from ._handle import NO_SENDER
 
 if TYPE_CHECKING:
     from ._handle import Handle
@@ -62,7 +59,7 @@ def dispatch_event(
     async_hooks = [handle for handle in handles if handle.is_async]
     if async_hooks:
         raise sync_emit_refusal(event, async_hooks)
-    sender = args[0] if args else NO_SENDER
+    sender = args[0] if args else registry.keyword_sender(event, kwargs)
     try:
         for handle in handles:
             hook = handle.runner(sender, event)
@@ -196,16 +193,16 @@ def call_with_hooks(
     5. Around hooks, innermost first, resume at their ``yield``
        (:func:`resume_arounds`): with the result, or with the error raised there.
 
-    For the plans the hook point's direct loop can't run (``_hookpoint.py``), and
+    For the plans a hook point's compiled call can't run (``_compiled_call.py``), and
     for an event's around hooks (``fn`` then runs the event hooks). The async
     variant is for ``def`` callables, whose hooks may be sync or async.
     """
     if plan.has_async:
         raise sync_point_refusal(plan, ctx)
-    started: List[Tuple[Handle, Any]] = []
+    started: List[Started] = []  # this call's: it resumes them, whatever is removed meanwhile
     try:
         if plan.around:  # 1.
-            start_arounds(plan.around, plan.around_hooks, ctx, started)
+            start_arounds(registry, plan.around, plan.around_hooks, ctx, started)
         try:
             if plan.pre:  # 2.
                 run_phase(registry, plan.pre, ctx)
@@ -247,29 +244,43 @@ def call_with_hooks(
 
 
 def start_arounds(
+    registry: DispatchSettings,
     handles: Tuple[Handle, ...],
     bare: Optional[Tuple[Callable[..., Any], ...]],
     ctx: CallContext,
-    started: List[Tuple[Handle, Any]],
+    started: List[Started],
 ) -> None:
     """Run around hooks up to their ``yield``, outermost first, appending each to ``started``.
 
     ``bare``: their callables, when none has a rare option (the plan's
-    ``around_hooks``). If one raises, those in ``started`` must be resumed with
-    the error (:func:`resume_arounds`): the caller does it, as it does after
-    the call.
+    ``around_hooks``). ``started`` is the caller's to keep: it resumes them
+    (:func:`resume_arounds`) after the call, or with the error if a set-up
+    here raised (which carries a note naming its hook), whatever is removed meanwhile.
+    Each entry holds the tracer open now, which records the hook once it is resumed.
     """
+    tracer = registry.tracer
     for position, handle in enumerate(handles):
         hook = handle.runner(ctx.target, ctx.name) if bare is None else bare[position]
-        if hook is not None:
+        if hook is None:
+            continue
+        start = perf_counter_ns() if tracer is not None else 0
+        try:
             around = hook(ctx)
+            if handle.may_return_value:  # its code may return a value: refused if it does
+                around = refusing_a_returned_value(around, handle, ctx)
             if next(around, FINISHED) is FINISHED:
                 raise did_not_yield(handle, ctx)
-            started.append((handle, around))
+        except BaseException as error:
+            add_note(error, describe(handle, ctx.name))
+            if tracer is not None:
+                tracer._record(ctx.name, "around", handle, perf_counter_ns() - start)
+            raise
+        set_up_ns = perf_counter_ns() - start if tracer is not None else 0
+        started.append((handle, around, tracer, set_up_ns))
 
 
 def resume_arounds(
-    started: List[Tuple[Handle, Any]],
+    started: List[Started],
     ctx: CallContext,
     result: Any,
     error: Optional[BaseException],
@@ -280,40 +291,46 @@ def resume_arounds(
     success, or the error raised at its ``yield``. A hook that raises replaces the
     error; one that calls ``ctx.recover(value)`` swallows an ``Exception``
     (a ``BaseException`` always goes on). Every started hook is resumed exactly
-    once, whatever the others do.
+    once, whatever the others do: one that yields again is closed, and if even
+    that fails, the outer ones still get the error. The trace open when a hook
+    started records it, once, with its set-up's and teardown's time.
     """
-    for handle, around in reversed(started):
-        if error is None:
-            ctx.phase = "post"
-            ctx._result = result
-            try:
+    for handle, around, tracer, set_up_ns in reversed(started):
+        start = perf_counter_ns() if tracer is not None else 0
+        try:
+            if error is None:
+                ctx.phase = "post"
+                ctx._result = result
                 if next(around, FINISHED) is FINISHED:
                     result = ctx._result
                     continue
-            except BaseException as failure:
+            else:
+                ctx.phase = "exception"
+                ctx._exception = error
+                ctx._recovered = False
+                try:
+                    around.throw(error)
+                finally:
+                    ctx._exception = None
+        except StopIteration:  # it finished, after the error
+            if ctx._recovered and isinstance(error, Exception):
+                error, result = None, ctx._result
+            continue  # caught without ctx.recover(): the error goes on
+        except BaseException as failure:
+            if failure is not error:
                 add_note(failure, describe(handle, ctx.name))
-                error = failure
-                continue
+            error = failure
+            continue
+        finally:
+            if tracer is not None:
+                tracer._record(ctx.name, "around", handle, set_up_ns + perf_counter_ns() - start)
+        # It yielded a second time: end it (its finally blocks run), and say so.
+        try:
+            around.close()
+        except BaseException as failure:  # it ignored the close, or a finally block raised
+            error = yielded_twice(handle, ctx, error, failure)
         else:
-            ctx.phase = "exception"
-            ctx._exception = error
-            ctx._recovered = False
-            try:
-                around.throw(error)
-            except StopIteration:
-                if ctx._recovered and isinstance(error, Exception):
-                    error, result = None, ctx._result
-                continue  # caught without ctx.recover(): the error goes on
-            except BaseException as failure:
-                if failure is not error:
-                    add_note(failure, describe(handle, ctx.name))
-                error = failure
-                continue
-            finally:
-                ctx._exception = None
-        # It yielded a second time: end it (its finally blocks run).
-        around.close()
-        error = yielded_twice(handle, ctx, error)
+            error = yielded_twice(handle, ctx, error, None)
     if error is not None:
         try:
             raise error

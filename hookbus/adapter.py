@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+from ._arounds import Started
 from ._bus import EventBus
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
 from ._errors import add_note, describe
@@ -77,6 +78,7 @@ __all__ = [
     "PointPlan",
     "PointSource",
     "Removable",
+    "Started",
     "add_hook_kind",
     "add_note",
     "add_point_kind",

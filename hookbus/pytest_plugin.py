@@ -52,8 +52,11 @@ def isolate(bus: EventBus) -> Generator[EventBus, None, None]:
 
     Hooks registered meanwhile are removed, hooks removed meanwhile (``clear()``,
     ``once`` hooks that fired) come back, and the error policy, pauses and trace
-    are as they were. Other threads' changes are undone too. The ``default_bus``
-    fixture is this, around one test, on :data:`hookbus.default_bus`.
+    are as they were. Other threads' changes are undone too. A hook that can never
+    run again stays out: one held weakly, or with a weakly held ``target``, whose
+    object was collected meanwhile. What the restore lets go of goes with the bus
+    lock released, as after ``remove()`` (a finalizer may use the bus). The
+    ``default_bus`` fixture is this, around one test, on :data:`hookbus.default_bus`.
 
     Example:
         >>> import hookbus

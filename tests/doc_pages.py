@@ -9,10 +9,12 @@ first.*": ``continues`` holds those anchors.
 
 from __future__ import annotations
 
+import ast
+import doctest
 import re
 import unicodedata
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -77,3 +79,32 @@ def sections(page: Path) -> List[Section]:
 
 def blocks(page: Path) -> List[Block]:
     return [block for section in sections(page) for block in section.blocks]
+
+
+def imported_modules(console: str) -> List[str]:
+    """The top-level modules a console block (``>>>`` lines) imports, in order: every
+    module of ``import a, b``, and ``x`` of ``from x.y import z``."""
+    names = []
+    for example in doctest.DocTestParser().get_examples(console):
+        for node in ast.walk(ast.parse(example.source)):
+            if isinstance(node, ast.Import):
+                names += [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.append(node.module.split(".")[0])
+    return names
+
+
+def bound_and_read_names(console: str) -> Tuple[Set[str], Set[str]]:
+    """The names a console block binds (assignments, imports, ``def``, ``class``) and the
+    names it reads, at any depth."""
+    bound: Set[str] = set()
+    read: Set[str] = set()
+    for example in doctest.DocTestParser().get_examples(console):
+        for node in ast.walk(ast.parse(example.source)):
+            if isinstance(node, ast.Name):
+                (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return bound, read

@@ -87,7 +87,7 @@ def test_collect_pairs_async_pairs_awaited_results_with_their_hooks() -> None:
 
     bus.on("fetched", slow)
     bus.on("fetched", fast)
-    bus.on("fetched", fast, target="other")
+    bus.on("fetched", lambda sender: "for other", target="other")
     pairs = asyncio.run(bus.collect_pairs_async("fetched", "page"))
     assert [(handle.hook, result) for handle, result in pairs] == [(slow, "slow"), (fast, "fast")]
     assert order == ["slow starts", "slow ends", "fast"]

@@ -146,6 +146,23 @@ def test_without_dispatches_to_every_hook_but_those_left_out() -> None:
         bus.without("json")
 
 
+def test_without_takes_the_list_that_handles_of_returns() -> None:
+    """``bus.without(bus.handles_of(hook))``, as the docs and the refusal message put it:
+    the list is the handles of one hook, left out like a group; anything else in it is
+    refused."""
+    bus = EventBus()
+
+    def csv() -> str:
+        return "csv"
+
+    bus.on("formats", csv)
+    bus.on("formats", lambda: "json")
+    assert bus.without(bus.handles_of(csv)).collect("formats") == ["json"]
+    assert bus.without(tuple(bus.handles_of(csv)), []).collect("formats") == ["json"]
+    with pytest.raises(TypeError, match=r"without\(\) takes handles.*got list holding str"):
+        bus.without(["csv"])
+
+
 def test_first_returns_the_first_result_that_is_not_none_and_stops() -> None:
     bus = EventBus()
     ran: List[str] = []

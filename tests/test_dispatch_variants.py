@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_sync_variant_is_generated_from_the_async_one_and_current() -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "unasync.py"), "--check"],
+        [sys.executable, str(ROOT / ".ci" / "unasync.py"), "--check"],
         capture_output=True,
         text=True,
         check=False,
@@ -31,11 +31,11 @@ def test_the_sync_variant_is_generated_from_the_async_one_and_current() -> None:
 
 
 def test_the_generator_applies_its_rules() -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / ".ci"))
     try:
         import unasync
     finally:
-        sys.path.remove(str(ROOT / "tools"))
+        sys.path.remove(str(ROOT / ".ci"))
     source = (
         '"""Doc."""\n'
         "import inspect  # async only\n"

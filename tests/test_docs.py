@@ -20,7 +20,17 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from doc_pages import DOCS, PAGES, ROOT, Block, Section, blocks, sections
+from doc_pages import (
+    DOCS,
+    PAGES,
+    ROOT,
+    Block,
+    Section,
+    blocks,
+    bound_and_read_names,
+    imported_modules,
+    sections,
+)
 
 
 def _page_url(page: Path) -> Path:
@@ -223,15 +233,13 @@ def test_getting_started_shows_the_readme_commands(marker: str) -> None:
 
 # --- the console examples on the pages, in page order and each section alone -------------
 
-_IMPORT = re.compile(r"^>>> (?:import|from) ([\w]+)", re.M)
-
 
 def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
     """Run console blocks as doctests, in order, in one fresh namespace.
 
     A block that imports a module missing here (a peer library, or torch) is skipped,
-    and so are the blocks after it that go on from it (those that don't start with an
-    import of their own); a block that starts with imports starts afresh. Whatever the
+    and so is a later block that reads a name a skipped block would have bound (its
+    ``import time`` first or not), until a block that runs binds that name. Whatever the
     blocks register on ``hookbus.default_bus`` is gone afterwards. Returns how many
     blocks ran and which were skipped; fails the test if an example failed.
     """
@@ -241,17 +249,22 @@ def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
     parser = doctest.DocTestParser()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     namespace: Dict[str, object] = {"__name__": f"docs.{page.stem}"}
-    ran, skipped, skipped_last = 0, [], False
+    ran, skipped = 0, []
+    unbound: Set[str] = set()  # what the skipped blocks would have bound
     with isolate(hookbus.default_bus):
         for line, block in blocks:
+            bound, read = bound_and_read_names(block)
             missing = sorted(
-                {m for m in _IMPORT.findall(block) if not importlib.util.find_spec(m)}
+                {m for m in imported_modules(block) if not importlib.util.find_spec(m)}
             )
-            continues_skipped = skipped_last and not _IMPORT.match(block)
-            skipped_last = bool(missing) or continues_skipped
-            if skipped_last:
-                skipped.append(f"line {line} (needs {', '.join(missing) or 'the block before'})")
+            needed = sorted(read & unbound)
+            if missing or needed:
+                unbound |= bound
+                parts = [f"needs {', '.join(missing)}"] if missing else []
+                parts += [f"reads {', '.join(needed)} of a skipped block"] if needed else []
+                skipped.append(f"line {line} ({'; '.join(parts)})")
                 continue
+            unbound -= bound
             name = f"{page.name}:{line}"
             test = parser.get_doctest(block, namespace, name, str(page), line)
             runner.run(test, clear_globs=False)
@@ -260,6 +273,26 @@ def _run_examples(page: Path, blocks: List[Block]) -> Tuple[int, List[str]]:
     failed, attempted = runner.summarize(verbose=False)
     assert failed == 0, f"{failed} of {attempted} examples failed on {page.name} (output above)"
     return ran, skipped
+
+
+def test_a_block_is_skipped_when_any_module_it_imports_is_missing(tmp_path: Path) -> None:
+    """``import asyncio, a_peer``: the peer missing skips the block, and the blocks that
+    read what it would have bound, their own imports first or not."""
+    page = tmp_path / "page.md"
+    console = [
+        (1, ">>> import asyncio, a_peer_that_is_not_installed\n>>> net = 1\n"),
+        (5, ">>> a_peer_that_is_not_installed.Signal()\n"),
+        (9, ">>> import time\n>>> time.sleep(0) or net\n"),
+        (13, ">>> import hookbus\n>>> net = hookbus.EventBus()\n"),
+        (17, ">>> net.emit('ready')\n"),
+    ]
+    ran, skipped = _run_examples(page, [Block(line, source) for line, source in console])
+    assert skipped == [
+        "line 1 (needs a_peer_that_is_not_installed)",
+        "line 5 (reads a_peer_that_is_not_installed of a skipped block)",
+        "line 9 (reads net of a skipped block)",
+    ]
+    assert ran == 2  # line 13 binds net again: line 17 reads the one that ran
 
 
 @pytest.mark.parametrize(

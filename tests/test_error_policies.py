@@ -1,6 +1,7 @@
 """Error policies: raise (the first error, with a note naming the hook), collect (every
-hook runs, then one group) and log; the note that names a failing hook, added once; and
-what collect and log let go of."""
+hook runs, then one group) and log; the note that names a failing hook, on every dispatch
+path (a hook taking arguments by name, an around hook's set-up included) and added once;
+and what collect and log let go of."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import gc
 import logging
 import sys
 import weakref
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Dict, Generator, Iterator, List, Tuple
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_error_policies_apply_to_pre_and_post_hooks() -> None:
     assert isinstance(info.value.exceptions[0], RuntimeError)
 
 
-# --- a note names the failing hook, once --------------------------------------------------
+# --- a note names the failing hook, on every path, once -----------------------------------
 
 
 def test_an_error_re_raised_through_a_hook_gets_its_note_once() -> None:
@@ -195,6 +196,56 @@ def test_distinct_hooks_still_each_add_their_note() -> None:
         (True, False),
         (False, True),
     ]
+
+
+def test_the_error_of_a_hook_taking_arguments_by_name_names_the_hook() -> None:
+    """The note is how a user finds which of many hooks failed; a hook that takes part of
+    the spec by name (pluggy's habit) is as much a hook as one that takes all of it."""
+    bus = EventBus()
+
+    @bus.event
+    def moved(x: int, y: int) -> None: ...
+
+    def only_y(y: int) -> None:
+        raise ValueError("bad y")
+
+    bus.on("moved", only_y)
+    with pytest.raises(ValueError, match="bad y") as raised:
+        moved.emit(1, 2)
+    notes: List[str] = getattr(raised.value, "__notes__", [])
+    assert any("only_y" in note for note in notes), notes
+
+
+def _fails_at_set_up(ctx: CallContext) -> Generator[None, None, None]:
+    raise ValueError("set-up failed")
+    yield  # a generator function: an around hook
+
+
+@pytest.mark.parametrize("where", ["point", "async point", "event"])
+def test_the_error_of_an_around_hook_s_set_up_names_the_hook(where: str) -> None:
+    """Every other hook's error, an around hook's teardown included, carries a note naming
+    the hook; its set-up is the same hook's code."""
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load() -> int:
+        return 1
+
+    @bus.hookable("fetch")
+    async def fetch() -> int:
+        return 1
+
+    calls: Dict[str, Tuple[str, Callable[[], Any]]] = {
+        "point": ("load", load),
+        "async point": ("fetch", lambda: asyncio.run(fetch())),
+        "event": ("saved", lambda: bus.emit("saved")),
+    }
+    name, call = calls[where]
+    bus.around(name, _fails_at_set_up)
+    with pytest.raises(ValueError, match="set-up failed") as raised:
+        call()
+    notes: List[str] = getattr(raised.value, "__notes__", [])
+    assert any("_fails_at_set_up" in note for note in notes), notes
 
 
 # --- what collect and log keep, and what they let go of ------------------------------------

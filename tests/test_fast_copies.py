@@ -6,7 +6,6 @@ speed, and the fast constructors, are checked here against their slow twin:
 * ``Handle.plain`` and ``CallContext.for_call`` against the classes' ``__init__``;
 * ``EventBus.emit``'s inline loop against ``dispatch_event`` (and ``Event.emit``,
   ``bus.emit`` with the name bound, against ``bus.emit``);
-* the hook point's direct loop (``_hookpoint.py``) against ``call_with_hooks``;
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
   ``Registry.remove``);
@@ -16,13 +15,14 @@ speed, and the fast constructors, are checked here against their slow twin:
 
 An open trace sends every call to the slow twin, so each test runs the same hooks
 both ways and compares what a user sees: the calls, the result, the error and its
-notes.
+notes. (A hook point's compiled call is no copy: ``test_compiled_call.py`` checks
+its generator against ``call_with_hooks``.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
 import pytest
 from hypothesis import given, settings
@@ -159,98 +159,6 @@ def test_event_emit_matches_bus_emit(
     assert _run_declared(plan, "event", args, same_shape) == _run_declared(
         plan, "bus", args, same_shape
     )
-
-
-# --- the hook point's direct loop against call_with_hooks, its slow twin ------------
-PRE = ["none", "value", "raise", "skip", "args", "result"]
-POST = ["none", "value", "raise", "replace"]
-
-
-def _hook_point_outcome(
-    pre: List[str], post: List[str], call_raises: bool, recover: Optional[bool], general: bool
-) -> Tuple[List[Any], Any]:
-    bus = EventBus()
-    log: List[Any] = []
-
-    def work(x: int) -> int:
-        log.append(("call", x))
-        if call_raises:
-            raise KeyError(x)
-        return x * 10
-
-    hooked = bus.wrap(work, "work")
-
-    def make_pre(index: int, behaviour: str) -> Callable[[CallContext], Any]:
-        def hook(ctx: CallContext) -> Any:
-            log.append(("pre", index, ctx.args, ctx.skipped))
-            if behaviour == "value":
-                return index
-            if behaviour == "raise":
-                raise ValueError(f"pre {index}")
-            if behaviour == "skip":
-                ctx.skip(-index)
-            if behaviour == "args":
-                ctx.args = (ctx.args[0] + 1,)
-            if behaviour == "result":
-                ctx.result = 5
-            return None
-
-        hook.__qualname__ = f"pre{index}"
-        return hook
-
-    def make_post(index: int, behaviour: str) -> Callable[[CallContext], Any]:
-        def hook(ctx: CallContext) -> Any:
-            log.append(("post", index, ctx.result, ctx.skipped, ctx.recovered))
-            if behaviour == "value":
-                return index
-            if behaviour == "raise":
-                raise ValueError(f"post {index}")
-            if behaviour == "replace":
-                ctx.result = (ctx.result, index)
-            return None
-
-        hook.__qualname__ = f"post{index}"
-        return hook
-
-    for index, behaviour in enumerate(pre):
-        bus.pre("work", make_pre(index, behaviour))
-    for index, behaviour in enumerate(post):
-        bus.post("work", make_post(index, behaviour))
-    if recover is not None:
-
-        def on_error(ctx: CallContext) -> None:
-            log.append(("exception", type(ctx.exception).__name__))
-            if recover:
-                ctx.recover("recovered")
-
-        bus.exception("work", on_error)
-    error = None
-    try:
-        if general:
-            with bus.trace():
-                result = hooked(1)
-        else:
-            result = hooked(1)
-            plan = hooked.__hookbus_point__.plan  # type: ignore[attr-defined]
-            assert plan is None or plan.direct
-        log.append(("result", result))
-    except Exception as raised:
-        error = (type(raised).__name__, str(raised), getattr(raised, "__notes__", []))
-    return log, error
-
-
-@given(
-    st.lists(st.sampled_from(PRE), max_size=3),
-    st.lists(st.sampled_from(POST), max_size=3),
-    st.booleans(),
-    st.sampled_from([None, False, True]),
-)
-def test_direct_hook_point_loop_matches_call_with_hooks(
-    pre: List[str], post: List[str], call_raises: bool, recover: Optional[bool]
-) -> None:
-    direct = _hook_point_outcome(pre, post, call_raises, recover, general=False)
-    general = _hook_point_outcome(pre, post, call_raises, recover, general=True)
-    assert direct == general
 
 
 # --- the registry's fast paths of register and remove against their slow twins --------

@@ -132,3 +132,19 @@ def test_handles_of_a_bound_method() -> None:
     (handle,) = bus.handles_of(listener.update)  # a fresh bound method compares equal
     handle.remove()
     assert bus.hooks() == []
+
+
+@pytest.mark.parametrize("not_a_handle", [None, 3, print, HandleGroup()])
+def test_a_group_refuses_what_is_not_a_handle_and_keeps_its_handles(not_a_handle: Any) -> None:
+    """Something else in a group would make ``remove()`` fail after it had emptied the
+    group, leaving every hook registered: it is refused when it is added."""
+    bus = EventBus()
+    handle = bus.on("a", print)
+    with pytest.raises(TypeError, match=r"HandleGroup holds Handles, got "):
+        HandleGroup([handle, not_a_handle])
+    group = HandleGroup([handle])
+    with pytest.raises(TypeError, match=r"HandleGroup holds Handles, got "):
+        group.add(not_a_handle)
+    group.remove()
+    assert not handle.active
+    assert bus.hooks() == []

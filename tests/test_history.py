@@ -1,8 +1,10 @@
 """Historic events: a hook registered late gets every past emission, in order, once; the
-history follows the error policy, and forget() lets go of it."""
+history follows the error policy, and forget() lets go of it, whether the event is named by
+a string or an enum member."""
 
 from __future__ import annotations
 
+import enum
 import gc
 import threading
 import weakref
@@ -144,3 +146,25 @@ def test_a_historic_emission_gives_every_result_to_its_callback_late_hooks_inclu
     bus.on("register_formats", lambda registry: f"json for {registry}")
     bus.on("register_formats", lambda registry: None)  # None is no result, as in pluggy
     assert results == ["csv for main", "json for main"]
+
+
+# --- names given as enum members ----------------------------------------------------------
+
+
+class Topic(enum.Enum):
+    CONFIGURED = "app.configured"
+
+
+def test_forget_accepts_an_enum_member_as_the_event_name() -> None:
+    """An application that names its events by an Enum uses the member everywhere; forget
+    must take it as emit, on and event do, and drop the history."""
+    bus = EventBus()
+
+    @bus.event(Topic.CONFIGURED, historic=True)
+    def configured(config: str, /) -> None: ...
+
+    bus.emit(Topic.CONFIGURED, "first")
+    bus.forget(Topic.CONFIGURED)
+    late: List[str] = []
+    bus.on(Topic.CONFIGURED, late.append)
+    assert late == []

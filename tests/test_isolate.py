@@ -10,8 +10,6 @@ import gc
 import threading
 from typing import Any, Callable, List
 
-import pytest
-
 from hookbus import EventBus
 from hookbus.pytest_plugin import isolate
 
@@ -29,11 +27,6 @@ def _lock_probe(bus: EventBus, blocked: List[bool]) -> Callable[[], None]:
     return probe
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restore drops the last reference to a strongly held target under the bus lock: "
-    "a finalizer that uses the bus deadlocks",
-)
 def test_restore_lets_go_of_a_strongly_held_target_with_the_lock_released() -> None:
     """A target that cannot be weakly referenced is held strongly by its hook's handle;
     when restore drops a handle whose weak hook died during the block, the target's
@@ -63,10 +56,6 @@ def test_restore_lets_go_of_a_strongly_held_target_with_the_lock_released() -> N
     assert blocked == [False]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restore brings back a handle whose weakly held target died during the block",
-)
 def test_restore_does_not_bring_back_a_hook_whose_target_died_during_the_block() -> None:
     """A hook whose weakly held target was collected can never fire again; restore already
     leaves out a weak hook whose own object died, and treats a dead target alike."""

@@ -29,11 +29,13 @@ LAYERS: List[List[str]] = [
     ["_trace.py"],  # traces and their records
     ["_declarations.py"],  # declared events and what a bus knows of names
     ["_plan.py"],  # plans, and the point seam
-    ["_dispatch.py"],  # the map of every loop, and what both variants share
+    # The map of every loop, and what both variants share; around hooks as generators.
+    ["_dispatch.py", "_arounds.py"],
     ["_async_dispatch.py", "_sync_dispatch.py"],  # the loops: the source, and the generated
+    ["_compiled_call.py"],  # a hook point's call, compiled to straight-line code per plan
     ["_registry.py"],  # the store: hooks, points, declarations, the lock
     ["_scope.py", "_hookpoint.py", "_event.py"],
-    ["_subscribe.py"],  # hook classes
+    ["_subscribe.py", "_pause.py", "_without.py"],  # hook classes; pauses; a bus less some hooks
     ["_bus.py"],  # the EventBus facade
     ["adapter.py", "__init__.py"],  # the seam, and the package's public names
     ["_recorder.py", "training.py", "demo.py"],
@@ -56,6 +58,7 @@ LAYERS: List[List[str]] = [
     [
         "torch/_call_frames.py",
         "torch/_function_swap.py",
+        "torch/_call_starts.py",
         "torch/_native_hooks.py",
         "torch/_selection.py",
         "torch/_grad.py",

@@ -92,3 +92,30 @@ def test_with_name_is_for_event_hooks_only() -> None:
     with pytest.raises(TypeError, match="with_name= is for event hooks"):
         bus.pre("f", print, with_name=True)
     assert bus.hooks() == []
+
+
+@pytest.mark.parametrize(
+    ("register", "accepted"),
+    [
+        (
+            lambda bus: bus.on("e", print, onse=True),
+            "priority, once, target, weak, optional, with_name",
+        ),
+        (lambda bus: bus.pre("f", print, onse=True), "priority, once, target, weak, optional$"),
+        (
+            lambda bus: bus.post("f", print, with_nme=True),
+            "priority, once, target, weak, optional$",
+        ),
+    ],
+    ids=["on", "pre", "post"],
+)
+def test_an_unknown_option_lists_the_options_of_that_hook_kind(
+    register: Any, accepted: str
+) -> None:
+    """A misspelt option is answered with the options its method takes: ``with_name``
+    is an event hook's alone, so a pre or post hook is neither offered nor hinted it."""
+    bus = EventBus()
+    with pytest.raises(TypeError, match=f"; accepted: {accepted}") as refused:
+        register(bus)
+    assert ("with_name" in str(refused.value)) == accepted.endswith("with_name")
+    assert bus.hooks() == []

@@ -35,9 +35,15 @@ def run(command: List[str]) -> str:
     return done.stdout + done.stderr
 
 
+def skip_without_torch(snippet: Path) -> None:
+    if snippet.name.startswith("torch_"):
+        pytest.importorskip("torch", reason="the torch adapter's snippets need torch")
+
+
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda path: path.name)
 def test_mypy_reports_exactly_the_marked_lines(snippet: Path) -> None:
     pytest.importorskip("mypy", reason="mypy comes with the dev extra")
+    skip_without_torch(snippet)
     output = run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(snippet)])
     pattern = rf"{re.escape(snippet.name)}:(\d+): error"
     reported = sorted({int(n) for n in re.findall(pattern, output)})
@@ -49,6 +55,7 @@ def test_pyright_reports_exactly_the_marked_lines(snippet: Path) -> None:
     pyright = shutil.which("pyright", path=str(Path(sys.executable).parent))
     if pyright is None:
         pytest.skip("pyright comes with the dev extra")
+    skip_without_torch(snippet)
     output = run([pyright, "--pythonpath", sys.executable, str(snippet)])
     pattern = rf"{re.escape(snippet.name)}:(\d+):\d+ - error"
     reported = sorted({int(n) for n in re.findall(pattern, output)})

@@ -28,6 +28,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Iterator,
     List,
     Optional,
     Set,
@@ -58,6 +59,7 @@ from ._operations import (
     OperationSite,
     operation_key,
     operation_name,
+    unreached_operation,
 )
 from ._point import KINDS, ModulePoint
 from ._selection import (
@@ -74,10 +76,13 @@ from ._user_line import stacklevel_outside_hookbus
 from ._value_point import is_name
 from ._vocabulary import VOCABULARIES, Vocabulary
 
-__all__ = ["Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
+__all__ = ["AroundHook", "Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
 
 Hook = Callable[[CallContext], None]
-"""What every registration method takes: ``hook(ctx)``, returning ``None``."""
+"""What every registration method but ``around`` takes: ``hook(ctx)``, returning ``None``."""
+
+AroundHook = Callable[[CallContext], Iterator[None]]
+"""What ``around`` takes: a generator function of ``ctx`` that yields once."""
 
 TYPO_CUTOFF = 0.8
 """How alike (``difflib`` ratio) a bus-level hook's name must be to a module's name
@@ -323,7 +328,11 @@ class Attachment(Removable):
             self._make(names)
             return True
         module, colon, _ = name.rpartition(":")
-        return bool(colon and module and self._matching(module, _matcher(module, match)))
+        if not (colon and module and self._matching(module, _matcher(module, match))):
+            return False
+        # An operation point's name: the model's, unless it names a call that the
+        # discovery forward did not reach (refuse_unmatched then refuses it).
+        return match is not None or unreached_operation(name, self._operation_sites()) is None
 
     def refuse_unmatched(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Refuse a bus-level hook whose name is a typo of one of this model's names.
@@ -333,7 +342,9 @@ class Attachment(Removable):
         on the bus. It raises the ``ValueError`` that :meth:`select` raises when
         the name, or an operation point's module part (before the ``":"``), is
         close to a module's name (``difflib`` ratio at least :data:`TYPO_CUTOFF`),
-        or names one once this attachment's prefix is put before it.
+        names one once this attachment's prefix is put before it, or is a module's
+        path and a dot followed by a child that module does not have
+        (``"0.weigth_typo"``): a module's names are the attachment's to give.
 
         Example:
             >>> import hookbus, hookbus.torch
@@ -345,17 +356,30 @@ class Attachment(Removable):
             >>> bus.post("encodr", print)
             Traceback (most recent call last):
             ValueError: no module named 'encodr'; close names: 'encoder'
+            >>> bus.post("encoder.wieght", print)  # no child of 'encoder' has that name
+            Traceback (most recent call last):
+            ValueError: no module named 'encoder.wieght'; close names: 'encoder'
             >>> _ = bus.post("saved", print)  # far from every name: a point to come
         """
         modules = self._modules
-        if kind not in KINDS or not modules or name in self._far:
+        if kind not in KINDS or not modules:
+            return
+        if self._vocabulary is not None and is_name(name):
+            return  # meant for the names: the vocabulary refuses a typo of one, with close names
+        if match is None:
+            unreached = unreached_operation(name, self._operation_sites())
+            if unreached is not None:
+                raise ValueError(unreached)
+        if name in self._far:
             return
         module, colon, _ = name.rpartition(":")
         target = module if colon and module else name
         pattern = match is not None and is_pattern(target)
         prefixed = f"{self.prefix}.{target}" if self.prefix else None
-        if not difflib.get_close_matches(target, list(modules), n=1, cutoff=TYPO_CUTOFF) and not (
-            prefixed is not None and self._matching(prefixed, _matcher(prefixed, match))
+        if (
+            not difflib.get_close_matches(target, list(modules), n=1, cutoff=TYPO_CUTOFF)
+            and not (prefixed is not None and self._matching(prefixed, _matcher(prefixed, match)))
+            and (pattern or not self._under_a_module(target, prefixed))
         ):
             if len(self._far) >= 4096:
                 self._far.clear()
@@ -366,6 +390,22 @@ class Attachment(Removable):
                 f"no module name matches {target!r}{close_or_first_names(modules, target)}"
             )
         raise ValueError(f"no module named {target!r}{close_or_first_names(modules, target)}")
+
+    def _under_a_module(self, target: str, prefixed: Optional[str]) -> bool:
+        """Whether ``target`` (or ``prefixed``) is a module's path, a dot and more: a
+        descendant that module does not have (the caller knows no module has the name).
+
+        For ``prefixed`` (``target`` missing this attachment's prefix), the prefix's own
+        module does not count: every name is under it.
+        """
+        modules = self._modules
+        for name, top in ((target, None), (prefixed, self.prefix)):
+            parent, dot, _ = (name or "").rpartition(".")
+            while dot and parent and parent != top:
+                if parent in modules:
+                    return True
+                parent, dot, _ = parent.rpartition(".")
+        return False
 
     def _matching(self, name: str, match: Optional[Matcher]) -> List[str]:
         """The names of this model's modules that ``name`` (a pattern if ``match``) matches."""
@@ -614,13 +654,15 @@ class Attachment(Removable):
 
     @overload
     def around(
-        self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
+        self, selector: Union[str, nn.Module], hook: AroundHook, /, **options: Unpack[HookOptions]
     ) -> Handle: ...
     @overload
     def around(
-        self, selector: GroupSelector, hook: Hook, /, **options: Unpack[HookOptions]
+        self, selector: GroupSelector, hook: AroundHook, /, **options: Unpack[HookOptions]
     ) -> HandleGroup: ...
-    def around(self, selector: Selector, hook: Hook, /, **options: Unpack[HookOptions]) -> Any:
+    def around(
+        self, selector: Selector, hook: AroundHook, /, **options: Unpack[HookOptions]
+    ) -> Any:
         """Around hook: a generator taking ``ctx`` that spans the module's forward.
 
         Before its ``yield``: the set-up, before every pre hook. After it: the
@@ -814,7 +856,9 @@ class Attachment(Removable):
     def _operation_sites(self) -> List[OperationSite]:
         return [site for selection in self._operations for site in selection.sites]
 
-    def _register(self, kind: str, selector: Selector, hook: Hook, options: HookOptions) -> Any:
+    def _register(
+        self, kind: str, selector: Selector, hook: Union[Hook, AroundHook], options: HookOptions
+    ) -> Any:
         names = self._names_of(selector)
         if names is not None:  # names of the vocabulary: its point source checks them
             return self._register_names(kind, selector, names, hook, options)
@@ -829,6 +873,7 @@ class Attachment(Removable):
                 selector,
                 self._operation_sites(),
                 lambda known, name: close_or_first_names(dict.fromkeys(known), name),
+                optional=bool(options.get("optional")),
             )
             handle = self.bus.registry.register(kind, key, hook, options)
             self._handles.add(handle)
@@ -870,7 +915,12 @@ class Attachment(Removable):
         return None
 
     def _register_names(
-        self, kind: str, selector: Selector, names: List[str], hook: Hook, options: HookOptions
+        self,
+        kind: str,
+        selector: Selector,
+        names: List[str],
+        hook: Union[Hook, AroundHook],
+        options: HookOptions,
     ) -> Any:
         self._check_attached()
         handles: List[Handle] = []

@@ -9,19 +9,92 @@ again (:func:`call_keys`). :func:`running_calls` tells the keys of every
 module call under way in this thread, so that an entry left by a call that
 ended early can be dropped, and :func:`forward_raised` whether the post hook
 runs on forward's error path.
+
+Frames also tell the forward's own work from its hooks': hookbus's native hooks
+are marked (:func:`runs_hooks`), and :func:`where_called` says whether code runs
+in a module call's forward, in one of those hooks inside it, or after the call
+ended (operation points count the forward's torch calls only).
 """
 
 from __future__ import annotations
 
+import enum
 import sys
-from typing import Any, Optional, Set, Tuple
+from typing import Any, Callable, Optional, Set, Tuple, TypeVar
 
 import torch
 
-__all__ = ["call_keys", "forward_raised", "running_calls"]
+__all__ = [
+    "CALL_FAILED",
+    "Where",
+    "call_keys",
+    "forward_raised",
+    "handled_error",
+    "running_calls",
+    "runs_hooks",
+    "where_called",
+]
 
 _MODULE_CLASS: Any = torch.nn.Module
 _CALL_IMPL = _MODULE_CLASS._call_impl.__code__
+
+CALL_FAILED: Any = _CALL_IMPL
+"""The code of the frame that calls a post hook when the call failed.
+
+torch calls forward hooks from its ``inner`` closure when the call went well, and
+the ``always_call`` ones it has not called yet from ``_call_impl``'s except clause
+when forward, a pre hook or an earlier forward hook raised: a post dispatcher whose
+caller's ``f_code`` is this one runs on the call's error (:data:`handled_error`).
+Test :data:`handled_error` first: it is cheaper than materializing the caller's frame.
+"""
+
+handled_error: Callable[[], Optional[BaseException]] = getattr(
+    sys, "exception", lambda: sys.exc_info()[1]
+)
+"""The error being handled (``sys.exception()``, Python 3.11+), else ``None``."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+# The ids of the marked functions' code objects (kept alive by those functions): a
+# code object's own hash is computed from its contents at every lookup.
+_HOOK_CODES: Set[int] = set()  # filled at import by runs_hooks, read only afterwards
+
+
+class Where(enum.Enum):
+    """Where :func:`where_called` found its caller, relative to a module call."""
+
+    FORWARD = "forward"  # in the call's forward (its submodules' forwards included)
+    HOOKS = "hooks"  # in a hookbus native hook run inside the call
+    ENDED = "ended"  # the call is not running (it ended without its post hook)
+
+
+def runs_hooks(function: _F) -> _F:
+    """Mark ``function``, a native torch hook of hookbus's, as running hooks, not forward.
+
+    Torch calls made under it (by the bus hooks it runs, or by itself) are not the
+    forward's own: :func:`where_called` says ``Where.HOOKS`` for them.
+    """
+    _HOOK_CODES.add(id(function.__code__))
+    return function
+
+
+_FORWARD, _HOOKS, _ENDED = Where.FORWARD, Where.HOOKS, Where.ENDED  # an enum lookup costs
+
+
+def where_called(frame: Any, call: Any) -> Where:
+    """Where ``frame`` runs relative to the module call whose hooks run from ``call``
+    (torch's frame, as the pre hooks saw it): walks up from ``frame`` to ``call``."""
+    hooks = _HOOK_CODES
+    if frame.f_back is call and id(frame.f_code) not in hooks:
+        return _FORWARD  # the common case: called by the module's forward itself
+    while frame is not None:
+        if frame is call:
+            return _FORWARD
+        if id(frame.f_code) in hooks:
+            while frame is not None and frame is not call:  # inside the call, or ended?
+                frame = frame.f_back
+            return _ENDED if frame is None else _HOOKS
+        frame = frame.f_back
+    return _ENDED
 
 
 def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:

@@ -58,6 +58,7 @@ from torch.utils.hooks import RemovableHandle
 from ..adapter import CallContext, EventBus, is_pattern, matcher_for
 from ._attach import Attachment, attach
 from ._cache import Cache, Call, CapturedCalls
+from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
 from ._grad import hook_output_grads
 from ._native_hooks import remove_dispatchers
@@ -98,6 +99,7 @@ class CaptureHook:
         self.name = name
         self.record = record
 
+    @runs_hooks
     def on_output(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> None:
         """The hook of a capture without inputs: ``register_forward_hook(on_output)``."""
         record = self.record
@@ -106,6 +108,7 @@ class CaptureHook:
             return
         record(self.name, None, None, output)
 
+    @runs_hooks
     def on_call(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Any, output: Any = _WITHOUT_KWARGS
     ) -> None:

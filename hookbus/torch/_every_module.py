@@ -8,7 +8,7 @@ process-wide module hooks, installed only while a bus hook matches it.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -24,7 +24,7 @@ from ..adapter import (
     check_name,
     layout_of,
 )
-from ._attach import Hook, bus_or_default
+from ._attach import AroundHook, Hook, bus_or_default
 from ._module_kinds import EVERY_MODULE_POINT
 from ._point import ModulePoint
 from ._selection import literal_pattern
@@ -91,7 +91,9 @@ class EveryModulePoint(ModulePoint):
         return f"<EveryModulePoint {self.name!r} {state}>"
 
 
-_every: Dict[Tuple[int, str], EveryModule] = {}  # (id(bus), name) -> the active one
+# (id(bus), name) -> the live one, held weakly: the bus holds its points weakly, as it
+# holds every point, so a dropped EveryModule (and its bus) can go.
+_every: weakref.WeakValueDictionary[Tuple[int, str], EveryModule] = weakref.WeakValueDictionary()
 
 
 def every_module(bus: Optional[EventBus] = None, *, name: str = "<modules>") -> EveryModule:
@@ -139,7 +141,10 @@ def every_module(bus: Optional[EventBus] = None, *, name: str = "<modules>") -> 
             f"every module is already a hook point {name!r} of {bus!r}: use that "
             f"{existing!r}, or remove() it first (two would run each hook twice)"
         )
-    return EveryModule(bus, name)
+    # A point whose EveryModule was dropped while hooks matched it lives on (torch's
+    # global hooks hold it): take it over, or each hook would run twice.
+    orphan = next((point for point in taken if isinstance(point, EveryModulePoint)), None)
+    return EveryModule(bus, name, orphan)
 
 
 class EveryModule(Removable):
@@ -149,6 +154,12 @@ class EveryModule(Removable):
     :class:`~hookbus.Handle`; ``bus.pre(every.name, hook)`` works too. ``remove()``
     (or the end of its ``with`` block) removes torch's global hooks and the hooks
     registered here; hooks registered on the bus by name stay there.
+
+    The bus holds the point weakly, as it holds every hook point (a dropped
+    ``bus.wrap`` wrapper goes too): keep this object, or use ``with``. Dropped, it
+    lets go of its bus, unless a hook still matches the point: torch's global hooks
+    then hold it, and go with the last such hook (``handle.remove()``);
+    ``every_module(bus)`` takes such a point over.
 
     Example:
         >>> import hookbus, torch, hookbus.torch
@@ -165,15 +176,17 @@ class EveryModule(Removable):
 
     __slots__ = ("__weakref__", "_handles", "_point", "bus", "name")
 
-    def __init__(self, bus: EventBus, name: str) -> None:
+    def __init__(self, bus: EventBus, name: str, point: Optional[EveryModulePoint] = None) -> None:
         self.bus = bus
         self.name = name
-        self._point: Optional[EveryModulePoint] = EveryModulePoint(bus, name)
         self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
-        registry = bus.registry
-        registry.add_points([self._point])
-        if registry.has_hooks(EveryModulePoint.kinds):  # hooks registered before apply
-            self._point.invalidate()
+        if point is None:  # else a live point, taken over (see every_module)
+            point = EveryModulePoint(bus, name)
+            registry = bus.registry
+            registry.add_points([point])
+            if registry.has_hooks(EveryModulePoint.kinds):  # hooks registered before apply
+                point.invalidate()
+        self._point: Optional[EveryModulePoint] = point
         _every[(id(bus), name)] = self
 
     @property
@@ -181,7 +194,7 @@ class EveryModule(Removable):
         """Whether the point is still there (``remove()`` was not called)."""
         return self._point is not None
 
-    def _register(self, kind: str, hook: Hook, options: HookOptions) -> Handle:
+    def _register(self, kind: str, hook: Union[Hook, AroundHook], options: HookOptions) -> Handle:
         if self._point is None:
             raise RuntimeError(
                 f"this every-module point {self.name!r} was removed; make a new one with "
@@ -234,7 +247,7 @@ class EveryModule(Removable):
         """
         return self._register("exception", hook, options)
 
-    def around(self, hook: Hook, /, **options: Unpack[HookOptions]) -> Handle:
+    def around(self, hook: AroundHook, /, **options: Unpack[HookOptions]) -> Handle:
         """A generator spanning every module call (see :meth:`Attachment.around`).
 
         Example:

@@ -18,6 +18,7 @@ capture's hooks do.
 
 from __future__ import annotations
 
+import sys
 import types
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -25,6 +26,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from torch import nn
 
 from ..adapter import CallContext, Removable
+from ._call_starts import add_call_start, remove_call_start
 from ._native_hooks import remove_dispatchers
 from ._unwrap import bare_model, unwrap
 
@@ -38,10 +40,12 @@ def steps(model: nn.Module) -> Steps:
     generation's prompt), ``1`` during the next (the first generated token's),
     and so on; it goes back to ``-1`` at the start of each ``model.generate()``
     called in the block. Read it from any hook, or wrap a hook with
-    :meth:`Steps.only`. Only calls of the model itself count (not of its
-    submodules); under a see-through wrapper (DDP, PEFT, ...), those of the model
-    it wraps, which PEFT's ``generate`` calls. One native forward pre hook on the
-    model; removed on exit, with the ``generate`` reset, even if the block raised
+    :meth:`Steps.only`: every hook of a call reads that call's step, the model's
+    pre hooks (registered before the block or in it) and ``every_module``'s
+    included. Only calls of the model itself count (not of its submodules); under a
+    see-through wrapper (DDP, PEFT, ...), those of the model it wraps, which PEFT's
+    ``generate`` calls. One native forward pre hook on the model, first of its pre
+    hooks; removed on exit, with the ``generate`` reset, even if the block raised
     (:meth:`Steps.remove` without ``with``).
 
     Example:
@@ -85,11 +89,30 @@ class Steps(Removable):  # remove(), and ``with`` removes on exit
         root = bare_model(unwrap(model))  # PEFT calls the model it adapts, not itself
         self._model: Callable[[], Optional[nn.Module]] = weakref.ref(root)
         self._active = True
-        self._handle = root.register_forward_pre_hook(_StepCounter(self).on_forward)
+        # The frame of the call counted by an every-module pre dispatcher, before the
+        # counting hook ran (see _call_starts): held, not its id, so that a call that
+        # never reached the hook (a pre hook raised) can match no other; the hook or
+        # the next call lets go of it.
+        self._started: Any = None
+        counter = _StepCounter(self)
+        self._handle = root.register_forward_pre_hook(counter.on_forward, prepend=True)
+        add_call_start(root, self._start)
         self._generate: Any = None
         self._own_generate: Any = None
         if callable(getattr(root, "generate", None)):
             self._reset_at_generate(root)
+
+    def _start(self, frame: Any) -> None:
+        """A call of the model starts, running its hooks from ``frame``: count it once."""
+        if self._started is not frame:
+            self._started = frame
+            self.index += 1
+
+    def _counted(self, frame: Any) -> None:
+        """The counting hook runs in the call whose hooks run from ``frame``."""
+        started, self._started = self._started, None
+        if started is not frame:  # not counted at its start
+            self.index += 1
 
     def _reset_at_generate(self, root: nn.Module) -> None:
         attributes = vars(root)
@@ -181,7 +204,10 @@ class Steps(Removable):  # remove(), and ``with`` removes on exit
         """Stop counting and put ``generate`` back; idempotent."""
         self._active = False
         self._handle.remove()
+        self._started = None
         root = self._model()
+        if root is not None:
+            remove_call_start(root, self._start)
         bound, self._generate = self._generate, None
         if root is None or bound is None:
             return
@@ -210,7 +236,7 @@ class _StepCounter:
         if counter is None:  # in a copied module's hook dict
             remove_dispatchers(module, self, None)
             return
-        counter.index += 1
+        counter._counted(sys._getframe(1))  # torch's frame that runs the call's hooks
 
     def __reduce_ex__(self, protocol: Any) -> Tuple[Any, ...]:
         return (_StepCounter, (None,))

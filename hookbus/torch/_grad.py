@@ -40,14 +40,17 @@ It returns the gradient to flow on instead, or ``None`` to leave it unchanged.
 class GradHandle(Removable):
     """Removes a gradient hook added by :func:`on_grad`; idempotent, a context manager.
 
-    ``active`` is ``False`` from the start when the tensor did not require grad
-    (under ``torch.no_grad()``, say): the hook was skipped, not an error.
+    ``active`` is ``True`` while the hook is installed: until :meth:`remove`, or until
+    the tensor's autograd graph is gone.
 
     Example:
         >>> import torch, hookbus.torch
-        >>> with torch.no_grad():
-        ...     y = torch.ones(2, requires_grad=True) * 2
-        >>> hookbus.torch.on_grad(y, print).active
+        >>> y = torch.ones(2, requires_grad=True) * 2
+        >>> handle = hookbus.torch.on_grad(y, print)
+        >>> handle.active
+        True
+        >>> handle.remove()
+        >>> handle.active
         False
     """
 
@@ -91,7 +94,8 @@ def on_grad(
     Works on leaf and non-leaf tensors without ``retain_grad()``. Assign
     ``ctx.result`` to replace the gradient that flows on; returning a value is an
     error, as for every hookbus hook. A tensor that does not require grad (made
-    under ``torch.no_grad()``) is skipped: the returned handle is inactive.
+    under ``torch.no_grad()``, say) is refused with a ``ValueError``, as torch's
+    ``Tensor.register_hook`` refuses it: no gradient would ever reach the hook.
     ``ctx.name`` is ``name``, ``ctx.phase`` is ``"grad"``, ``ctx.target`` the tensor
     (while it is alive; the hook holds it weakly).
 
@@ -113,7 +117,12 @@ def on_grad(
             f"on_grad() needs a callable hook(ctx), got {type(hook).__name__} {hook!r}"
         )
     if not tensor.requires_grad:
-        return GradHandle(None)
+        raise ValueError(
+            f"on_grad() needs a tensor that requires grad, got a "
+            f"{'leaf' if tensor.is_leaf else 'non-leaf'} tensor of shape "
+            f"{tuple(tensor.shape)} with requires_grad=False (made under torch.no_grad() "
+            f"or inference_mode, or detached?): no gradient would ever reach the hook"
+        )
     register: Any = tensor.register_hook  # untyped in torch  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     deliver = functools.partial(_run_on_grad, hook, name, weakref.ref(tensor))
     return GradHandle(register(GradHook(deliver, 0, ())))
@@ -127,6 +136,8 @@ def on_accumulated_grad(
     torch's ``register_post_accumulate_grad_hook``, behind hookbus's hook shape: for
     per-parameter optimisers (an update inside backward) and gradient statistics.
     ``ctx.result`` is ``parameter.grad``; assigning it replaces ``parameter.grad``.
+    A hook that sets ``parameter.grad`` itself (an optimizer's ``step()`` and
+    ``zero_grad()`` inside backward) keeps what it set, as with torch's own hook.
     ``ctx.target`` is the parameter, ``ctx.phase`` ``"accumulated_grad"``, and
     ``ctx.call_index`` counts the backward passes that reached it. A leaf tensor
     that requires grad is needed (torch accumulates gradients into leaves only).
@@ -162,11 +173,14 @@ def on_accumulated_grad(
 
     def accumulated(tensor: torch.Tensor) -> None:
         ctx = CallContext(name, tensor, (), {}, next(calls), "accumulated_grad")
-        ctx.result = tensor.grad
+        handed = ctx.result = tensor.grad
         returned: Any = hook(ctx)  # type: ignore[func-returns-value]  # checked: None
         if returned is not None:
             reject_returned(hook, ctx, returned)
-        if ctx.result is not tensor.grad:
+        # Compared with the gradient handed to the hook, not the current one: a hook
+        # that set parameter.grad itself (an optimizer's zero_grad() or step inside
+        # backward) keeps what it set.
+        if ctx.result is not handed:
             tensor.grad = ctx.result
 
     register: Any = parameter.register_post_accumulate_grad_hook  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]

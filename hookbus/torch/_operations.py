@@ -59,13 +59,15 @@ from ..adapter import (
     matcher_for,
 )
 from . import _function_swap
-from ._call_frames import forward_raised
+from ._call_frames import Where, forward_raised, where_called
+from ._forward_swap import ForwardSwap
 from ._module_kinds import OPERATION_POINT
 from ._native_hooks import remove_dispatchers
 from ._script_refusal import hold_script_refusal, release_script_refusal
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
+_FORWARD = Where.FORWARD  # read per selected operation call: an enum member is a lookup
 
 __all__ = [
     "OPERATION_KINDS",
@@ -262,6 +264,9 @@ class OperationSite:
         self._seen: Set[str] = set()
         self._pre: Optional[RemovableHandle] = None  # the native hooks, while installed
         self._post: Optional[RemovableHandle] = None
+        # Installed with the pre hook: torch runs no post hook for a KeyboardInterrupt,
+        # and the swap sees it leave forward (see _on_interrupt).
+        self._swap: Optional[ForwardSwap] = None
         self._in_flight = 0  # forward calls that pushed a mode and await their post hook
         self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
 
@@ -282,6 +287,10 @@ class OperationSite:
                     self._post = module.register_forward_hook(
                         self._on_post, with_kwargs=True, always_call=True, prepend=True
                     )
+                if self._swap is None:  # kept while a call runs (see _release_post)
+                    swap = ForwardSwap.acquire(module)
+                    swap.watch(self._on_interrupt)
+                    self._swap = swap
                 if self._pre is None:  # last of the pre hooks there now
                     self._pre = module.register_forward_pre_hook(self._on_pre)
                     hold_script_refusal(module)  # torch.jit.script refuses clearly
@@ -293,12 +302,19 @@ class OperationSite:
                     release_script_refusal(module)
 
     def _release_post(self) -> None:
-        """Remove the post hook once disarmed and no call awaits it (lock held)."""
-        # While a call that pushed a mode runs, its post hook must stay to pop it:
-        # the last such call removes it (torch snapshots the hooks per call).
-        if self._pre is None and not self._in_flight and self._post is not None:
-            self._post.remove()
-            self._post = None
+        """Remove the post hook and the swap once disarmed and no call awaits them (lock
+        held)."""
+        # While a call that pushed a mode runs, its post hook (or, for a KeyboardInterrupt,
+        # the swap) must stay to pop it: the last such call removes them (torch snapshots
+        # the hooks per call).
+        if self._pre is None and not self._in_flight:
+            if self._post is not None:
+                self._post.remove()
+                self._post = None
+            swap, self._swap = self._swap, None
+            if swap is not None:
+                swap.unwatch(self._on_interrupt)
+                swap.release()
 
     def uninstall(self) -> None:
         """Detach: no hook point, no native hook, no mode left behind."""
@@ -328,6 +344,21 @@ class OperationSite:
             _function_swap.enter(mode)
         else:
             _push_mode(mode)
+
+    def _on_interrupt(self, caller: Any, error: BaseException) -> None:
+        """A ``BaseException`` that is no ``Exception`` left the forward called from
+        ``caller``: torch runs no post hook for it, so the mode of that call goes here
+        (left on the thread's stack, it would hold the call's frame and arguments)."""
+        modes = _THREAD.modes
+        for position in range(len(modes) - 1, -1, -1):
+            mode = modes[position]
+            if mode.site is self and mode.call is caller:
+                del modes[position]
+                _remove_mode(mode)
+                with self._lock:
+                    self._in_flight -= 1
+                    self._release_post()
+                return
 
     def _on_post(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
@@ -371,19 +402,27 @@ class OperationSite:
     def run(
         self, mode: OperationMode, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]
     ) -> Any:
-        """Run the call of ``func`` that ``mode`` intercepted, through its point's hooks."""
+        """Run the call of ``func`` that ``mode`` intercepted, through its point's hooks.
+
+        Only the forward's own calls count: not those of a hook of hookbus's on a
+        submodule (a logging hook's ``torch.tanh`` must not become ``tanh.0``), nor
+        those under a mode left by an interrupted call.
+        """
+        # The code that called the operation (run <- __torch_function__ <- it): in the
+        # forward of the call that pushed the mode, in a hook of hookbus's inside it, or
+        # under a mode left by a call that ended.
+        if where_called(sys._getframe(2), mode.call) is not _FORWARD:
+            return func(*args, **kwargs)
         name: str = func.__name__
         index = mode.counts.get(name, 0)
         mode.counts[name] = index + 1
         point = self._points.get((name, index))
         if point is None:
-            if not mode.running() or not self.attached:
-                return func(*args, **kwargs)  # a mode left by an interrupted call
+            if not self.attached:
+                return func(*args, **kwargs)
             point = self._add_point(name, index, func)
         plan = point.plan
         if plan is None:
-            return func(*args, **kwargs)
-        if not mode.running():
             return func(*args, **kwargs)
         module = self._module()
         ctx = _for_call(point.name, module, args, kwargs, next(point._calls), "pre", point)
@@ -559,11 +598,48 @@ class OperationSelection(Removable):
         return f"<OperationSelection of {len(self.sites)} modules: {len(self.names)} points>"
 
 
+def unreached_operation(name: str, sites: Iterable[OperationSite]) -> Optional[str]:
+    """Why ``name`` (a literal ``"module:op.index"``) can be no hook point, else ``None``.
+
+    It can be none when the module's sites that select ``op`` have all run their
+    discovery forward, and none reached call ``index`` (``"loop:tanh.3"`` of a
+    forward that calls ``tanh`` twice): the reason names the points that exist. A
+    name whose module or operation is not selected (yet) is not this function's to
+    refuse.
+    """
+    module, colon, rest = name.rpartition(":")
+    op, dot, index = rest.rpartition(".")
+    if not (colon and dot and index.isdigit()):
+        return None
+    selecting = [
+        site for site in sites if site.attached and site.name == module and op in site.selected
+    ]
+    if not selecting or any(site.discovering for site in selecting):
+        return None
+    if any((op, int(index)) in site._points for site in selecting):
+        return None
+    found = sorted(
+        {p.name for site in selecting for p in site.points if p.name.startswith(f"{module}:{op}.")}
+    )
+    calls = f"called {op} {len(found)} time{'s' if len(found) != 1 else ''}"
+    return (
+        f"no operation point is named {name!r}: the forward of {module!r} {calls} when it "
+        f"ran after the selection{': ' + ', '.join(map(repr, found)) if found else ''}. If a "
+        f"later forward may call it more often, register with optional=True"
+    )
+
+
 def operation_key(
-    selector: str, sites: Iterable[OperationSite], close: Callable[[List[str], str], str]
+    selector: str,
+    sites: Iterable[OperationSite],
+    close: Callable[[List[str], str], str],
+    *,
+    optional: bool = False,
 ) -> str:
     """The bus name to register for an operation selector (``"attn:softmax.0"`` or a
-    pattern with a colon); ``ValueError`` if it cannot match a selected operation."""
+    pattern with a colon); ``ValueError`` if it cannot match a selected operation, or
+    names a call the discovery forward did not reach (:func:`unreached_operation`;
+    accepted if ``optional``)."""
     check_name(selector, "operation selector", allow_pattern=True)
     live = [site for site in sites if site.attached]
     if is_pattern(selector):
@@ -579,6 +655,9 @@ def operation_key(
     op, _, index = rest.rpartition(".")
     for site in live:
         if site.name == module and op in site.selected and index.isdigit():
+            unreached = None if optional else unreached_operation(selector, live)
+            if unreached is not None:
+                raise ValueError(unreached)
             return "".join(f"[{c}]" if c in "*?[" else c for c in selector)  # literal
     known = [p.name for site in live for p in site.points] or [
         f"{site.name}:{op}.0" for site in live for op in site.selected

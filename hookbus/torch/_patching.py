@@ -31,6 +31,7 @@ from torch.utils.hooks import RemovableHandle
 from ..adapter import EventBus, Removable, is_pattern, matcher_for
 from ._attach import Attachment, attach
 from ._cache import Cache, CapturedCalls
+from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, Replacement
 
 # A model pickled while a module of it had pre hooks or a patch names the stand-in
@@ -71,9 +72,10 @@ def patch(
       updated is not updated).
     * ``positions=`` an index along ``dim`` (default ``1``, the sequence of a
       ``[batch, seq, ...]`` activation): the forward runs, and only those
-      positions of its output are replaced by the stored ones (of a tuple or
-      list output, each tensor whose stored counterpart has its shape; shapes
-      that differ raise a ``ValueError`` naming the module and both shapes).
+      positions of its output are replaced by the stored ones (of a tuple,
+      namedtuple or list output, each tensor item the stored output has too,
+      and the output keeps its type; shapes that differ raise a ``ValueError``
+      naming the module and both shapes).
 
     ``selector`` (or the cache's keys) may also name values of the names
     vocabulary (``"blocks.1.hook_resid_post"``, a pattern, a list; docs/torch.md,
@@ -316,6 +318,7 @@ class _PositionPatch:
         self.positions = positions
         self.dim = dim
 
+    @runs_hooks
     def __call__(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
         stored = self.stored
         if isinstance(output, torch.Tensor):
@@ -328,7 +331,11 @@ class _PositionPatch:
                     item = self._patched((i,), item, kept[i])
                 new.append(item)
             kind: Any = output.__class__
-            return tuple(new) if kind is tuple else kind(new)
+            if kind is tuple:
+                return tuple(new)
+            if hasattr(output, "_fields"):  # a namedtuple takes its fields as arguments
+                return kind(*new)
+            return kind(new)  # a list, or a tuple type built from one (torch.return_types)
         raise TypeError(
             f"patch(positions=...) on module {self.name!r}: its output is "
             f"{type(output).__name__} and the stored one {type(stored).__name__}; positions "
@@ -345,9 +352,23 @@ class _PositionPatch:
                 f"shape {tuple(output.shape)} and the stored one {got}; positions are patched "
                 f"between outputs of one shape"
             )
-        index = (slice(None),) * (self.dim % max(output.dim(), 1)) + (self.positions,)
+        if not -output.dim() <= self.dim < output.dim():  # % alone would wrap round
+            raise IndexError(
+                f"patch(positions=...) on module {self.name!r}{_where(path)}: dim={self.dim} "
+                f"is out of range for an output of shape {tuple(output.shape)}; pass the "
+                f"dim= that holds the positions"
+            )
+        dim = self.dim % output.dim()
+        index = (slice(None),) * dim + (self.positions,)
         patched = output.clone()
-        patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
+        try:
+            patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
+        except IndexError as error:  # torch's own names the wrong dimension for a list
+            raise IndexError(
+                f"patch(positions=...) on module {self.name!r}{_where(path)}: a position is "
+                f"out of range for dim {dim} of the output, of size {output.shape[dim]} "
+                f"(shape {tuple(output.shape)})"
+            ) from error
         return patched
 
 

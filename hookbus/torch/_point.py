@@ -12,6 +12,21 @@ torch calls a module's pre and post dispatchers from ``Module._call_impl``
 without saying which call they belong to; the interpreter's frames do, as
 ``_call_frames`` reads them.
 
+Around hooks: the pre dispatcher that starts them keeps them in its call's
+entry, and that call's post dispatcher (or exception path) resumes them,
+whatever is removed meanwhile. So while a call that started around hooks is
+under way (in any thread), the point keeps its dispatchers installed: a
+``once`` hook's claim, a pre hook's ``remove()``, another thread or a scope's
+exit only stop the hook from starting again; the last such call out applies
+the change. torch runs no hook for a ``BaseException`` that is no
+``Exception``: a dispatcher that raises one resumes the around hooks with it,
+and the module's forward swap tells the point of one raised by forward. An
+entry left by a call that ended otherwise (a plain torch hook raised Ctrl-C; on
+``every_module``, which has no forward swap, forward did) has its around hooks
+closed at the thread's next call of the point. ``detach()`` during a call is
+the exception: it removes the dispatchers, and the around hooks of the calls
+under way are closed then.
+
 Copies of hooked models (the last section). Following torch's stance that hooks
 are not part of a model's state, a copy of a module carries no bus hook. A
 module's hook dicts hold the point's native dispatchers, its bound methods;
@@ -48,6 +63,7 @@ from ..adapter import (
     EventBus,
     Handle,
     Layout,
+    Started,
     add_note,
     describe,
     layout_of,
@@ -58,7 +74,8 @@ from ..adapter import (
     start_arounds,
     where_defined,
 )
-from ._call_frames import call_keys, forward_raised, running_calls
+from ._call_frames import CALL_FAILED, call_keys, handled_error, running_calls, runs_hooks
+from ._call_starts import ANY_STARTS, start_call
 from ._forward_swap import ForwardSwap
 from ._grad import hook_output_grads
 from ._module_kinds import MODULE_POINT
@@ -80,9 +97,12 @@ KINDS = MODULE_POINT.runs
 """The hook kinds a module point runs (its row of the table)."""
 
 # What a pre dispatcher passes on to the rest of its call: (the call's key, its
-# context or None when an around hook's set-up raised, the around hooks started).
-_Entry = Tuple[int, Optional[CallContext], List[Tuple["Handle", Any]]]
-_NO_STARTED: List[Tuple[Handle, Any]] = []  # never appended to: start_arounds gets a new list
+# context or None when an around hook's set-up raised, the around hooks started, and
+# while there are some, the frame of the key: held, so that no other call's frame can
+# take its id while the entry waits, and a call that ended without its post dispatcher
+# is told from a running one, to close its around hooks).
+_Entry = Tuple[int, Optional[CallContext], List[Started], Any]
+_NO_STARTED: List[Started] = []  # never appended to: start_arounds gets a new list
 
 _Hooks = Tuple["Handle", ...]
 _Fast = Optional[Tuple[Callable[..., Any], ...]]
@@ -119,6 +139,8 @@ class ModulePoint:
         "_full_backward_flag",
         "_grad",
         "_grad_handles",
+        "_held",
+        "_in_flight",
         "_layout",
         "_local",
         "_module",
@@ -173,6 +195,10 @@ class ModulePoint:
         self._grad: _Hooks = ()
         self._shared = False  # pre hooks pass their context on to post/exception/grad
         self._always = False  # a forward error concerns us (exception hooks, shared context)
+        # Calls under way, in any thread, that started around hooks (under _updating):
+        # while any is, the dispatchers that finish them stay (see invalidate).
+        self._in_flight = 0
+        self._held = False  # invalidate kept dispatchers for them: the last one out re-runs it
         self._backward_calls = 0
         self._full_backward_flag: Optional[bool] = None
         self._grad_handles: List[RemovableHandle] = []
@@ -238,14 +264,20 @@ class ModulePoint:
             before = tuple(self._natives)
             # While a context stored by a pre hook of this thread waits for its post
             # dispatcher (a once pre hook went in mid-call), post dispatchers look for it.
-            pending = self._shared and bool(self._live_stack())
-            self._shared = bool(around) or (
-                (bool(pre) or pending) and bool(post or exception or grad)
+            pending = self._shared and _any_running(self._stack())
+            # While calls that started around hooks are under way, the dispatchers that
+            # finish them stay as they are, whatever was removed: the last call out
+            # runs this again (_land).
+            held = self._held = self._in_flight > 0
+            self._shared = (
+                bool(around)
+                or held
+                or ((bool(pre) or pending) and bool(post or exception or grad))
             )
             self._always = bool(exception) or self._shared
             self._post_alone = None if self._always or grad else self._post_fast
-            self._sync(module, "pre", bool(pre or around))
-            self._sync(module, "post", bool(post or exception or grad or around))
+            self._sync(module, "pre", bool(pre or around or held))
+            self._sync(module, "post", bool(post or exception or grad or around or held))
             self._sync(module, "backward_pre", bool(self._backward_pre))
             self._sync(module, "backward", bool(self._backward))
             if bool(self._natives) != bool(before):
@@ -308,6 +340,7 @@ class ModulePoint:
             del self._natives[phase]
             if phase == "pre" and self._forward_swap is not None:
                 swap, self._forward_swap = self._forward_swap, None
+                swap.unwatch(self._on_interrupt)
                 swap.release()
             if phase in ("backward_pre", "backward") and module is not None:
                 self._restore_backward_flag(module)
@@ -324,6 +357,7 @@ class ModulePoint:
             except BaseException:
                 swap.release()
                 raise
+            swap.watch(self._on_interrupt)
             self._forward_swap = swap
         elif phase == "post":
             handle = module.register_forward_hook(
@@ -352,8 +386,10 @@ class ModulePoint:
         dispatchers (torch's ``inner`` closure in ``Module._call_impl``; see
         ``_call_frames.call_keys``). So a post dispatcher takes the context of its own
         call whatever other hooks did to the args, and a call that never reached
-        its post dispatcher (a ``KeyboardInterrupt``) leaves an entry that the next
-        push drops. A stored context holds no argument of its call (see ``_on_pre``).
+        its post dispatcher (a ``KeyboardInterrupt`` nothing of ours saw) leaves an
+        entry that the next push drops, closing the around hooks it holds. A stored
+        context holds no argument of its call (see ``_on_pre``); an entry with around
+        hooks holds the call's frame (see ``_Entry``).
         """
         try:
             stack: List[_Entry] = self._local.stack
@@ -365,31 +401,114 @@ class ModulePoint:
         """This thread's stack without the entries of calls that ended already.
 
         Rare: needed when the module calls itself, or a call ended without its
-        post dispatcher (a ``KeyboardInterrupt``).
+        post dispatcher (a ``KeyboardInterrupt`` raised where nothing of ours saw
+        it): the around hooks such a call started are closed here.
         """
         stack = self._stack()
         if stack:
             running = running_calls()
-            stack[:] = [entry for entry in stack if entry[0] in running]
+            ended = [entry for entry in stack if entry[0] not in running]
+            if ended:
+                stack[:] = [entry for entry in stack if entry[0] in running]
+                self._abandon(ended)
         return stack
 
     def _pop_shared(self, keys: Tuple[int, ...]) -> Optional[_Entry]:
-        """The entry this call's pre dispatcher pushed, if any."""
+        """The entry this call's pre dispatcher pushed, if any: the caller now owns it."""
         stack = self._stack()
+        entry: Optional[_Entry] = None
         if stack and stack[-1][0] in keys:  # the common case: the top entry
-            return stack.pop()
-        for position in range(len(stack) - 2, -1, -1):
-            if stack[position][0] in keys:
-                entry = stack[position]
-                del stack[position:]  # entries above it: calls inside it that ended early
-                return entry
-        return None
+            entry = stack.pop()
+        else:
+            for position in range(len(stack) - 2, -1, -1):
+                if stack[position][0] in keys:
+                    entry = stack[position]
+                    ended = stack[position + 1 :]  # calls inside it that ended early
+                    del stack[position:]
+                    self._abandon(ended)
+                    break
+        if entry is not None and entry[2]:
+            self._land()
+        return entry
+
+    def _start_arounds(self, ctx: CallContext) -> List[Started]:
+        """Run the around hooks' set-up for one call; its post dispatcher resumes them.
+
+        Counted in flight before the hooks are read, under the lock ``invalidate``
+        holds: a change meanwhile (this very call's ``once`` claim, say) then keeps
+        the dispatchers that will finish them. If a set-up raises, the ones that
+        started are resumed here with the error (torch calls no hook of ours for it).
+        """
+        with self._updating:
+            arounds = self._around
+            self._in_flight += 1
+        started: List[Started] = []
+        try:
+            start_arounds(self.registry, arounds, None, ctx, started)
+        except BaseException as error:
+            self._land()
+            if started:
+                resume_arounds(started, ctx, None, error)
+            raise
+        if not started:
+            self._land()
+        return started
+
+    def _land(self) -> None:
+        """A call's around hooks are about to be resumed (or closed): one fewer in flight.
+
+        The last one out applies the changes made while calls were under way.
+        """
+        with self._updating:
+            self._in_flight -= 1
+            if self._held and not self._in_flight:
+                self.invalidate()
+
+    def _abandon(self, ended: List[_Entry]) -> None:
+        """Close the around hooks of calls that ended without their post dispatcher
+        (innermost first): their ``finally`` blocks run; the error that ended the call
+        is not known here. What a hook raises in closing is a warning: the call is over."""
+        for _, _, started, _ in reversed(ended):
+            if not started:
+                continue
+            self._land()
+            for handle, around, _, _ in reversed(started):
+                try:
+                    around.close()
+                except Exception as error:
+                    warnings.warn(
+                        f"hookbus: around hook {handle!r} on module {self.name!r} raised "
+                        f"{type(error).__name__} when closed after its call ended without "
+                        f"its post hooks (a KeyboardInterrupt torch runs no hook for)",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+
+    def _on_interrupt(self, caller: Any, error: BaseException) -> None:
+        """A ``BaseException`` that is no ``Exception`` leaves this call (called from
+        ``caller``), and torch runs no hook for it: resume its around hooks with it.
+
+        What they leave raises here: the error itself, or what a hook raised instead.
+        """
+        entry = self._pop_shared((id(caller),))
+        try:
+            if entry is not None and entry[1] is not None and entry[2]:
+                resume_arounds(entry[2], entry[1], None, error)
+        except Exception:
+            # An around hook raised an error instead: it ends the call, whose hooks all
+            # ran. torch's always_call post dispatcher sees it go by; to it, it is no new
+            # error of the call (see _on_exception).
+            self._local.ended = id(caller)
+            raise
+        finally:
+            del error  # raised through this frame, which holds the call's: no cycle
 
     def _run(self, handles: _Hooks, ctx: CallContext) -> None:
         # One module call's pre or post hooks: the core's phase loop (an inline copy
         # here saved nothing measurable on a real forward).
         run_phase(self.registry, handles, ctx)
 
+    @runs_hooks
     def _on_pre(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Any = _WITHOUT_KWARGS
     ) -> Any:
@@ -409,22 +528,25 @@ class ModulePoint:
         if caller.f_code is _WITHOUT_KWARGS_CODE:  # see _torch_frame: inlined, per call
             caller = caller.f_back.f_back
         key = id(caller)
-        started: List[Tuple[Handle, Any]] = _NO_STARTED
         if self._around:
-            stack.append((key, None, _NO_STARTED))  # a set-up raising: nothing else runs
-            started = []
-            try:
-                start_arounds(self._around, None, ctx, started)
-            except BaseException as error:
-                if started:  # torch calls no hook of ours for this: resume them here
-                    resume_arounds(started, ctx, None, error)
-                raise
-            stack[-1] = (key, ctx, started)
+            stack.append((key, None, _NO_STARTED, None))  # a set-up raising: nothing else runs
+            started = self._start_arounds(ctx)
+            stack[-1] = (key, ctx, started, caller if started else None)
         else:
-            stack.append((key, ctx, started))
+            stack.append((key, ctx, _NO_STARTED, None))
         # A pre hook's error reaches the exception hooks and the around hooks' teardown:
         # torch calls the post dispatcher (always_call), which finds this entry.
-        self._run(self._pre, ctx)
+        try:
+            self._run(self._pre, ctx)
+        except Exception:
+            # Kept without the call's arguments, as below: if the hooks went meanwhile,
+            # no post dispatcher of ours comes to take the entry, and the thread's next
+            # call of the point drops it.
+            rebind(ctx, "pre", None, (), _NO_KWARGS)
+            raise
+        except BaseException as error:  # torch calls no hook for it: finish the call here
+            self._on_interrupt(caller, error)
+            raise
         if ctx.skipped or module is not self._module():
             self._skip_forward(ctx, module, swap, _torch_frame(sys._getframe(1)))
         new_args, new_kwargs = ctx.args, ctx.kwargs
@@ -457,9 +579,12 @@ class ModulePoint:
 
     def _on_pre_without_kwargs(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> Any:
         # See _WITHOUT_KWARGS. torch then expects new args alone, not (args, kwargs).
+        if ANY_STARTS[0]:  # a global pre hook (every_module's) runs before the module's own:
+            start_call(module, sys._getframe(2))  # a step counter counts the call first
         replaced = self._on_pre(module, args, {})
         return None if replaced is None else replaced[0]
 
+    @runs_hooks
     def _on_post(
         self,
         module: torch.nn.Module,
@@ -469,11 +594,19 @@ class ModulePoint:
     ) -> Any:
         if output is _WITHOUT_KWARGS:  # see _WITHOUT_KWARGS: (module, args, output)
             kwargs, output = {}, kwargs
-        if output is None:
+        error = handled_error()
+        if error is not None:  # rare: torch's except clause, or a call in an except block
             caller = sys._getframe(1)
-            if forward_raised(caller):
-                # torch calls always_call hooks from the except clause of _call_impl.
-                self._on_exception(module, args, kwargs, sys.exc_info()[1], caller)
+            if caller.f_code is CALL_FAILED:
+                # The call failed: forward, a pre hook, or a forward hook torch ran
+                # before this one (a plain torch hook's error is the call's too,
+                # whatever forward returned). Exception hooks then, post hooks never.
+                try:
+                    self._on_exception(module, args, kwargs, error, caller)
+                finally:
+                    # What the around hooks left is raised through this frame, which
+                    # holds the call's arguments: no cycle through the error.
+                    del error
                 return None
         fast = self._post_alone
         if fast is not None:
@@ -509,17 +642,22 @@ class ModulePoint:
         else:
             rebind(ctx, "post", module, args, kwargs)
         ctx.result = output
-        if self._post:
-            try:
-                self._run(self._post, ctx)
-            except Exception as error:
-                # Raised in this dispatcher, so ours to finish: the exception hooks see
-                # it and may recover, the around hooks' teardown too; what is left
-                # propagates through torch.
-                ctx.result = self._after_post_error(ctx, started, error)
-                started = _NO_STARTED
-        if started:
-            ctx.result = resume_arounds(started, ctx, ctx.result, None)  # may raise
+        try:
+            if self._post:
+                try:
+                    self._run(self._post, ctx)
+                except Exception as error:
+                    # Raised in this dispatcher, so ours to finish: the exception hooks
+                    # see it and may recover, the around hooks' teardown too; what is
+                    # left propagates through torch.
+                    ctx.result = self._after_post_error(ctx, error)
+        except BaseException as error:
+            if not started:
+                raise
+            resume_arounds(started, ctx, None, error)  # raises what is left
+        else:
+            if started:
+                ctx.result = resume_arounds(started, ctx, ctx.result, None)
         result = ctx.result
         if self._grad:
             handles = self._grad_handles  # kept to remove at uninstall()
@@ -528,10 +666,8 @@ class ModulePoint:
                 self._grad_handles = kept
         return None if result is output else self._replaced(output, result)
 
-    def _after_post_error(
-        self, ctx: CallContext, started: List[Tuple[Handle, Any]], error: Exception
-    ) -> Any:
-        """A post hook raised ``error``: exception hooks, then the around hooks' teardown.
+    def _after_post_error(self, ctx: CallContext, error: Exception) -> Any:
+        """A post hook raised ``error``: run the exception hooks.
 
         Returns the output a hook recovered, or raises what error is left.
         """
@@ -539,10 +675,13 @@ class ModulePoint:
         if self._exception:
             run_phase(self.registry, self._exception, ctx)
         left = None if ctx.recovered else ctx.exception
-        if started:
-            return resume_arounds(started, ctx, None if left else ctx.result, left)
+        # Back to the post phase, the context lets go of the error (see rebind).
+        rebind(ctx, "post", ctx.target, ctx.args, ctx.kwargs)
         if left is not None:
-            raise left
+            try:
+                raise left
+            finally:
+                del error, left  # this frame is in the error's traceback: no cycle through it
         return ctx.result
 
     def _replaced(self, output: Any, result: Any) -> Any:
@@ -566,6 +705,11 @@ class ModulePoint:
         error: Optional[BaseException],
         caller: Any,
     ) -> None:
+        ended = getattr(self._local, "ended", None)
+        if ended is not None:  # rare: an around hook turned an interrupt into an error
+            self._local.ended = None
+            if ended in call_keys(caller, error):
+                return
         ctx: Optional[CallContext] = None
         started = _NO_STARTED
         if self._shared:
@@ -575,7 +719,7 @@ class ModulePoint:
                 if ctx is None:
                     return  # an around hook's set-up raised: nothing else started
         if isinstance(error, INTERNAL_STOPS):
-            for _, around in started:
+            for _, around, _, _ in reversed(started):
                 around.close()  # not an error of the call (checkpointing): finally blocks run
             return
         if ctx is None:
@@ -584,43 +728,52 @@ class ModulePoint:
             ctx = _for_call(self.name, module, args, kwargs, next(self._calls), "exception", self)
         rebind(ctx, "exception", module, args, kwargs, error)
         if self._exception:
-            run_phase(self.registry, self._exception, ctx)  # every exception hook runs
+            try:
+                run_phase(self.registry, self._exception, ctx)  # every exception hook runs
+            except BaseException as interrupt:  # no Exception: those replace the error
+                if started:
+                    resume_arounds(started, ctx, None, interrupt)
+                raise
         replaced = ctx.exception
         if started:
             try:
                 resume_arounds(started, ctx, None, replaced)
-            except BaseException as left:
+            except Exception as left:  # a BaseException goes on, through torch
                 replaced = left
             else:
                 replaced = None  # an around hook recovered: torch re-raises all the same
-        if replaced is None:
+        recovered = ctx.recovered
+        # The context lets go of the error an exception hook raised (see rebind).
+        rebind(ctx, "exception", module, args, kwargs)
+        try:
+            self._warn_unchanged(error, replaced, recovered)
+        finally:
+            # The error the around hooks left was raised here: this frame is in its
+            # traceback, and holds the call's arguments. No cycle through it.
+            del error, replaced
+
+    def _warn_unchanged(
+        self, error: Optional[BaseException], replaced: Optional[BaseException], recovered: bool
+    ) -> None:
+        """Warn that torch re-raises the module's own ``error`` after its hooks, if the
+        hooks tried otherwise: recovered (``replaced`` is None, or ``recovered``) or
+        raised ``replaced`` instead."""
+        if replaced is None or (replaced is error and recovered):
             warnings.warn(
                 f"hookbus: ctx.recover() cannot change the result of the module call "
                 f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
                 f"{type(error).__name__} propagates. Recover around the call instead, with "
                 f"bus.wrap(model, 'name') and an exception hook on that name",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-            return
-        if replaced is not error:
-            # torch re-raises the module's own error after its hooks: say so.
+        elif replaced is not error:
             warnings.warn(
                 f"hookbus: an exception hook on module {self.name!r} raised "
                 f"{type(replaced).__name__}: {replaced}; torch re-raises the module's own "
                 f"{type(error).__name__}, which propagates unchanged",
                 RuntimeWarning,
-                stacklevel=3,
-            )
-            return
-        if ctx.recovered:
-            warnings.warn(
-                f"hookbus: ctx.recover() cannot change the result of the module call "
-                f"{self.name!r}: torch re-raises a forward error after its hooks, so the "
-                f"{type(error).__name__} propagates. Recover around the call instead, with "
-                f"bus.wrap(model, 'name') and an exception hook on that name",
-                RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _on_backward_pre(self, module: torch.nn.Module, grad_output: Any) -> Any:
@@ -666,6 +819,14 @@ class ModulePoint:
 
 
 _NO_KWARGS: Dict[str, Any] = {}  # what a stored context holds until its post dispatcher
+
+
+def _any_running(stack: List[_Entry]) -> bool:
+    """Whether an entry of this thread's ``stack`` is of a call still under way."""
+    if not stack:
+        return False
+    running = running_calls()
+    return any(entry[0] in running for entry in stack)
 
 
 def _torch_frame(caller: Any) -> Any:

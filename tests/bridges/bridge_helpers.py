@@ -348,6 +348,9 @@ def lightning_trainer(
         "enable_progress_bar": False,
         "enable_model_summary": False,
         "num_sanity_val_steps": 1,
+        # Every step, so that Lightning's loop does not warn that the 4 batches of an
+        # epoch are fewer than its default interval of 50.
+        "log_every_n_steps": 1,
         "default_root_dir": str(tmp_path),
     }
     options.update(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -46,17 +47,34 @@ def test_each_callback_point_maps_to_its_events(tmp_path: Path) -> None:
     assert recorder.events[epoch_end - 1] == "after_val"
 
 
+# The run resumes mid-epoch on purpose, from a plain DataLoader, which Lightning warns
+# about whatever the set-up (it asks for a loader with state_dict/load_state_dict).
+@pytest.mark.filterwarnings(
+    "ignore:You're resuming from a checkpoint that ended before the epoch ended:UserWarning"
+)
 def test_a_run_resumed_mid_epoch_counts_on_from_the_checkpoint(tmp_path: Path) -> None:
-    saving = pl.callbacks.ModelCheckpoint(
-        dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1
-    )
+    def saving() -> Any:
+        return pl.callbacks.ModelCheckpoint(
+            dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1
+        )
+
     recorder, _ = recorded_run(
-        "lightning", tmp_path, enable_checkpointing=True, callbacks=[saving]
+        "lightning", tmp_path, enable_checkpointing=True, callbacks=[saving()]
     )
     saves = recorder.at("before_save_checkpoint")
     assert [seen.iter for seen in saves] == [1, 3, 5, 7]  # in the iteration's end hooks
-    (checkpoint,) = (tmp_path / "ckpt").glob("*step=6.ckpt")
-    recorder, _ = recorded_run("lightning", tmp_path / "resumed", ckpt_path=str(checkpoint))
+    (saved,) = (tmp_path / "ckpt").glob("*step=6.ckpt")
+    # The callback that wrote the checkpoint is given again, as Lightning asks, with its
+    # folder emptied (Lightning warns of a folder that holds checkpoints already).
+    checkpoint = saved.rename(tmp_path / saved.name)
+    shutil.rmtree(tmp_path / "ckpt")
+    recorder, _ = recorded_run(
+        "lightning",
+        tmp_path / "resumed",
+        ckpt_path=str(checkpoint),
+        enable_checkpointing=True,
+        callbacks=[saving()],
+    )
     first = recorder.at("after_train_iter")[0]
     assert (first.epoch, first.iter, first.batch_idx) == (1, 6, 2)
     assert [(s.epoch, s.iter) for s in recorder.at("after_run")] == [(1, 2 * ITERS)]

@@ -11,7 +11,6 @@ meet must be on the page, never found by surprise.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import doctest
@@ -21,7 +20,7 @@ import re
 from typing import Dict, List, NamedTuple
 
 import pytest
-from doc_pages import DOCS, Block, Section, sections
+from doc_pages import DOCS, Block, Section, imported_modules, sections
 
 import hookbus
 from hookbus.pytest_plugin import isolate
@@ -59,29 +58,18 @@ class Pair(NamedTuple):
         return self.section.anchor
 
 
-def _imported(block: Block) -> List[str]:
-    """The top-level modules a block imports, in order."""
-    names = []
-    for example in doctest.DocTestParser().get_examples(block.source):
-        for node in ast.walk(ast.parse(example.source)):
-            if isinstance(node, ast.Import):
-                names += [alias.name.split(".")[0] for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names.append(node.module.split(".")[0])
-    return names
-
-
 def pairs(peer: str) -> List[Pair]:
     """The page's idioms: each section whose first block imports ``peer``."""
     found = []
     for section in sections(MIGRATING / f"{peer}.md"):
-        if not section.blocks or peer not in _imported(section.blocks[0]):
+        if not section.blocks or peer not in imported_modules(section.blocks[0].source):
             continue
         where = f"{peer}.md#{section.anchor}"
         assert len(section.blocks) == 2, f"{where}: a peer's program, then its port, alone"
         peer_block, port = section.blocks
-        assert "hookbus" in _imported(port), f"{where}: the second block is hookbus's port"
-        assert peer not in _imported(port), f"{where}: the port imports {peer}"
+        imports = imported_modules(port.source)
+        assert "hookbus" in imports, f"{where}: the second block is hookbus's port"
+        assert peer not in imports, f"{where}: the port imports {peer}"
         found.append(Pair(section, peer_block, port))
     return found
 

@@ -5,8 +5,9 @@ name that no module has; ``bus.post("h.1.atn", ...)`` was accepted and never
 fired. Now every bus-level registration of a module's hook kinds (``pre``,
 ``post``, ``exception``, ``around``) is checked the same way, when a model is
 attached to the bus: a name (or pattern) that matches no hook point and is close
-to a module name is a ``ValueError`` in the same words; any other name is
-accepted, as before (an event, a hook point defined later).
+to a module name, or a module's path followed by a child it does not have, is a
+``ValueError`` in the same words; any other name is accepted, as before (an event,
+a hook point defined later), and so is any name with ``optional=True``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from torch_helpers import hook_state, tiny_gpt2
 import hookbus
 import hookbus.torch
 from hookbus import CallContext
-
-transformers = pytest.importorskip("transformers")
 
 
 class Block(nn.Module):
@@ -207,3 +206,64 @@ def test_operation_point_names_are_checked_like_module_names(bus: hookbus.EventB
         bus.post("layers.0.atn:softmax.0", _noop)
     net.detach()
     bus.clear()
+
+
+# --- a child name under a module's path that names no module ------------------------------
+
+
+def test_a_child_name_that_no_module_has_is_refused_on_the_bus() -> None:
+    """``net.post`` refuses it; ``bus.post`` must too, with the close names: a module's path
+    followed by a child it does not have is a typo, not a hook point to come."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    with pytest.raises(ValueError, match=r"0\.weigth_typo"):
+        bus.post("0.weigth_typo", lambda ctx: None)
+    assert bus.hooks() == []
+    model(torch.ones(1, 2))
+    net.detach()
+
+
+@pytest.mark.parametrize("name", ["1.3", "1.0.weight", "1.0.x.y", "<root>.typo"])
+def test_a_descendant_that_no_module_has_is_refused_at_any_depth(name: str) -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    with pytest.raises(ValueError, match=f"no module named {name!r}"):
+        bus.pre(name, lambda ctx: None)
+    assert bus.hooks() == []
+    net.detach()
+
+
+def test_a_child_name_under_an_attachment_s_prefix_is_refused() -> None:
+    model = nn.Sequential(nn.Linear(2, 2))
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, prefix="encoder")
+    for name in ("encoder.0.weigth_typo", "0.weigth_typo"):
+        with pytest.raises(ValueError, match="no module named"):
+            bus.post(name, lambda ctx: None)
+    assert bus.hooks() == []
+    net.detach()
+
+
+def test_optional_accepts_a_child_name_that_no_module_has() -> None:
+    """``optional=True`` says the name may never be a point: it is accepted as ever."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    handle = bus.post("0.weigth_typo", lambda ctx: None, optional=True)
+    assert handle.active
+    handle.remove()
+    net.detach()
+
+
+def test_a_dotted_name_under_no_module_stays_a_point_to_come() -> None:
+    """A name whose leading part is no module (a function point declared later, say) is
+    not the model's: it is accepted, as before."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    handle = bus.post("trainer.step_done", lambda ctx: None)
+    assert handle.active
+    handle.remove()
+    net.detach()

@@ -1,8 +1,9 @@
 """The module point: a module of an attached model runs hooks as any hook point does.
 
 The bus's API on module calls, native hooks installed lazily (one per phase, gone with
-the last hook), what each hook kind may do, options and the error policy, exception
-hooks, backward hooks, and ``ctx.arguments`` bound to ``forward``'s parameters."""
+the last hook), what each hook kind may do, options and the error policy, backward hooks,
+activation checkpointing, ``ctx.arguments`` bound to ``forward``'s parameters, what is let
+go of, and threads. Exception hooks on modules: test_module_exceptions.py."""
 
 from __future__ import annotations
 
@@ -425,116 +426,7 @@ def test_once_target_and_priority_options_work_on_modules() -> None:
     assert order.count("once") == 1
 
 
-# --- exception hooks, and activation checkpointing ---------------------------------------
-
-
-def test_exception_hooks_observe_and_the_error_propagates_unchanged() -> None:
-    model = nn.Sequential(nn.Linear(3, 2))
-    bus = hookbus.EventBus()
-    attached = hookbus.torch.attach(model, bus)
-    seen: List[Any] = []
-    attached.exception(
-        "0", lambda ctx: seen.append((ctx.phase, type(ctx.exception), ctx.args[0].shape))
-    )
-    attached.exception("<root>", lambda ctx: seen.append(("root", type(ctx.exception))))
-    bad = torch.ones(4, 5)
-    with pytest.raises(RuntimeError, match="shapes cannot be multiplied") as caught:
-        model(bad)
-    assert seen == [
-        ("exception", RuntimeError, torch.Size([4, 5])),
-        ("root", RuntimeError),
-    ]
-    assert caught.value.__traceback__ is not None
-    seen.clear()
-    model(torch.ones(4, 3))  # a good call fires no exception hook
-    assert seen == []
-
-
-def test_exception_hooks_inside_an_outer_except_block_fire_only_on_errors() -> None:
-    model = nn.Sequential(nn.Linear(3, 2))
-    bus = hookbus.EventBus()
-    hookbus.torch.attach(model, bus)
-    errors: List[Any] = []
-    bus.exception("0", lambda ctx: errors.append(ctx.exception))
-    outputs: List[Any] = []
-    bus.post("0", lambda ctx: outputs.append(ctx.result.shape))
-    try:
-        raise KeyError("outer")
-    except KeyError:
-        model(torch.ones(1, 3))  # runs while handling another error: a normal call
-    assert errors == []
-    assert outputs == [torch.Size([1, 2])]
-
-
-def test_exception_hook_recover_warns_and_the_error_propagates() -> None:
-    model = nn.Sequential(nn.Linear(3, 2))
-    bus = hookbus.EventBus()
-    hookbus.torch.attach(model, bus)
-    bus.exception("0", lambda ctx: ctx.recover(torch.zeros(1)))
-    with (
-        pytest.warns(RuntimeWarning, match="cannot change the result"),
-        pytest.raises(RuntimeError),
-    ):
-        model(torch.ones(1, 5))
-
-
-def test_recovery_works_around_the_call_with_bus_wrap() -> None:
-    model = nn.Sequential(nn.Linear(3, 2))
-    bus = hookbus.EventBus()
-    safe = bus.wrap(model, "predict")
-
-    def fallback(ctx: CallContext) -> None:
-        ctx.recover(torch.zeros(1, 2))
-
-    bus.exception("predict", fallback)
-    assert torch.equal(safe(torch.ones(1, 5)), torch.zeros(1, 2))
-
-
-def test_a_pre_hook_error_reaches_the_exception_hooks_and_leaves_no_state() -> None:
-    # One rule with the core's hook points: exception hooks see a pre hook's error.
-    model = nn.Sequential(nn.Linear(3, 2))
-    bus = hookbus.EventBus()
-    hookbus.torch.attach(model, bus)
-    seen: List[Any] = []
-    bus.pre("0", lambda ctx: 1 / 0)
-    bus.exception("0", lambda ctx: seen.append(type(ctx.exception).__name__))
-    with pytest.raises(ZeroDivisionError):
-        model(torch.ones(1, 3))
-    assert seen == ["ZeroDivisionError"]
-    bus.clear()
-    assert native_hooks(model) == {}
-
-
-@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
-def test_checkpointing_fires_no_exception_hook(reentrant: bool) -> None:
-    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU())
-    x = torch.randn(2, 4, requires_grad=True)
-    seen: List[Any] = []
-    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
-        net.exception("*", lambda ctx: seen.append((ctx.name, type(ctx.exception).__name__)))
-        checkpoint(model, x, use_reentrant=reentrant).sum().backward()
-    assert seen == []
-    assert x.grad is not None
-
-
-def test_an_error_during_recomputation_still_reaches_exception_hooks() -> None:
-    calls = {"n": 0}
-
-    class FailsSecondTime(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            calls["n"] += 1
-            if calls["n"] == 2:
-                raise ValueError("boom in recomputation")
-            return x * x  # saves x for backward, so the recomputation reaches it
-
-    model = nn.Sequential(nn.Linear(2, 2), FailsSecondTime())
-    seen: List[str] = []
-    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
-        net.exception("1", lambda ctx: seen.append(str(ctx.exception)))
-        out = checkpoint(model, torch.ones(1, 2, requires_grad=True), use_reentrant=False)
-        with pytest.raises(ValueError, match="boom"):
-            out.sum().backward()
-    assert seen == ["boom in recomputation"]
+# --- activation checkpointing: a second call, in backward -------------------------------
 
 
 def test_activation_checkpointing_fires_forward_hooks_again_in_backward() -> None:

@@ -1,9 +1,11 @@
 """Activation patching (``patch``): a module returns a captured output instead of running,
 checked against the hand-written torch way (an instance ``forward`` replacement, or a
-native forward hook for positions)."""
+native forward hook for positions). ``patch(positions=...)`` keeps every output shape a
+capture takes (a namedtuple, a torch return type)."""
 
 from __future__ import annotations
 
+import collections
 import copy
 from typing import Any
 
@@ -208,3 +210,98 @@ def test_patch_positions_on_a_hand_written_model_equals_a_hand_written_hook(
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     assert not torch.allclose(got, net(corrupt))
     assert len(net.block._forward_hooks) == 0
+
+
+# --- patch(positions=...) keeps the output's type -----------------------------------------
+
+
+Output = collections.namedtuple("Output", "hidden attention")
+
+
+class ReturnsNamedTuple(nn.Module):
+    def forward(self, x: torch.Tensor) -> Output:
+        return Output(x * 2, x * 3)
+
+
+def test_patching_positions_keeps_a_namedtuple_output() -> None:
+    """Many models return namedtuples; patching some positions must return the same
+    namedtuple type with those positions replaced, as for a tuple."""
+    model = nn.Sequential(ReturnsNamedTuple())
+    with hookbus.torch.capture(model, "0") as cache:
+        model(torch.ones(1, 3, 2))
+    with hookbus.torch.patch(model, cache, "0", positions=[0]):
+        out = model(torch.zeros(1, 3, 2))
+    assert type(out) is Output
+    assert out.hidden[0, :, 0].tolist() == [2.0, 0.0, 0.0]
+    assert out.attention[0, :, 0].tolist() == [3.0, 0.0, 0.0]
+
+
+class ReturnsMax(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.max(x, dim=-1)  # a torch.return_types.max: values and indices
+
+
+def test_patching_positions_keeps_a_torch_return_type_output() -> None:
+    """A structseq output (``torch.max(..., dim=)``) keeps its type and its field names, with
+    the positions patched in each of its tensors as in raw torch indexing."""
+    model = nn.Sequential(ReturnsMax())
+    clean = torch.arange(12.0).reshape(1, 3, 4)
+    corrupt = -clean
+    with hookbus.torch.capture(model, "0") as cache:
+        clean_out = model(clean)
+    with hookbus.torch.patch(model, cache, "0", positions=[1]):
+        out = model(corrupt)
+    expected_values = torch.max(corrupt, dim=-1).values.clone()
+    expected_values[:, 1] = clean_out.values[:, 1]
+    expected_indices = torch.max(corrupt, dim=-1).indices.clone()
+    expected_indices[:, 1] = clean_out.indices[:, 1]
+    assert type(out) is type(clean_out)
+    assert torch.allclose(out.values, expected_values, atol=1e-6, rtol=0)
+    assert torch.equal(out.indices, expected_indices)
+
+
+@pytest.mark.parametrize("positions", [7, [1, 7], slice(None), -4])
+def test_patch_positions_out_of_range_name_the_module_dim_and_size(
+    positions: Any, gpt2: Any
+) -> None:
+    """A position past the sequence was torch's bare ``IndexError`` from inside the hook,
+    naming dimension 0; the error names the module, the dimension patched and its size."""
+    tokens = torch.tensor([[1, 2, 3]])
+    with torch.no_grad(), hookbus.torch.capture(gpt2, "transformer.h.0") as cache:
+        gpt2(tokens)
+    patching = hookbus.torch.patch(gpt2, cache, "transformer.h.0", positions=positions)
+    if positions == slice(None):  # every position: in range, the whole output patched
+        with torch.no_grad(), patching:
+            gpt2(tokens)
+        return
+    with (
+        torch.no_grad(),
+        patching,
+        pytest.raises(
+            IndexError,
+            match=r"patch\(positions=\.\.\.\) on module 'transformer\.h\.0': a position is "
+            r"out of range for dim 1 of the output, of size 3 \(shape \(1, 3, 32\)\)",
+        ),
+    ):
+        gpt2(tokens)
+    assert all("forward" not in vars(m) for m in gpt2.modules())
+
+
+def test_patch_positions_along_a_dim_the_output_lacks_is_refused_not_wrapped() -> None:
+    """``dim=1`` (the default) on a 1-d output used to wrap round to dim 0 and patch
+    positions of another dimension without a word; it is refused, naming dim and shape."""
+    model = nn.Sequential(nn.Flatten(0), nn.Identity())  # (2, 3) -> (6,)
+    x = torch.arange(6.0).reshape(2, 3)
+    with hookbus.torch.capture(model, "1") as cache:
+        model(x)
+    with (
+        hookbus.torch.patch(model, cache, "1", positions=0),
+        pytest.raises(
+            IndexError,
+            match=r"patch\(positions=\.\.\.\) on module '1': dim=1 is out of range for "
+            r"an output of shape \(6,\)",
+        ),
+    ):
+        model(x + 1)
+    with hookbus.torch.patch(model, cache, "1", positions=0, dim=-1):
+        assert model(x + 1)[0].item() == 0.0  # the last dim of a 1-d output is dim 0

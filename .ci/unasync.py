@@ -2,8 +2,8 @@
 
 Usage (from the repository root)::
 
-    python tools/unasync.py          # rewrite the sync variant
-    python tools/unasync.py --check  # exit 1 if it is out of date (a test runs this)
+    python .ci/unasync.py          # rewrite the sync variant
+    python .ci/unasync.py --check  # exit 1 if it is out of date (a test runs this)
 
 httpcore writes its sync code this way (its ``unasync.py``). The rules, applied to
 the async source line by line:
@@ -32,7 +32,7 @@ TARGET = ROOT / "hookbus" / "_sync_dispatch.py"
 
 HEADER = '''"""The sync dispatch loops, generated from ``_async_dispatch.py``: do not edit.
 
-Change the async source, then run ``python tools/unasync.py`` (a test checks this file).
+Change the async source, then run ``python .ci/unasync.py`` (a test checks this file).
 """
 '''
 
@@ -95,7 +95,7 @@ def main(argv: List[str]) -> int:
     generated = generate(SOURCE.read_text(encoding="utf-8"))
     if "--check" in argv:
         if TARGET.read_text(encoding="utf-8") != generated:
-            print(f"{TARGET} is out of date: run python tools/unasync.py")
+            print(f"{TARGET} is out of date: run python .ci/unasync.py")
             return 1
         return 0
     TARGET.write_text(generated, encoding="utf-8")

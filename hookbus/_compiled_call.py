@@ -1,0 +1,227 @@
+"""A hook point's call, compiled to straight-line code for its plan.
+
+What attrs and dataclasses do for ``__init__``: when a hook point's plan is worked out,
+:func:`compile_call` returns the function that runs one call of that plan. For a
+*direct* plan (``PointPlan.direct``: sync pre and post hooks with no option, errors
+raise, no trace open, no around hook) it is Python source written for the plan's
+shape (how many pre and post hooks, whether there are exception hooks, whether the
+wrapped callable takes self or cls first): no loop, no per-hook test, the context
+filled inline. Each shape is compiled once and cached; the plan's hooks and the
+point's constants are bound as closure cells, so a plan is swapped whole (one
+attribute store). A hook point compiles a plan at its second call (the first runs
+the reference), so a plan that lives for one call (a hook added and removed around
+each call) costs no compile and no closure. The point and the plan are passed in,
+``run(point, plan, args, kwargs)``: a plan kept by its point holds its code, and the
+code holds neither, so no reference cycle keeps a removed hook alive until the
+garbage collector runs.
+
+Every other plan runs the reference sequence, ``call_with_hooks`` (the ``reference``
+each point passes in): around hooks, async hooks, hooks with an option (``once``,
+``weak``, ``target``, ``with_name``), an error policy other than ``"raise"``, an open
+trace, or more than :data:`MAX_HOOKS` hooks in a phase. ``call_with_hooks`` stays the
+semantics; the generated code is checked against it for any plan
+(``tests/test_compiled_call.py``).
+
+The source of each shape is registered with :mod:`linecache`, so a traceback through
+a generated call shows its lines, and :func:`explain` returns it for a plan.
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from ._context import CallContext, reject_returned
+from ._errors import add_note, describe
+from ._sync_dispatch import recover_or_raise
+
+if TYPE_CHECKING:
+    from ._plan import PointPlan
+
+__all__ = ["MAX_HOOKS", "Runner", "compile_call", "explain"]
+
+MAX_HOOKS = 8
+"""The most pre (or post) hooks a generated call binds; a longer phase runs the loop."""
+
+Runner = Callable[[Any, Any, Tuple[Any, ...], Dict[str, Any]], Any]
+"""What a point's wrapper calls for one call: ``run(point, plan, args, kwargs)``."""
+
+Shape = Tuple[int, int, bool, bool]  # pre hooks, post hooks, exception hooks, bound
+
+# What generated code reads as globals: bound once, the same for every shape.
+_GLOBALS: Dict[str, Any] = {
+    "new": object.__new__,
+    "CallContext": CallContext,
+    "reject_returned": reject_returned,
+    "add_note": add_note,
+    "describe": describe,
+    "recover_or_raise": recover_or_raise,
+}
+
+# The factory of each shape compiled so far, with its source. A dict store is atomic:
+# two threads compiling one shape at once both get a working factory.
+_FACTORIES: Dict[Shape, Tuple[Callable[..., Runner], str]] = {}
+
+
+def shape_of(plan: PointPlan, bound: bool) -> Optional[Shape]:
+    """The shape a generated call needs for ``plan``, or ``None``: the reference runs it."""
+    if not plan.direct:
+        return None
+    pre, post = len(plan.pre_hooks), len(plan.post_hooks)
+    if pre > MAX_HOOKS or post > MAX_HOOKS:
+        return None
+    return (pre, post, bool(plan.exception), bound)
+
+
+def _hook_block(kind: str, index: int, indent: str, on_error: List[str]) -> List[str]:
+    """Call one hook on ``ctx``: refuse what it returns, name it in what it raises."""
+    hook = f"{kind}_{index}"
+    return [
+        f"{indent}try:",
+        f"{indent}    returned = {hook}(ctx)",
+        f"{indent}    if returned is not None:",
+        f"{indent}        reject_returned({hook}_handle, ctx, returned)",
+        f"{indent}except Exception as error:",
+        f"{indent}    add_note(error, describe({hook}_handle, name))",
+        *(f"{indent}    {line}" for line in on_error),
+    ]
+
+
+def source_of(shape: Shape) -> str:
+    """The Python source of the factory for ``shape``: ``make(...)`` returns the call."""
+    pre, post, exception, bound = shape
+    hooks = [f"{kind}_{i}, {kind}_{i}_handle" for kind, n in (("pre", pre), ("post", post))
+             for i in range(n)]  # fmt: skip
+    params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
+    lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
+    body = "        "
+    if bound:  # self or cls is the target, not an argument
+        lines += [
+            f"{body}if not args:",
+            f"{body}    return reference(point, plan, args, kwargs)",
+            f"{body}target = args[0]",
+            f"{body}args = args[1:]",
+        ]
+    lines += [f"{body}ctx = new(CallContext)"]
+    lines += [
+        f"{body}ctx.{field} = {value}"
+        for field, value in (
+            ("name", "name"),
+            ("target", "target"),
+            ("_args", "args"),
+            ("_kwargs", "kwargs"),
+            ("call_index", "next(counter)"),
+            ("phase", '"pre"'),
+            ("_result", "None"),
+            ("_exception", "None"),
+            ("_recovered", "False"),
+            ("_skipped", "False"),
+            ("_data", "None"),
+            ("_point", "point"),
+        )
+    ]
+    inner = body + "    " if exception else body
+    if exception:
+        lines.append(f"{body}try:")
+    for i in range(pre):
+        lines += _hook_block("pre", i, inner, ["raise"])
+    arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
+    lines += [
+        f"{inner}if ctx._skipped:",
+        f"{inner}    result = ctx._result",
+        f"{inner}else:",
+        f"{inner}    result = call({arguments})",
+    ]
+    if exception:  # a pre hook or the call raised: the exception hooks
+        lines += [
+            f"{body}except Exception as error:",
+            f"{body}    return recover_or_raise(registry, plan, ctx, error)",
+        ]
+    if not post:
+        lines.append(f"{body}return result")
+    else:
+        lines += [f'{body}ctx.phase = "post"', f"{body}ctx._result = result"]
+        recover = "return recover_or_raise(registry, plan, ctx, error, True)"
+        on_error = [recover] if exception else ["raise"]
+        for i in range(post):
+            lines += _hook_block("post", i, body, on_error)
+        lines.append(f"{body}return ctx._result")
+    lines.append("    return hooked_call")
+    return "\n".join(lines) + "\n"
+
+
+def _factory(shape: Shape) -> Tuple[Callable[..., Runner], str]:
+    made = _FACTORIES.get(shape)
+    if made is None:
+        pre, post, exception, bound = shape
+        source = source_of(shape)
+        filename = (
+            f"<hookbus compiled call: {pre} pre, {post} post"
+            f"{', exception' if exception else ''}{', method' if bound else ''}>"
+        )
+        namespace: Dict[str, Any] = dict(_GLOBALS)
+        exec(compile(source, filename, "exec"), namespace)  # our own source, from the shape alone
+        # Tracebacks read the lines from here (mtime None: checkcache keeps the entry).
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        made = _FACTORIES[shape] = (namespace["make"], source)
+    return made
+
+
+def compile_call(
+    plan: PointPlan,
+    *,
+    call: Callable[..., Any],
+    name: str,
+    target: Any,
+    counter: Any,
+    registry: Any,
+    bound: bool,
+    reference: Runner,
+) -> Runner:
+    """The function that runs one call of ``plan``: generated for a direct plan, else
+    ``reference`` (which runs ``call_with_hooks`` on the plan).
+
+    ``call`` is what the point wraps; ``target`` what ``ctx.target`` is when ``bound``
+    is false (with ``bound``, ``call`` takes self or cls first, which becomes the
+    target); ``counter`` numbers the calls (``ctx.call_index``); ``registry`` holds
+    the settings the exception hooks run under.
+    """
+    shape = shape_of(plan, bound)
+    if shape is None:
+        return reference
+    make, _ = _factory(shape)
+    hooks: List[Any] = []
+    for bare, handles in ((plan.pre_hooks, plan.pre), (plan.post_hooks, plan.post)):
+        for hook, handle in zip(bare, handles):
+            hooks += (hook, handle)
+    return make(call, name, target, counter, registry, reference, *hooks)
+
+
+def explain(plan: Optional[PointPlan], name: str, bound: bool) -> str:
+    """What a call of a point named ``name`` runs under ``plan``: the generated source with
+    what each of its names is bound to, or why the reference sequence runs instead."""
+    if plan is None:
+        return f"# {name!r}: no hooks; the wrapper calls the function straight through\n"
+    shape = shape_of(plan, bound)
+    if shape is None:
+        return f"# {name!r}: call_with_hooks runs the plan ({_why_reference(plan)})\n"
+    _, source = _factory(shape)
+    bindings = [
+        f"#   {kind}_{i} = {handle!r}"
+        for kind, handles in (("pre", plan.pre), ("post", plan.post))
+        for i, handle in enumerate(handles)
+    ]
+    if plan.exception:
+        bindings.append(f"#   exception hooks (run by recover_or_raise) = {plan.exception!r}")
+    header = [f"# {name!r}: a compiled call", *bindings]
+    return "\n".join(header) + "\n" + source
+
+
+def _why_reference(plan: PointPlan) -> str:
+    if plan.around:
+        return "around hooks"
+    if plan.has_async:
+        return "async hooks"
+    if not plan.direct:
+        return "a hook with an option, an error policy other than 'raise', or a trace open"
+    return f"more than {MAX_HOOKS} hooks in a phase"

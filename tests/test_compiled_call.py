@@ -1,0 +1,411 @@
+"""A hook point's compiled call: the same outcomes as the reference sequence, for any plan.
+
+``hookbus._compiled_call`` generates straight-line code for a plan of plain sync pre
+and post hooks; ``call_with_hooks`` is the reference. The property test draws a plan
+(hook kinds, their options, what each hook and the call do, the error policy, a
+trace) and runs the same calls twice, once as hookbus runs them and once with the
+compiler switched off (every plan on the reference), then compares what a user sees:
+what each hook saw, in order, the result, the error and its notes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hookbus
+from hookbus import CallContext, EventBus, _compiled_call, _hookpoint
+from hookbus._hookpoint import HookPoint
+
+PRE = ("none", "value", "raise", "skip", "args", "kwargs", "result", "data", "interrupt")
+POST = ("none", "value", "raise", "replace", "interrupt")
+EXCEPTION = ("none", "recover", "raise")
+# Plain hooks most often: those are the plans that compile.
+# (with_name is for event hooks: a point's hook reads ctx.name.)
+OPTIONS = ("plain",) * 6 + ("priority", "priority", "once", "weak", "target", "other")
+
+
+class Interrupt(KeyboardInterrupt):
+    """A BaseException that no hook policy catches."""
+
+
+class Hook(NamedTuple):
+    kind: str  # pre, post, exception
+    behaviour: str
+    option: str
+
+
+class Plan(NamedTuple):
+    method: bool  # a method point (self is the target) or a function point
+    hooks: Tuple[Hook, ...]
+    policy: str
+    traced: bool
+    call_raises: bool
+
+
+def _hooks(kind: str, behaviours: Tuple[str, ...], most: int) -> Any:
+    hook = st.builds(Hook, st.just(kind), st.sampled_from(behaviours), st.sampled_from(OPTIONS))
+    return st.lists(hook, max_size=most)
+
+
+plans = st.builds(
+    lambda method, pre, post, exception, policy, traced, raises: Plan(
+        method, (*pre, *post, *exception), policy, traced, raises
+    ),
+    st.booleans(),
+    _hooks("pre", PRE, 3),
+    _hooks("post", POST, 3),
+    _hooks("exception", EXCEPTION, 2),
+    st.sampled_from(("raise", "raise", "raise", "collect", "log")),
+    st.sampled_from((False, False, False, True)),
+    st.booleans(),
+)
+
+
+@contextmanager
+def compiled_from_the_first_call() -> Iterator[None]:
+    """A plan compiles at its first call (not its second): every call runs compiled code."""
+    with mock.patch.object(HookPoint, "_run_first", HookPoint._run_compiling):
+        yield
+
+
+@contextmanager
+def reference_only() -> Iterator[None]:
+    """Every plan worked out meanwhile runs ``call_with_hooks`` (the compiler is off)."""
+
+    def reference(plan: Any, **point: Any) -> Any:
+        return point["reference"]
+
+    with mock.patch.object(_hookpoint, "compile_call", reference):
+        yield
+
+
+def _seen(ctx: CallContext, label: str, target: Any) -> Tuple[Any, ...]:
+    return (
+        label,
+        ctx.name,
+        ctx.phase,
+        ctx.args,
+        dict(ctx.kwargs),
+        None if ctx.phase == "pre" else ctx.result,
+        ctx.skipped,
+        ctx.recovered,
+        type(ctx.exception).__name__ if ctx.exception is not None else None,
+        ctx.call_index,
+        ctx.target is target,
+        dict(ctx.data),
+    )
+
+
+def _make_hook(spec: Hook, index: int, log: List[Any], target: Any) -> Callable[..., Any]:
+    label = f"{spec.kind}{index}"
+
+    def run(ctx: CallContext) -> Any:
+        log.append(_seen(ctx, label, target))
+        behaviour = spec.behaviour
+        if behaviour == "value":
+            return index
+        if behaviour == "raise":
+            raise ValueError(label)
+        if behaviour == "interrupt":
+            raise Interrupt(label)
+        if behaviour == "skip":
+            ctx.skip(("skipped", index))
+        elif behaviour == "args":
+            ctx.args = (ctx.args[0] + 1,)
+        elif behaviour == "kwargs":
+            ctx.kwargs = {**ctx.kwargs, "tag": label}
+        elif behaviour == "result":
+            ctx.data[label] = "set"
+        elif behaviour == "data":
+            ctx.data.setdefault("seen", []).append(label)
+        elif behaviour == "replace":
+            ctx.result = (ctx.result, index)
+        elif behaviour == "recover":
+            ctx.recover(("recovered", index))
+        return None
+
+    run.__qualname__ = label
+    return run
+
+
+def _outcome(plan: Plan) -> Tuple[List[Any], List[Any]]:
+    """Register the plan's hooks on a fresh bus, call its point twice; what a user sees."""
+    bus = EventBus()
+    log: List[Any] = []
+
+    def work(x: int, tag: str = "") -> Any:
+        log.append(("call", x, tag))
+        if plan.call_raises:
+            raise KeyError(x)
+        return x * 10
+
+    if plan.method:
+
+        class Owner:
+            @bus.hookable("work")
+            def job(self, x: int, tag: str = "") -> Any:
+                return work(x, tag)
+
+        owner = Owner()
+        target: Any = owner
+        call: Callable[..., Any] = owner.job
+    else:
+        call = bus.hookable("work")(work)
+        target = work
+    hooks = [_make_hook(spec, index, log, target) for index, spec in enumerate(plan.hooks)]
+    for index, (spec, hook) in enumerate(zip(plan.hooks, hooks)):
+        options: Dict[str, Any] = {
+            "priority": {"priority": index % 3 - 1},
+            "once": {"once": True},
+            "weak": {"weak": True},
+            "target": {"target": target},
+            "other": {"target": object()},
+        }.get(spec.option, {})
+        getattr(bus, spec.kind)("work", hook, **options)
+    bus.errors = plan.policy  # type: ignore[assignment]
+    results: List[Any] = []
+    for _ in range(2):
+        try:
+            if plan.traced:
+                with bus.trace():
+                    results.append(("returned", call(1)))
+            else:
+                results.append(("returned", call(1)))
+        except (Exception, Interrupt) as error:
+            notes = getattr(error, "__notes__", [])
+            nested = [
+                (type(e).__name__, str(e), getattr(e, "__notes__", []))
+                for e in getattr(error, "exceptions", ())
+            ]
+            results.append(("raised", type(error).__name__, str(error), notes, nested))
+    return log, results
+
+
+@settings(max_examples=300)
+@given(plans)
+def test_a_compiled_call_does_what_call_with_hooks_does(plan: Plan) -> None:
+    with reference_only():
+        expected = _outcome(plan)
+    with compiled_from_the_first_call():
+        assert _outcome(plan) == expected
+
+
+@given(plans)
+def test_plans_of_plain_pre_and_post_hooks_run_compiled_and_the_rest_the_reference(
+    plan: Plan,
+) -> None:
+    bus = EventBus()
+
+    @bus.hookable("work")
+    def work(x: int) -> int:
+        return x
+
+    hooks = [
+        _make_hook(spec._replace(behaviour="none"), index, [], work)
+        for index, spec in enumerate(plan.hooks)
+    ]
+    for spec, hook in zip(plan.hooks, hooks):
+        options = {
+            "once": {"once": True},
+            "weak": {"weak": True},
+            "target": {"target": work},
+            "other": {"target": work},
+        }.get(spec.option, {})
+        getattr(bus, spec.kind)("work", hook, **options)
+    bus.errors = plan.policy  # type: ignore[assignment]
+    point: HookPoint = work.__hookbus_point__  # type: ignore[attr-defined]
+    with bus.trace() if plan.traced else _nothing():
+        current = point.current_plan()
+    if current is None:
+        assert not plan.hooks
+        return
+    compiled = point._compile(current) is not HookPoint._run_reference
+    plain = not plan.traced and plan.policy == "raise"
+    # An exception hook's options are read by the reference phase the compiled code calls.
+    rare = any(
+        spec.option in ("once", "weak", "target", "other") and spec.kind != "exception"
+        for spec in plan.hooks
+    )
+    assert compiled == (plain and not rare)
+    if compiled:
+        work(1)  # the first call under the plan: the reference
+        work(1)  # the second: compiled, and kept with the plan
+        assert current.run.__code__.co_filename.startswith("<hookbus compiled call")
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def test_a_traceback_through_a_compiled_call_shows_its_lines() -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(path: str) -> str:
+        return path
+
+    @load.post
+    def check(ctx: CallContext) -> None:
+        raise ValueError("bad file")
+
+    with pytest.raises(ValueError, match="bad file"):
+        load("a.txt")  # the plan's first call: the reference runs it
+    with pytest.raises(ValueError, match="bad file") as raised:
+        load("a.txt")  # compiled
+    text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
+    assert '<hookbus compiled call: 0 pre, 1 post>", line' in text
+    assert "returned = post_0(ctx)" in text  # the line, read through linecache
+
+
+def test_explain_shows_the_code_a_call_runs_and_why_not_when_it_falls_back() -> None:
+    bus = EventBus()
+
+    @bus.hookable("scale")
+    def scale(x: int) -> int:
+        return 2 * x
+
+    assert "no hooks" in bus.explain("scale")
+    first = bus.pre("scale", lambda ctx: None)
+    bus.exception("scale", lambda ctx: ctx.recover(0))
+    text = bus.explain("scale")
+    assert "def hooked_call(point, plan, args, kwargs):" in text
+    assert f"#   pre_0 = {first!r}" in text
+    assert "recover_or_raise(registry, plan, ctx, error)" in text
+    once = bus.post("scale", lambda ctx: None, once=True)
+    assert "call_with_hooks runs the plan (a hook with an option" in bus.explain("scale")
+    once.remove()
+    with bus.trace():
+        assert "call_with_hooks runs the plan" in bus.explain("scale")
+    assert "a compiled call" in bus.explain("scale")
+    bus.on("ready", print)
+    assert "an event; emit runs its hooks" in bus.explain("ready")
+    with pytest.raises(LookupError, match="'missing'"):
+        bus.explain("missing")
+    assert hookbus.explain == hookbus.default_bus.explain
+
+
+def test_a_plan_that_lives_for_one_call_compiles_nothing_and_a_kept_one_compiles_once() -> None:
+    bus = EventBus()
+
+    @bus.hookable("step")
+    def step(x: int) -> int:
+        return x
+
+    def observe(ctx: CallContext) -> None:
+        return None
+
+    compile_call = _hookpoint.compile_call
+    with mock.patch.object(_hookpoint, "compile_call", wraps=compile_call) as compiling:
+        for i in range(50):
+            with bus.pre("step", observe):
+                assert step(i) == i
+        assert compiling.call_count == 0
+        bus.pre("step", observe)
+        for i in range(50):
+            assert step(i) == i
+        assert compiling.call_count == 1
+    # A shape compiles once, whatever point and hooks: the same factory serves again.
+    with mock.patch.object(_compiled_call, "compile", side_effect=AssertionError, create=True):
+        again = bus.wrap(lambda x: x, "again")
+        bus.pre("again", observe)
+        assert [again(1), again(2)] == [1, 2]
+
+
+def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
+    bus = EventBus()
+
+    @bus.hookable("work")
+    def work(x: int) -> int:
+        return x
+
+    def tagger(tag: str) -> Tuple[Callable[..., None], Callable[..., None]]:
+        def pre(ctx: CallContext) -> None:
+            ctx.data["pre"] = tag
+
+        def post(ctx: CallContext) -> None:
+            ctx.data["post"] = tag
+            seen.append((ctx.data["pre"], tag))
+
+        return pre, post
+
+    seen: List[Tuple[str, str]] = []
+    snapshots = []
+    for tag in ("a", "b"):
+        pre, post = tagger(tag)
+        bus.pre("work", pre)
+        bus.post("work", post)
+        snapshots.append(bus.registry.snapshot())
+        bus.clear()
+    stop = threading.Event()
+    errors: List[BaseException] = []
+
+    def swap() -> None:
+        swaps, deadline = 0, time.monotonic() + 30
+        try:
+            while swaps < 400 and time.monotonic() < deadline:
+                bus.registry.restore(snapshots[swaps % 2])
+                swaps += 1
+                calls = len(seen)
+                while len(seen) < calls + 3 and time.monotonic() < deadline:
+                    time.sleep(0)  # some calls run under this plan, some across the swap
+        finally:
+            stop.set()
+
+    def call() -> None:
+        try:
+            while not stop.is_set():
+                work(1)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=swap), *(threading.Thread(target=call) for _ in range(2))]
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often: swaps land between calls
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(switching)
+    assert not any(thread.is_alive() for thread in threads)
+    assert not errors
+    assert len(seen) >= 1_200, "the callers made too few calls in 30 s"
+    assert {tag for tag, _ in seen} == {"a", "b"}  # calls ran under both plans
+    assert all(pre == post for pre, post in seen), {p for p in seen if p[0] != p[1]}
+
+
+def test_the_compiled_context_is_the_one_call_context_init_builds() -> None:
+    bus = EventBus()
+    contexts: List[CallContext] = []
+
+    @bus.hookable("work")
+    def work(x: int, *, tag: str = "") -> int:
+        return x
+
+    slots = [s for s in CallContext.__slots__ if s != "__weakref__"]
+    fields: List[Dict[str, Any]] = []
+
+    def pre(ctx: CallContext) -> None:
+        fields.append({s: getattr(ctx, s) for s in slots})
+        contexts.append(ctx)
+
+    bus.pre("work", pre)
+    with compiled_from_the_first_call():
+        work(3, tag="t")
+    (ctx,) = contexts
+    target = work.__wrapped__  # type: ignore[attr-defined]
+    built = CallContext("work", target, (3,), {"tag": "t"}, 0, "pre", ctx._point)
+    assert fields == [{s: getattr(built, s) for s in slots}]
+    assert type(ctx) is CallContext
