@@ -258,7 +258,7 @@ def memory_lines(values: dict) -> List[Line]:
 
 
 def _add_torch(suite: Suite, *, quick: bool) -> None:
-    """Rows 5-10, or a note saying why not (torch, the adapter or transformers missing)."""
+    """Rows 5-10, 13 and 14, or a note saying why not (torch, transformers, ... missing)."""
     import _gpt2_cases
     import _torch_cases
 
@@ -274,13 +274,22 @@ def _add_torch(suite: Suite, *, quick: bool) -> None:
     if gpt2_reason is not None:
         suite.notes.append(f"GPT-2 rows skipped: {gpt2_reason}")
         return
+    import _name_cases
     import _operation_cases
+    import _transformer_lens_cases
 
     suite.derivers.append(_gpt2_cases.derive)
     suite.add(["7. GPT-2", "9. GPT-2"], lambda: (_gpt2_cases.cases(), _gpt2_cases.lines()))
     suite.add(["10. attach"], lambda: (_gpt2_cases.attach_cases(), _gpt2_cases.attach_lines()))
     suite.add(["8. GPT-2"], lambda: (_operation_cases.cases(), _operation_cases.lines()))
-    if suite.selects(["7. GPT-2", "8. GPT-2", "9. GPT-2", "10. attach"]):
+    suite.add([_name_cases.ROW], lambda: (_name_cases.cases(), _name_cases.lines()))
+    lens_reason = _transformer_lens_cases.unavailable()
+    if lens_reason is None:
+        part = _transformer_lens_cases
+        suite.add([part.ROW], lambda: (part.cases(), part.lines()))
+    elif suite.selects([_transformer_lens_cases.ROW]):
+        suite.notes.append(f"row 14 skipped: {lens_reason}")
+    if suite.selects(["7. GPT-2", "8. GPT-2", "9. GPT-2", "10. attach", _name_cases.ROW]):
         suite.notes.append(_gpt2_cases.describe())
 
 

@@ -65,7 +65,8 @@ def test_the_torch_adapter_imports_only_hookbus_and_hookbus_adapter() -> None:
     modules = sorted(TORCH.rglob("*.py"))
     assert len(modules) > 5  # the walk found the adapter
     for path in modules:
-        for hit in private_imports(path.read_text(encoding="utf-8")):
+        package = ".".join(path.relative_to(ROOT).parent.parts)  # hookbus.torch._tables
+        for hit in private_imports(path.read_text(encoding="utf-8"), package):
             offenders.append(f"{path.relative_to(ROOT)}:{hit}")
     assert not offenders, (
         "hookbus/torch imports private core modules; import from hookbus or "
@@ -110,6 +111,13 @@ def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
 )
 def test_the_check_allows_the_seam_and_the_adapters_own_modules(source: str) -> None:
     assert not private_imports(source)
+
+
+def test_the_check_resolves_relative_imports_from_the_module_s_own_package() -> None:
+    """A subpackage of the adapter (``hookbus.torch._tables``) reaches the adapter's own
+    modules with ``..`` and the core's private ones with ``...``."""
+    assert not private_imports("from .._architecture import Architecture", "hookbus.torch._tables")
+    assert private_imports("from ..._bus import EventBus", "hookbus.torch._tables")
 
 
 # --- the seam is what adapters use, documented whole --------------------------------

@@ -53,9 +53,11 @@ LAYERS: List[List[str]] = [
     ["torch/_user_line.py", "torch/_module_kinds.py"],
     ["torch/_tree.py", "torch/_unwrap.py", "torch/_moments.py"],
     # Mechanisms, each alone: which module call a frame runs, an owner's native hooks in a
-    # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives.
+    # module's hook dicts, selection, output-gradient hooks, statistics feeds, collectives,
+    # torch.nn.functional's functions swapped for dispatchers.
     [
         "torch/_call_frames.py",
+        "torch/_function_swap.py",
         "torch/_call_starts.py",
         "torch/_native_hooks.py",
         "torch/_selection.py",
@@ -68,7 +70,23 @@ LAYERS: List[List[str]] = [
     ["torch/_script_refusal.py"],  # it removes a copy's stand-ins
     # Hook points: a module's, and the operations inside a module's forward.
     ["torch/_point.py", "torch/_operations.py"],
-    ["torch/_attach.py"],  # attaching a model: its modules become hook points of a bus
+    # The names vocabulary: the table format and the views of a value; one table per
+    # layout (those built on Llama's above it); finding a model's table, and reading and
+    # writing a value through points; the values the forward does not hold; a name's
+    # hook point; the point source of one model's names.
+    ["torch/_architecture.py", "torch/_head_views.py"],
+    [
+        "torch/_tables/__init__.py",
+        "torch/_tables/gpt2.py",
+        "torch/_tables/gpt_neox.py",
+        "torch/_tables/llama.py",
+        "torch/_tables/opt.py",
+    ],
+    ["torch/_tables/gemma2.py", "torch/_tables/phi3.py"],
+    ["torch/_table_detection.py", "torch/_recipes.py"],
+    ["torch/_attention_pattern.py", "torch/_norm_scale.py", "torch/_value_point.py"],
+    ["torch/_vocabulary.py"],
+    ["torch/_attach.py"],  # attaching a model: its modules (and names) become hook points
     # The features.
     [
         "torch/_every_module.py",

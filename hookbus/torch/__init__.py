@@ -52,6 +52,8 @@ from ._script_refusal import ScriptRefusal
 from ._selection import ROOT, Selector
 from ._stats import Stats, stats
 from ._unwrap import CompiledModelWarning, bare_names
+from ._value_point import NamePoint
+from ._vocabulary import Vocabulary
 
 # What a pickle names (a hooked module saved with torch.save holds inert_point and a
 # ScriptRefusal; Moments are saved as themselves): the public package, so that
@@ -70,11 +72,13 @@ __all__ = [
     "EveryModule",
     "GradHandle",
     "Moments",
+    "NamePoint",
     "OperationSelection",
     "Patch",
     "Selector",
     "Stats",
     "Steps",
+    "Vocabulary",
     "attach",
     "bare_names",
     "capture",

@@ -12,6 +12,9 @@ registry asks it for points before registering a hook of a module kind, so
 ``bus.post(name, ...)`` needs no point made beforehand, and a name that can only
 be a typo of a module's is refused there (:meth:`Attachment.refuse_unmatched`).
 So attaching and detaching cost a walk of the model, not a point per module.
+
+``names="transformer"`` adds the names vocabulary (:mod:`._vocabulary`), a second
+point source on the same bus, for TransformerLens's names of the model's values.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import (
     Optional,
     Set,
     Union,
+    cast,
     overload,
 )
 
@@ -66,8 +70,11 @@ from ._selection import (
     literal_pattern,
     select,
 )
+from ._table_detection import find_architecture
 from ._unwrap import is_compiled, unwrap, walk, warn_hook_on_compiled
 from ._user_line import stacklevel_outside_hookbus
+from ._value_point import is_name
+from ._vocabulary import VOCABULARIES, Vocabulary
 
 __all__ = ["AroundHook", "Attachment", "Hook", "attach", "bus_or_default", "find_attachment"]
 
@@ -104,6 +111,7 @@ def attach(
     *,
     prefix: str = "",
     raw_names: bool = False,
+    names: Optional[str] = None,
 ) -> Attachment:
     """Make every module of ``model`` a hook point of ``bus`` (default: ``hookbus.default_bus``).
 
@@ -112,8 +120,9 @@ def attach(
     The model itself is named ``prefix``, or ``"<root>"`` without one. Names are
     those of the bare model: the levels that ``DistributedDataParallel`` and
     ``DataParallel`` (``module``), FSDP1 (``_fsdp_wrapped_module``),
-    ``torch.compile`` (``_orig_mod``) and the checkpoint wrappers
-    (``_checkpoint_wrapped_module``) insert are left out, and a wrapper is no hook
+    ``torch.compile`` (``_orig_mod``), the checkpoint wrappers
+    (``_checkpoint_wrapped_module``) and PEFT (``base_model.model``) insert are left
+    out, and a wrapper is no hook
     point of its own (selecting it selects what it wraps). ``raw_names=True``
     names every module, wrappers included, by its ``named_modules()`` name
     instead; :func:`bare_names` maps one to the other. The usual
@@ -129,6 +138,16 @@ def attach(
     ``bus.pre`` / ``post`` / ``exception`` / ``around`` name that matches no hook
     point and is a typo of a module's is refused (docs/torch.md, "Names on the
     bus"). A ``torch.compile`` wrapper is unwrapped, so the names are the eager ones.
+
+    ``names="transformer"`` also makes TransformerLens's names of the model's
+    values hook points of ``bus`` (``"blocks.0.attn.hook_z"``, ``[batch, pos,
+    head, d_head]``), the same on every architecture hookbus knows (GPT-2,
+    GPT-NeoX, OPT, Llama and the models built like it, Gemma 2, Phi-3), found
+    from the model's structure; a model of another layout is refused with a
+    ``ValueError`` listing them. Names take ``post`` hooks: ``ctx.result`` is the
+    value, and assigning it replaces the value in the forward. Nothing runs on the
+    model while no hook is on a name; :attr:`Attachment.vocabulary` lists them, and
+    docs/torch.md ("Names") defines each. With a ``prefix``, names start with it too.
 
     Example:
         >>> import hookbus, torch, hookbus.torch
@@ -152,6 +171,11 @@ def attach(
         check_name(prefix, "hook point name", allow_pattern=False)
     if not isinstance(raw_names, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"raw_names= takes True or False, got {raw_names!r}")
+    if names is not None and names not in VOCABULARIES:
+        raise ValueError(
+            f"attach() option names= takes None or one of "
+            f"{', '.join(map(repr, VOCABULARIES))}, got {names!r}"
+        )
     compiled = is_compiled(model)
     model = unwrap(model)
     for existing in _attachments.get(model, ()):
@@ -160,7 +184,17 @@ def attach(
                 f"{type(model).__name__} is already attached to {bus!r} as {existing!r}; "
                 f"use that attachment, or detach() it first"
             )
-    return Attachment(model, bus, prefix, compiled=compiled, raw_names=raw_names)
+    found = find_architecture(model) if names is not None else None  # refused before any hook
+    attachment = Attachment(model, bus, prefix, compiled=compiled, raw_names=raw_names)
+    if found is not None:
+        try:
+            private = EventBus(f"hookbus.torch names of {type(model).__name__}")
+            net = Attachment(model, private, "", compiled=compiled)
+            attachment._vocabulary = Vocabulary(model, bus, net, found, prefix)
+        except BaseException:
+            attachment.detach()
+            raise
+    return attachment
 
 
 class Attachment(Removable):
@@ -195,8 +229,8 @@ class Attachment(Removable):
 
     __slots__ = (
         "__weakref__", "_compiled", "_cut_warned", "_far", "_handles", "_ids", "_making",
-        "_model", "_modules", "_operations", "_points", "_raw", "_warned", "_wrappers", "bus",
-        "prefix", "strict_ddp",
+        "_model", "_modules", "_operations", "_points", "_raw", "_vocabulary", "_warned",
+        "_wrappers", "bus", "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -229,6 +263,7 @@ class Attachment(Removable):
         # and dropped by its owner must not be kept (nor its hook) until detach().
         self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
         self._operations: List[OperationSelection] = []  # removed by detach()
+        self._vocabulary: Optional[Vocabulary] = None  # names="transformer"
         #: Whether a DistributedDataParallel without find_unused_parameters wraps
         #: the model: a post hook that cuts an output from the graph then breaks it.
         self.strict_ddp = False
@@ -329,6 +364,8 @@ class Attachment(Removable):
         modules = self._modules
         if kind not in KINDS or not modules:
             return
+        if self._vocabulary is not None and is_name(name):
+            return  # meant for the names: the vocabulary refuses a typo of one, with close names
         if match is None:
             unreached = unreached_operation(name, self._operation_sites())
             if unreached is not None:
@@ -446,6 +483,21 @@ class Attachment(Removable):
         """Whether the model is still attached."""
         return bool(self._modules)
 
+    @property
+    def vocabulary(self) -> Optional[Vocabulary]:
+        """The names of the model's values, if attached with ``names=``; else ``None``.
+
+        Example:
+            >>> import transformers, hookbus, hookbus.torch
+            >>> config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=10)
+            >>> model = transformers.GPT2LMHeadModel(config)
+            >>> net = hookbus.torch.attach(model, hookbus.EventBus(), names="transformer")
+            >>> names = net.vocabulary
+            >>> names.architecture, len(names.names), names.dims.heads
+            ('GPT-2', 40, 4)
+        """
+        return self._vocabulary
+
     def _check_attached(self) -> None:
         if not self._modules:
             model = self._model()
@@ -465,7 +517,7 @@ class Attachment(Removable):
     def name_of(self, module: nn.Module) -> str:
         """The hook-point name of ``module``; ``ValueError`` if it is not in the model.
 
-        A see-through wrapper (DDP, FSDP1, compile, checkpoint wrapper) has the
+        A see-through wrapper (DDP, FSDP1, compile, checkpoint wrapper, PEFT) has the
         name of the module it wraps.
 
         Example:
@@ -807,6 +859,9 @@ class Attachment(Removable):
     def _register(
         self, kind: str, selector: Selector, hook: Union[Hook, AroundHook], options: HookOptions
     ) -> Any:
+        names = self._names_of(selector)
+        if names is not None:  # names of the vocabulary: its point source checks them
+            return self._register_names(kind, selector, names, hook, options)
         if isinstance(selector, str) and ":" in selector and selector not in self._modules:
             self._check_attached()
             if kind not in OPERATION_POINT.runs and OPERATION_POINT.refuses_others:
@@ -844,6 +899,42 @@ class Attachment(Removable):
             return handles[0]
         return HandleGroup(handles)
 
+    def _names_of(self, selector: Selector) -> Optional[List[str]]:
+        """The selector's names of the vocabulary (``"blocks.*.hook_z"``, or a list of
+        names), if it selects some and no module; else ``None``."""
+        if self._vocabulary is None:
+            return None
+        if isinstance(selector, str):
+            items: List[Any] = [selector]
+        elif isinstance(selector, list) and selector:
+            items = cast("List[Any]", selector)  # type: ignore[redundant-cast]  # for pyright
+        else:
+            return None
+        if all(isinstance(i, str) and is_name(i) and i not in self._modules for i in items):
+            return [str(item) for item in items]
+        return None
+
+    def _register_names(
+        self,
+        kind: str,
+        selector: Selector,
+        names: List[str],
+        hook: Union[Hook, AroundHook],
+        options: HookOptions,
+    ) -> Any:
+        self._check_attached()
+        handles: List[Handle] = []
+        try:
+            for name in names:
+                handles.append(self.bus.registry.register(kind, name, hook, options))
+        except BaseException:
+            for handle in handles:
+                handle.remove()
+            raise
+        for handle in handles:
+            self._handles.add(handle)
+        return handles[0] if isinstance(selector, str) else HandleGroup(handles)
+
     def _check_full_backward(self, names: List[str]) -> None:
         for name in names:
             module = self._modules[name]()
@@ -863,6 +954,9 @@ class Attachment(Removable):
         Idempotent. Hooks registered on the bus by name stay on the bus (they may
         apply to other models), but no longer reach this model.
         """
+        vocabulary, self._vocabulary = self._vocabulary, None
+        if vocabulary is not None:  # its names first, with the hooks they put on the model
+            vocabulary.remove()
         self._detach_points()  # first: removing the hooks then reaches no module point
         selections, self._operations = self._operations, []
         for selection in selections:

@@ -25,6 +25,10 @@ set-up and tear-down cost of the native hooks alone; see
 * gradients: the tensor hooks hold the call's gradient dict, never a tensor,
   and go when the capture ends, so a graph kept longer keeps no record alive.
 
+Names of the vocabulary (``"blocks.*.hook_resid_post"``) are values, not modules:
+a capture records them with post hooks on a private bus, the model attached to it
+with ``names="transformer"`` from ``__enter__`` to the end.
+
 A capture hook holds its name and the capture's record function, never the module.
 """
 
@@ -51,6 +55,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ..adapter import CallContext, EventBus, is_pattern, matcher_for
+from ._attach import Attachment, attach
 from ._cache import Cache, Call, CapturedCalls
 from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, release_swaps, renewed_swaps
@@ -61,6 +67,7 @@ from ._selection import ROOT, Selector, select
 from ._tree import Path, map_tensors
 from ._unwrap import ModuleName, is_compiled, unwrap, walk
 from ._user_line import stacklevel_outside_hookbus
+from ._vocabulary import is_names_selector, select_names
 
 __all__ = ["Capture", "CaptureHook", "capture", "inert_capture_hook"]
 
@@ -233,8 +240,11 @@ def capture(
       propagates from the model's call.
 
     Names and selection are those of :func:`attach` (the bare model's names),
-    checked when ``capture(...)`` is called. The hooks go in when the ``with``
-    block is entered, not before: a capture that is never entered records
+    checked when ``capture(...)`` is called. ``selector`` may also name values of
+    the names vocabulary (``"blocks.*.hook_resid_post"``, ``["blocks.0.attn.hook_z",
+    "hook_embed"]``; docs/torch.md, "Names") on a model of a layout it knows: each
+    is recorded as a call's ``output`` (``inputs=True`` is refused). The hooks go
+    in when the ``with`` block is entered, not before: a capture that is never entered records
     nothing and holds nothing. Each selected module gets one native forward
     hook, as in a capture written by hand (and, with ``grads=True``, each output
     tensor that requires grad a tensor hook). Every hook is removed on exit, even
@@ -349,6 +359,7 @@ class Capture:
         self._state = "ready"  # then "running", then "ended"
         self._swaps: List[ForwardSwap] = []  # a compiled model's forward swaps, while running
         self._root: Optional[nn.Module] = None  # the model, while it holds our script refusal
+        self._names_model: Optional[nn.Module] = None  # compiled or not, for attach()
         if not isinstance(model, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"capture() needs a torch.nn.Module, got {type(model).__name__}")
         compiled = is_compiled(model)
@@ -370,12 +381,27 @@ class Capture:
                 f"(a module of another model, or one added to it since capture() started)"
             )
 
+        self._compiled = compiled
+        # Held until __enter__ installs their hooks, dropped at the end.
+        self._modules: List[Tuple[str, nn.Module]] = []
+        self._names: Optional[List[str]] = None  # names of the vocabulary, if selected
+        self._names_net: Optional[Attachment] = None  # their private attachment, running
+        if is_names_selector(selector) and not _selects_modules(selector, modules):
+            if inputs:
+                raise TypeError(
+                    "capture() option inputs= applies to modules: a name of the vocabulary "
+                    "is one value, recorded as the call's output"
+                )
+            self._names = select_names(self._model, selector)
+            self._expected = [self._names]
+            self._names_model = model
+            self.cache = Cache(self._names, kept)
+            self.cache._to_sink = sink is not None
+            return
         names = select(modules, selector, name_of)
         # What must run for the capture to have missed nothing (warned at exit).
         self._expected = _expected_groups(modules, selector, name_of)
-        self._compiled = compiled
-        # Held until __enter__ installs their hooks, dropped at the end.
-        self._modules: List[Tuple[str, nn.Module]] = [(n, modules[n].module) for n in names]
+        self._modules = [(n, modules[n].module) for n in names]
         self.cache = Cache(names, kept)
         self.cache._to_sink = sink is not None
 
@@ -440,6 +466,9 @@ class Capture:
             self._hooks, self._handles = install_capture_hooks(
                 self._modules, self._record_call, self._inputs
             )
+            names_model, self._names_model = self._names_model, None
+            if self._names is not None and names_model is not None:
+                self._names_net = self._attach_names(names_model, self._names)
             # torch.jit.script of the model refuses clearly while the hooks are on (one
             # refusal for the model, not one per module: a capture's set-up stays cheap).
             if self._model is not None:
@@ -462,8 +491,28 @@ class Capture:
         if exc_type is None:  # else the block's error says what went wrong
             self._warn_never_ran()
 
+    def _attach_names(self, model: nn.Module, names: List[str]) -> Attachment:
+        """The model attached to a private bus with names, a post hook recording each."""
+        private = EventBus(f"hookbus.torch capture of names of {type(model).__name__}")
+        net = attach(model, private, names="transformer")
+        try:
+            for name in names:
+                net.post(name, functools.partial(self._record_value, name))
+        except BaseException:
+            net.detach()
+            raise
+        return net
+
+    def _record_value(self, name: str, ctx: CallContext) -> None:
+        """The post hook of a name of the vocabulary: its value, stored as an output."""
+        self._record_call(name, None, None, ctx.result)
+
     def _end(self) -> None:
         self._state = "ended"
+        self._names_model = None
+        names_net, self._names_net = self._names_net, None
+        if names_net is not None:
+            names_net.detach()
         self._modules = []  # an ended capture holds no module
         self._model = None
         hooks, handles = self._hooks, self._handles
@@ -508,6 +557,16 @@ class Capture:
             RuntimeWarning,
             stacklevel=stacklevel_outside_hookbus(),
         )
+
+
+def _selects_modules(selector: Any, modules: Mapping[str, Any]) -> bool:
+    """Whether a selector of names (``"*.hook_z"``) selects modules of the model too (one
+    may be named ``hook_pattern``: a TransformerLens model's are): modules come first."""
+    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
+    return any(
+        item in modules or (is_pattern(item) and any(map(matcher_for(item), modules)))
+        for item in items
+    )
 
 
 def _expected_groups(

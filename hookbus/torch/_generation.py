@@ -28,7 +28,7 @@ from torch import nn
 from ..adapter import CallContext, Removable
 from ._call_starts import add_call_start, remove_call_start
 from ._native_hooks import remove_dispatchers
-from ._unwrap import unwrap
+from ._unwrap import bare_model, unwrap
 
 __all__ = ["Steps", "steps"]
 
@@ -42,10 +42,11 @@ def steps(model: nn.Module) -> Steps:
     called in the block. Read it from any hook, or wrap a hook with
     :meth:`Steps.only`: every hook of a call reads that call's step, the model's
     pre hooks (registered before the block or in it) and ``every_module``'s
-    included. Only calls of the model itself count (not of its submodules). One
-    native forward pre hook on the model, first of its pre hooks; removed on exit,
-    with the ``generate`` reset, even if the block raised (:meth:`Steps.remove`
-    without ``with``).
+    included. Only calls of the model itself count (not of its submodules); under a
+    see-through wrapper (DDP, PEFT, ...), those of the model it wraps, which PEFT's
+    ``generate`` calls. One native forward pre hook on the model, first of its pre
+    hooks; removed on exit, with the ``generate`` reset, even if the block raised
+    (:meth:`Steps.remove` without ``with``).
 
     Example:
         >>> import torch, hookbus, hookbus.torch
@@ -85,7 +86,7 @@ class Steps(Removable):  # remove(), and ``with`` removes on exit
         #: The step now running: the index of the model's current forward since the
         #: block (or the last ``generate()`` in it) began; ``-1`` before the first.
         self.index = -1
-        root = unwrap(model)
+        root = bare_model(unwrap(model))  # PEFT calls the model it adapts, not itself
         self._model: Callable[[], Optional[nn.Module]] = weakref.ref(root)
         self._active = True
         # The frame of the call counted by an every-module pre dispatcher, before the

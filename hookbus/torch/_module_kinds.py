@@ -1,8 +1,9 @@
 """The torch adapter's rows of the table of what is valid where.
 
 Three kinds of hook the core does not have (a module's backward and gradient
-hooks), and three kinds of point: a module, an operation call inside a module's
-forward, and every module call of the process (``every_module``). Declared once,
+hooks), and four kinds of point: a module, an operation call inside a module's
+forward, every module call of the process (``every_module``), and a name of the
+vocabulary (``"blocks.0.attn.hook_z"``), a value rather than a call. Declared once,
 at import, through the seam; the points' ``kinds`` and refusals read these rows.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from ..adapter import PLAIN, HookKind, PointKind, add_hook_kind, add_point_kind, hook_kind
 
-__all__ = ["EVERY_MODULE_POINT", "MODULE_POINT", "OPERATION_POINT"]
+__all__ = ["EVERY_MODULE_POINT", "MODULE_POINT", "NAME_POINT", "OPERATION_POINT"]
 
 _CONTEXT = "`hook(ctx)`, a `CallContext`"
 _OPTIONS = hook_kind("pre").options  # the options every hook around a call takes
@@ -91,3 +92,19 @@ EVERY_MODULE_POINT = add_point_kind(
     )
 )
 """torch's global module hooks, as one point."""
+
+NAME_POINT = add_point_kind(
+    PointKind(
+        "name",
+        ("post",),
+        "a name of the vocabulary of a model attached with names "
+        '(`"blocks.0.attn.hook_z"`): a value, not a call; `ctx.result` is the value',
+        "the module whose hook found the value",
+        "a name of the vocabulary is a value, not a call: post hooks replace it with "
+        "ctx.result = ...; to skip a module, hook the module itself",
+        "no exception hooks run there (a value, not a call)",
+        _NEVER_ASYNC,
+        True,
+    )
+)
+"""A name of the vocabulary: post hooks read and replace its value."""

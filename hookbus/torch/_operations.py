@@ -27,7 +27,8 @@ and so adds no cost to operations.
 
 Operations are told apart by ``__name__``: ``torch.softmax``,
 ``torch.nn.functional.softmax`` and ``x.softmax()`` are all ``"softmax"``;
-``torch.matmul`` is ``"matmul"`` but ``a @ b`` is ``"__matmul__"``.
+an operator is named by the function it calls: ``a @ b`` is ``"matmul"``,
+``a * b`` ``"mul"``, ``a + b`` ``"add"`` (torch reports them so to the mode).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from ..adapter import (
     layout_of,
     matcher_for,
 )
+from . import _function_swap
 from ._call_frames import Where, forward_raised, where_called
 from ._forward_swap import ForwardSwap
 from ._module_kinds import OPERATION_POINT
@@ -138,6 +140,10 @@ class OperationMode(TorchFunctionMode):
         self.selected = site.selected
         self.call = call
         self.counts: Dict[str, int] = {}
+        # Entered in the function swaps rather than pushed as a mode, if the site asks
+        # and they are in place (code that swapped a function by hand may have put
+        # back what it saved before them: a mode sees those calls all the same).
+        self.swap = site.swap and _function_swap.in_place(site.selected)
 
     def __torch_function__(
         self,
@@ -162,7 +168,11 @@ class OperationMode(TorchFunctionMode):
 
 
 def _remove_mode(mode: OperationMode) -> None:
-    """Take ``mode`` off this thread's torch function stack, wherever it is."""
+    """Take ``mode`` off this thread's torch function stack (or its function swaps),
+    wherever it is."""
+    if mode.swap:
+        _function_swap.leave(mode)
+        return
     length = _stack_length()
     if length and _mode_at(length - 1) is mode:
         _pop_mode()
@@ -239,6 +249,13 @@ class OperationSite:
         self.selected = selected
         self.attached = True
         self.discovering = True
+        # Whether the discovery forward warns of a selected function it never called
+        # (a private selection of the names vocabulary expects some: softmax under sdpa).
+        self.warn_missing = True
+        # Whether the calls are seen through a function swap rather than a mode (only
+        # torch.nn.functional's functions, called through its attributes): see
+        # _function_swap. Set by the names vocabulary for the attention's softmax.
+        self.swap = False
         # A copy's stand-in (see inert_site): copying a bound method binds the same
         # function to a copy of its object, so a copy's hooks are this class's methods.
         self.inert = False
@@ -323,7 +340,10 @@ class OperationSite:
         with self._lock:
             self._in_flight += 1
         modes.append(mode)
-        _push_mode(mode)
+        if mode.swap:
+            _function_swap.enter(mode)
+        else:
+            _push_mode(mode)
 
     def _on_interrupt(self, caller: Any, error: BaseException) -> None:
         """A ``BaseException`` that is no ``Exception`` left the forward called from
@@ -364,13 +384,14 @@ class OperationSite:
             self._release_post()  # disarmed while this call ran: the last one out removes it
         if finished:
             missing = sorted(self.selected - self._seen)
-            if missing:
+            if missing and self.warn_missing:
                 warnings.warn(
                     f"hookbus.torch: the forward of {self.name!r} called no "
                     f"{', '.join(missing)}{_close_functions(missing)}: it has no operation "
                     f"point by that name. Select "
-                    f"the name the code calls (torch.matmul is 'matmul', a @ b is "
-                    f"'__matmul__'; an attention implementation may call other functions)",
+                    f"the name the code calls (torch.matmul and a @ b are 'matmul', a * b "
+                    f"is 'mul', a + b is 'add'; an attention implementation may call other "
+                    f"functions)",
                     RuntimeWarning,
                     stacklevel=_stacklevel_outside_torch(),
                 )
@@ -443,14 +464,24 @@ def _close_functions(names: List[str]) -> str:
     names are those of torch, ``torch.nn.functional`` and ``Tensor`` methods.
     """
     known = {*dir(torch), *dir(torch.nn.functional), *dir(torch.Tensor)}
-    close = [
-        found[0]
-        for name in names
-        if name not in known
-        for found in [difflib.get_close_matches(name, known, n=1, cutoff=0.8)]
-        if found
-    ]
+    close: List[str] = []
+    for name in names:
+        operator = _operator(name)
+        if operator:  # "__matmul__": a @ b is reported as "matmul"
+            close.append(operator)
+        elif name not in known:
+            close.extend(difflib.get_close_matches(name, known, n=1, cutoff=0.8))
     return f" (did you mean {' and '.join(map(repr, close))}?)" if close else ""
+
+
+def _operator(name: str) -> str:
+    """The function an operator's method is reported as: ``"__matmul__"`` -> ``"matmul"``
+    (``__rmul__`` -> ``"mul"``); ``""`` for any other name."""
+    if not (name.startswith("__") and name.endswith("__")):
+        return ""
+    bare = name[2:-2]
+    bare = bare[1:] if bare[:1] in ("r", "i") and hasattr(torch, bare[1:]) else bare
+    return bare if hasattr(torch, bare) and bare not in ("init", "class") else ""
 
 
 class _Operation:

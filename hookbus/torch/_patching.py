@@ -5,7 +5,9 @@ swap (``_forward_swap``: the hand-written ``module.forward = lambda *a, **k:
 stored``, owned and put back); with positions, the forward runs and one native
 forward hook overwrites those positions of its output. Like
 :func:`~hookbus.torch.capture`, a patch needs no bus, and leaves the model's
-hook dicts and attributes as they were on exit.
+hook dicts and attributes as they were on exit. Names of the vocabulary
+(``"blocks.0.hook_resid_post"``) are values: post hooks on a private bus replace
+them, the model attached to it with ``names="transformer"`` while the patch holds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..adapter import Removable, is_pattern
+from ..adapter import EventBus, Removable, is_pattern, matcher_for
+from ._attach import Attachment, attach
 from ._cache import Cache, CapturedCalls
 from ._call_frames import runs_hooks
 from ._forward_swap import ForwardSwap, Replacement
@@ -37,6 +40,7 @@ from ._forward_swap import _CopiedForward as _CopiedForward
 from ._selection import ROOT, Selector, close_or_first_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
+from ._vocabulary import is_names_selector, select_names
 
 __all__ = ["Patch", "Positions", "patch"]
 
@@ -72,6 +76,11 @@ def patch(
       namedtuple or list output, each tensor item the stored output has too,
       and the output keeps its type; shapes that differ raise a ``ValueError``
       naming the module and both shapes).
+
+    ``selector`` (or the cache's keys) may also name values of the names
+    vocabulary (``"blocks.1.hook_resid_post"``, a pattern, a list; docs/torch.md,
+    "Names"), as :func:`capture` records them: each value is replaced in the
+    forward by the stored one (``positions=`` then replaces those positions only).
 
     Without positions a call returns the stored object itself, as a hand-written
     replacement would: capture with ``clone=True`` if later in-place ops would
@@ -142,9 +151,16 @@ class Patch(Removable):  # remove(), and ``with`` removes on exit
         self._swaps: List[ForwardSwap] = []
         self._replacements: List[Replacement] = []
         self._handles: List[RemovableHandle] = []
+        self._names_net: Optional[Attachment] = None
         root = unwrap(model)
         literal = list(cache) if selector is None else selector
         chosen = _by_literal_names(root, literal)  # the common case, without a walk
+        if chosen is None and is_names_selector(literal) and not _selects_modules(root, literal):
+            kept = {
+                name: _stored_output(cache, name, call) for name in select_names(root, literal)
+            }
+            self._patch_names(model, kept, positions, dim)
+            return
         if chosen is None:
             chosen = _by_walking(root, cache, selector)
         names = list(chosen)
@@ -165,8 +181,23 @@ class Patch(Removable):  # remove(), and ``with`` removes on exit
             self.remove()
             raise
 
+    def _patch_names(
+        self, model: nn.Module, kept: Dict[str, Any], positions: Optional[Positions], dim: int
+    ) -> None:
+        private = EventBus(f"hookbus.torch patch of names of {type(model).__name__}")
+        net = self._names_net = attach(model, private, names="transformer")
+        try:
+            for name, stored in kept.items():
+                net.post(name, _NamePatch(name, stored, positions, dim))
+        except BaseException:
+            self.remove()
+            raise
+
     def remove(self) -> None:
         """Put every patched module back as it was; idempotent."""
+        names_net, self._names_net = self._names_net, None
+        if names_net is not None:
+            names_net.detach()
         swaps, self._swaps = self._swaps, []
         replacements, self._replacements = self._replacements, []
         handles, self._handles = self._handles, []
@@ -209,6 +240,16 @@ def _by_literal_names(root: nn.Module, selector: Any) -> Optional[Dict[str, nn.M
             return None
         found[name] = module
     return found
+
+
+def _selects_modules(root: nn.Module, selector: Any) -> bool:
+    """Whether a pattern of ``selector`` (names of the vocabulary: ``"*.hook_z"``) matches
+    a module of ``root`` (a TransformerLens model's are named so): modules come first."""
+    items: List[Any] = [selector] if isinstance(selector, str) else list(selector)
+    patterns = [matcher_for(item) for item in items if is_pattern(item)]
+    if not patterns:
+        return False
+    return any(match(entry.bare) for entry in walk(root) for match in patterns)
 
 
 def _by_walking(
@@ -329,6 +370,25 @@ class _PositionPatch:
                 f"(shape {tuple(output.shape)})"
             ) from error
         return patched
+
+
+class _NamePatch:
+    """The post hook of :func:`patch` on a name of the vocabulary: the stored value, or
+    the value with some positions stored."""
+
+    __slots__ = ("positions", "stored")
+
+    def __init__(self, name: str, stored: Any, positions: Optional[Positions], dim: int) -> None:
+        self.stored = stored
+        self.positions = (
+            None if positions is None else _PositionPatch(name, stored, positions, dim)
+        )
+
+    def __call__(self, ctx: Any) -> None:
+        if self.positions is None:
+            ctx.result = self.stored
+        else:
+            ctx.result = self.positions._patched((), ctx.result, self.stored)
 
 
 def _as_sequence(value: Any) -> Optional[Sequence[Any]]:

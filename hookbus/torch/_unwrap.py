@@ -3,8 +3,9 @@
 Training stacks wrap models in modules whose only child is the model (or one of
 its layers): ``DistributedDataParallel`` and ``DataParallel`` add ``module``,
 FSDP1 adds ``_fsdp_wrapped_module`` at every wrapped level, ``torch.compile``
-adds ``_orig_mod``, and the checkpoint wrappers of
-``torch.distributed.algorithms`` add ``_checkpoint_wrapped_module``. A *bare
+adds ``_orig_mod``, the checkpoint wrappers of
+``torch.distributed.algorithms`` add ``_checkpoint_wrapped_module``, and PEFT
+adds ``base_model.model`` (its ``PeftModel`` and its tuner, LoRA's ``LoraModel``). A *bare
 name* leaves those levels out, so ``"0"`` names the same layer with or without
 the wrappers, and a selector written for the bare model works on the wrapped one.
 FSDP2 (``fully_shard``) and ``gradient_checkpointing_enable()`` insert no module
@@ -29,6 +30,7 @@ __all__ = [
     "WRAPPERS",
     "CompiledModelWarning",
     "ModuleName",
+    "bare_model",
     "bare_names",
     "is_compiled",
     "unwrap",
@@ -46,6 +48,8 @@ WRAPPERS: Tuple[Tuple[str, str, str], ...] = (
     ("torch._dynamo.eval_frame", "OptimizedModule", "_orig_mod"),
     ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper", "ActivationWrapper",
      "_checkpoint_wrapped_module"),
+    ("peft.peft_model", "PeftModel", "base_model"),
+    ("peft.tuners.tuners_utils", "BaseTuner", "model"),
 )  # fmt: skip
 """The see-through wrappers: (module, class, the attribute holding what it wraps)."""
 
@@ -123,6 +127,23 @@ class ModuleName(NamedTuple):
     """Whether it is a see-through wrapper (its hooks would fire with those of its child)."""
 
 
+def bare_model(model: nn.Module) -> nn.Module:
+    """The module that every see-through wrapper around ``model`` wraps (``model`` if none).
+
+    Example:
+        >>> from torch import nn
+        >>> inner = nn.Linear(1, 1)
+        >>> bare_model(nn.DataParallel(inner)) is inner
+        True
+    """
+    wrappers = wrapper_attributes()
+    attribute = wrapped_attribute(model, wrappers)
+    while attribute is not None:
+        model = model._modules[attribute]  # type: ignore[assignment]  # not None: checked
+        attribute = wrapped_attribute(model, wrappers)
+    return model
+
+
 def walk(model: nn.Module) -> List[ModuleName]:
     """Every module of ``model`` once, in ``named_modules()`` order, with both names.
 
@@ -167,8 +188,8 @@ def bare_names(model: nn.Module) -> Dict[str, str]:
     """``{raw qualified name: bare name}`` for every module of ``model``.
 
     The raw names are those of ``model.named_modules()``; the bare names leave out
-    the levels that DDP, DataParallel, FSDP1, ``torch.compile`` and the checkpoint
-    wrappers insert, so they are the names of the unwrapped model (``""`` is the
+    the levels that DDP, DataParallel, FSDP1, ``torch.compile``, the checkpoint
+    wrappers and PEFT insert, so they are the names of the unwrapped model (``""`` is the
     model itself). A wrapper maps to the bare name of the module it wraps. Invert
     the dict to go from bare names to raw ones (``attach(..., raw_names=True)``
     names hook points by the raw names).

@@ -565,6 +565,29 @@ def test_a_misspelled_operation_is_named_with_the_torch_function_it_is_close_to(
     net.detach()
 
 
+class _MatmulByOperator(nn.Module):
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return (a @ a.T) * a.sum() + a.sum()
+
+
+def test_operators_are_reported_by_the_function_name_and_the_warning_says_so(
+    bus: hookbus.EventBus,
+) -> None:
+    model = nn.Sequential(_MatmulByOperator())
+    net = hookbus.torch.attach(model, bus)
+    selection = net.operations("0", "matmul", "mul", "add")
+    model(torch.ones(2, 2))
+    assert selection.names == ["0:add.0", "0:matmul.0", "0:mul.0"]
+    selection.remove()
+    net.operations("0", "__matmul__")
+    with pytest.warns(RuntimeWarning) as caught:
+        model(torch.ones(2, 2))
+    message = str(caught[0].message)
+    assert "did you mean 'matmul'?" in message
+    assert "a @ b are 'matmul'" in message
+    net.detach()
+
+
 # --- names that exist, and calls counted right --------------------------------------------
 
 

@@ -227,6 +227,23 @@ def test_only_checks_its_arguments_when_called(
         step.only(hook if hook is not None else (lambda ctx: None), **options)
 
 
+def test_steps_of_a_peft_model_count_the_steps_of_the_model_it_adapts() -> None:
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    config = peft.LoraConfig(target_modules=["c_attn"], r=2, init_lora_weights=False)
+    wrapped = peft.get_peft_model(tiny_gpt2(), config).eval()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(wrapped, bus)
+    seen: List[int] = []
+    with hookbus.torch.steps(wrapped) as step, torch.no_grad():
+        bus.post("transformer.h.0", step.only(lambda ctx: seen.append(step.index), start=1))
+        wrapped.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False,
+                         pad_token_id=0)  # fmt: skip
+        wrapped(torch.tensor([[1, 2, 3]]))  # a forward through the PEFT model counts too
+    assert seen == [1, 2, 3]
+    assert "generate" not in vars(wrapped.get_base_model())  # put back
+
+
 # --- every hook of a call reads its step, whatever runs first -----------------------------
 
 

@@ -128,3 +128,41 @@ def test_detaching_a_wrapped_model_leaves_every_module_as_before() -> None:
         net.backward("fc2", lambda ctx: None)
         wrapped(torch.ones(1, 2, requires_grad=True)).sum().backward()
     assert hook_state(wrapped) == before
+
+
+def _lora(model: nn.Module, targets: List[str]) -> nn.Module:
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(target_modules=targets, r=2, init_lora_weights=False)
+    return peft.get_peft_model(model, config)
+
+
+def test_a_peft_model_has_the_names_of_the_model_it_adapts() -> None:
+    torch.manual_seed(0)
+    wrapped = _lora(TutorialNet(), ["fc1"])
+    assert "base_model.model.fc1" in dict(wrapped.named_modules())
+    with hookbus.torch.attach(wrapped, hookbus.EventBus()) as net:
+        assert net.names[:2] == ["<root>", "fc1"]
+        assert [n for n in net.names if "." not in n] == BARE
+        assert "fc1.base_layer" in net.names  # the adapter's own modules keep their names
+        assert net.raw_name("fc1") == "base_model.model.fc1"
+    assert hookbus.torch.bare_names(wrapped)["base_model.model.fc2"] == "fc2"
+
+
+def test_a_hook_on_an_adapted_module_of_a_peft_model_sees_the_adapted_output() -> None:
+    torch.manual_seed(0)
+    wrapped = _lora(TutorialNet(), ["fc1"]).eval()
+    x = torch.tensor([[0.1, -0.05]])
+    seen: List[Any] = []
+    raw: List[Any] = []
+    adapted = wrapped.get_submodule("base_model.model.fc1")
+    with (
+        hookbus.torch.attach(wrapped, hookbus.EventBus()) as net,
+        adapted.register_forward_hook(lambda m, a, o: raw.append(o)),
+    ):
+        net.post("fc1", lambda ctx: seen.append(ctx.result))
+        net.post("<root>", lambda ctx: seen.append("root"))
+        wrapped(x)
+    assert len(seen) == 2  # each once: the wrapper levels are no hook points
+    assert seen[1] == "root"
+    assert torch.equal(seen[0], raw[0])
+    assert not torch.equal(raw[0], adapted.base_layer(x))  # the adapter changed it

@@ -1,0 +1,176 @@
+"""The attention scores and pattern of one layer, under eager and sdpa attention.
+
+Under ``eager`` they are the input and output of the attention's ``softmax``
+(operation points). Under ``sdpa`` the forward holds neither: they are computed
+from the arguments of ``scaled_dot_product_attention`` only while a hook wants
+them, and when a hook replaced one, that call returns the pattern times the
+values instead of running, so writing works under both implementations.
+
+Both functions are seen through function swaps (:mod:`._function_swap`), as a
+hand-written monkeypatch of ``F.softmax`` would see them: a mode would tax every
+other torch call of the attention. An attention that calls neither (flash or flex
+attention) is warned of at its first call: its pattern hooks would never run.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..adapter import CallContext, Removable
+from ._recipes import Net, Site, swapped, unchanged
+from ._user_line import stacklevel_outside_hookbus
+
+__all__ = ["AttentionPattern", "attention_scores"]
+
+
+class AttentionPattern(Site):
+    """``hook_attn_scores`` and ``hook_pattern`` of one attention module, ``[b, h, q, k]``.
+
+    Under ``eager`` they are the input and output of the attention's ``softmax``.
+    Under ``sdpa`` the forward holds neither: they are computed from the
+    arguments of ``scaled_dot_product_attention`` (only while a hook wants
+    them), and when a hook replaced one, that call returns the pattern times
+    the values instead of running.
+    """
+
+    SLOTS = ("scores", "pattern")
+    OPERATIONS = ("softmax", "scaled_dot_product_attention")
+
+    def __init__(self, module: nn.Module, heads: int) -> None:
+        super().__init__()
+        self.module, self.heads = module, heads
+
+    def install_site(self, net: Net) -> List[Removable]:
+        selection = net.operations(self.module, *self.OPERATIONS)
+        name = net.name_of(self.module)
+
+        def check_seen(ctx: CallContext) -> None:  # once: after the call that finds them
+            found = selection.names
+            if not any(f"{name}:{operation}.0" in found for operation in self.OPERATIONS):
+                _warn_unseen(name)
+
+        return [
+            net.pre(f"{name}:scaled_dot_product_attention.0", self._on_sdpa),
+            net.post(self.module, check_seen, once=True),
+            *swapped(selection, *self.OPERATIONS),
+        ]
+
+    def install_slot(self, net: Net, slot: str) -> List[Removable]:
+        softmax = f"{net.name_of(self.module)}:softmax.0"
+        if slot == "scores":
+            return [net.pre(softmax, self._on_softmax_input)]
+        return [net.post(softmax, self._on_softmax_output)]
+
+    def _on_softmax_input(self, ctx: CallContext) -> None:
+        emit = self.emits.get("scores")
+        if emit is not None:
+            args = ctx.args
+            new = emit(args[0], self.module)
+            if new is not args[0]:
+                ctx.args = (new, *args[1:])
+
+    def _on_softmax_output(self, ctx: CallContext) -> None:
+        emit = self.emits.get("pattern")
+        if emit is not None:
+            pattern = ctx.result
+            new = emit(pattern, self.module)
+            if new is not pattern:
+                ctx.result = new
+
+    def _on_sdpa(self, ctx: CallContext) -> None:
+        emits = self.emits
+        if not emits:
+            return
+        call = _sdpa_arguments(ctx.args, ctx.kwargs)
+        q, k, v = call["query"], call["key"], call["value"]
+        scores = attention_scores(
+            q, k, call["attn_mask"], call["is_causal"], call["scale"], call["enable_gqa"]
+        )
+        shape = scores.shape
+        packed = q.dim() == 4 and q.shape[1] != self.heads  # one query, GQA packed by heads
+        seen = scores.reshape(shape[0], self.heads, -1, shape[-1]) if packed else scores
+        new_scores = emits.get("scores", unchanged)(seen, self.module)
+        pattern = torch.softmax(new_scores.float(), dim=-1).to(q.dtype)
+        new_pattern = emits.get("pattern", unchanged)(pattern, self.module)
+        if new_scores is seen and new_pattern is pattern:
+            return  # read only: sdpa runs as it would have
+        if call["dropout_p"]:
+            raise RuntimeError(
+                "hookbus.torch: a hook replaced the attention scores or pattern of "
+                f"{ctx.name.partition(':')[0]!r} under sdpa attention with dropout "
+                f"(training mode): the pattern is computed outside sdpa and cannot drop "
+                f"out as sdpa would. Call model.eval(), or load the model with "
+                f"attn_implementation='eager'"
+            )
+        if new_pattern is pattern:  # the scores were replaced
+            new_pattern = torch.softmax(new_scores.float(), dim=-1).to(q.dtype)
+        weights = new_pattern.reshape(shape) if packed else new_pattern
+        ctx.skip(weights.to(v.dtype) @ _repeat_heads(v, weights.shape[-3]))
+
+
+def _warn_unseen(name: str) -> None:
+    warnings.warn(
+        f"hookbus.torch: the attention {name!r} called neither "
+        f"torch.nn.functional.softmax nor scaled_dot_product_attention (flash or flex "
+        f"attention computes its pattern out of sight), so hook_attn_scores and "
+        f"hook_pattern never run on it. Load the model with attn_implementation='eager' "
+        f"or 'sdpa' to read or write them",
+        RuntimeWarning,
+        stacklevel=stacklevel_outside_hookbus(),
+    )
+
+
+_SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+
+
+def _sdpa_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    call: Dict[str, Any] = {
+        "attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
+        "enable_gqa": False,
+    }  # fmt: skip
+    call.update(zip(_SDPA_PARAMETERS, args))
+    call.update(kwargs)
+    return call
+
+
+def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Key-value heads repeated to ``heads`` (GQA), as ``repeat_kv`` and sdpa do."""
+    have = x.shape[-3]
+    return x if have == heads else x.repeat_interleave(heads // have, dim=-3)
+
+
+def attention_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    is_causal: bool,
+    scale: Optional[float],
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """The scores ``scaled_dot_product_attention`` takes the softmax of, ``[..., q, k]``.
+
+    Masked positions hold the dtype's minimum, as Hugging Face's eager attention
+    adds to them (not ``-inf``).
+
+    Example:
+        >>> import torch
+        >>> q = k = torch.ones(1, 1, 2, 4)
+        >>> attention_scores(q, k, None, True, None)[0, 0, 0]
+        tensor([ 2.0000e+00, -3.4028e+38])
+    """
+    if enable_gqa:
+        k = _repeat_heads(k, q.shape[-3])
+    factor = scale if scale is not None else q.shape[-1] ** -0.5
+    scores = torch.matmul(q, k.transpose(-1, -2)) * factor
+    lowest = torch.finfo(scores.dtype).min
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, lowest)
+    if mask is not None:
+        is_bool = mask.dtype == torch.bool
+        scores = scores.masked_fill(~mask, lowest) if is_bool else scores + mask
+    return scores

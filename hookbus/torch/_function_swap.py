@@ -1,0 +1,166 @@
+"""Calls of a ``torch.nn.functional`` function inside a module's forward, without a mode.
+
+An operation site normally sees the calls of its module's forward through a
+``TorchFunctionMode``, which every torch call of that forward then passes through
+(about 3 us each: at batch 1 on a small model, a quarter of an attention's time
+for a hook on its one ``softmax``). The hand-written way costs nothing of the kind:
+``F.softmax`` replaced by a wrapper while the attention runs. A *function swap*
+does that for a site that asks for it (the names vocabulary's attention pattern):
+while some site holds it (:func:`acquire`), ``torch.nn.functional.<name>`` is a
+dispatcher that hands each call to the operation modes this thread entered
+(:func:`enter`, innermost first, each seeing what the one inside it passes on),
+and passes every other call (another thread's, one outside those forwards, one
+made by a hook) straight to the original. It sees only calls made through the
+module attribute (``nn.functional.softmax(...)``, as every Hugging Face
+attention calls it), not ``torch.softmax`` or ``x.softmax()``.
+
+``release`` puts the original back once no site holds it, unless something else
+replaced the attribute since (then it is left as that code set it). Code that
+swaps the function by hand may also put back what it saved before the swap was
+in place, dropping the dispatcher: :func:`in_place` tells, so that a site falls
+back to a mode for that call.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Tuple
+
+import torch.nn.functional as F
+
+__all__ = ["acquire", "enter", "in_place", "leave", "release", "swappable"]
+
+
+class _ThreadState(threading.local):
+    """This thread's entered modes (innermost last), and whether a dispatch is under way."""
+
+    def __init__(self) -> None:
+        self.modes: List[Any] = []
+        self.depth = 0  # > 0 inside a dispatch: calls from hooks and from modes pass through
+
+
+_THREAD = _ThreadState()
+_lock = threading.Lock()
+# name -> (the original function, its dispatcher, how many holders)
+_swaps: Dict[str, Tuple[Callable[..., Any], Callable[..., Any], int]] = {}
+
+
+def swappable(name: str) -> bool:
+    """Whether ``torch.nn.functional`` has a function ``name`` a swap can take over.
+
+    Example:
+        >>> swappable("softmax"), swappable("matmul")
+        (True, False)
+    """
+    return callable(getattr(F, name, None)) and not name.startswith("_")
+
+
+class _Through:
+    """The call of ``inner`` as ``mode`` sees it: what a mode's ``__torch_function__``
+    gets as ``func`` (named as the function, for its operation point)."""
+
+    __slots__ = ("__name__", "inner", "mode")
+
+    def __init__(self, mode: Any, inner: Callable[..., Any], name: str) -> None:
+        self.mode, self.inner, self.__name__ = mode, inner, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.mode.__torch_function__(self.inner, (), args, kwargs)
+
+
+def _dispatcher(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        state = _THREAD
+        modes = state.modes
+        if not modes or state.depth:
+            return original(*args, **kwargs)
+        call: Callable[..., Any] = original
+        for mode in modes:  # the innermost handles the call first, as with torch's modes
+            call = _Through(mode, call, name)
+        state.depth += 1
+        try:
+            return call(*args, **kwargs)
+        finally:
+            state.depth -= 1
+
+    return dispatch
+
+
+def acquire(name: str) -> None:
+    """Hold the swap of ``torch.nn.functional.<name>``: the dispatcher is in place.
+
+    Example:
+        >>> import torch.nn.functional as F
+        >>> original = F.softmax
+        >>> acquire("softmax")
+        >>> F.softmax is original, F.softmax.__wrapped__ is original
+        (False, True)
+        >>> release("softmax")
+        >>> F.softmax is original
+        True
+    """
+    if not swappable(name):
+        raise ValueError(f"torch.nn.functional has no function {name!r} to swap")
+    with _lock:
+        held = _swaps.get(name)
+        if held is None:
+            original: Callable[..., Any] = getattr(F, name)
+            dispatcher = _dispatcher(name, original)
+            setattr(F, name, dispatcher)
+            _swaps[name] = (original, dispatcher, 1)
+        else:
+            _swaps[name] = (held[0], held[1], held[2] + 1)
+
+
+def release(name: str) -> None:
+    """Let go of one hold of ``name``'s swap; the last puts the original back."""
+    with _lock:
+        held = _swaps.get(name)
+        if held is None:
+            return
+        original, dispatcher, count = held
+        if count > 1:
+            _swaps[name] = (original, dispatcher, count - 1)
+            return
+        del _swaps[name]
+        if getattr(F, name, None) is dispatcher:
+            setattr(F, name, original)
+
+
+def in_place(names: Iterable[str]) -> bool:
+    """Whether every function of ``names`` is swapped for its dispatcher now.
+
+    Example:
+        >>> import torch.nn.functional as F
+        >>> acquire("softmax")
+        >>> original = F.softmax.__wrapped__
+        >>> in_place(["softmax"]), in_place(["softmax", "relu"])
+        (True, False)
+        >>> F.softmax = original  # code that saved F.softmax before, putting it back
+        >>> in_place(["softmax"])
+        False
+        >>> release("softmax")
+    """
+    swaps = _swaps
+    for name in names:
+        held = swaps.get(name)
+        if held is None or getattr(F, name, None) is not held[1]:
+            return False
+    return True
+
+
+def enter(mode: Any) -> None:
+    """From now on in this thread, swapped functions' calls go through ``mode`` (an
+    operation mode: ``mode.__torch_function__(func, types, args, kwargs)``)."""
+    _THREAD.modes.append(mode)
+
+
+def leave(mode: Any) -> None:
+    """``mode`` sees no more calls in this thread (wherever it is in the list)."""
+    modes = _THREAD.modes
+    for position in range(len(modes) - 1, -1, -1):
+        if modes[position] is mode:
+            del modes[position]
+            return

@@ -1,0 +1,95 @@
+"""The scale and the normalized value of one norm (LayerNorm or RMSNorm).
+
+A ``LayerNorm`` never holds them: they are computed from its input while a
+hook wants them, and when one was replaced the output is the normalized value
+times the weight plus the bias. An RMSNorm holds both: ``1 / rsqrt(...)`` is the
+scale, the first ``mul`` the normalized value (operation points).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..adapter import CallContext, Removable
+from ._recipes import Net, Site, quiet, unchanged
+
+__all__ = ["NormScale"]
+
+
+class NormScale(Site):
+    """``hook_scale`` and ``hook_normalized`` of one norm: ``[b, s, 1]`` and ``[b, s, d]``.
+
+    A ``LayerNorm`` never holds them: they are computed from its input while a
+    hook wants them, and when one was replaced the output is the normalized
+    value times the weight plus the bias. Any other norm (RMSNorm) holds both:
+    ``1 / rsqrt(...)`` is the scale, the first ``mul`` the normalized value.
+    """
+
+    SLOTS = ("scale", "normalized")
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def install_site(self, net: Net) -> List[Removable]:
+        if isinstance(self.module, nn.LayerNorm):
+            return [net.post(self.module, self._on_layer_norm)]
+        return [quiet(net.operations(self.module, "rsqrt", "mul"))]
+
+    def install_slot(self, net: Net, slot: str) -> List[Removable]:
+        if isinstance(self.module, nn.LayerNorm):
+            return []
+        name = net.name_of(self.module)
+        if slot == "scale":
+            return [net.post(f"{name}:rsqrt.0", self._on_rsqrt)]
+        return [net.post(f"{name}:mul.0", self._on_normalized)]
+
+    def _on_layer_norm(self, ctx: CallContext) -> None:
+        emits = self.emits
+        norm: Any = self.module
+        x = ctx.args[0]
+        shape: Tuple[int, ...] = tuple(norm.normalized_shape)
+        if "scale" in emits:
+            dims = tuple(range(-len(shape), 0))
+            variance = x.var(dim=dims, unbiased=False, keepdim=True)
+            scale = (variance + norm.eps).sqrt()
+            new_scale = emits["scale"](scale, norm)
+            if new_scale is not scale:
+                normalized = (x - x.mean(dim=dims, keepdim=True)) / new_scale
+                normalized = emits.get("normalized", unchanged)(normalized, norm)
+                ctx.result = _affine(norm, normalized)
+                return
+        if "normalized" in emits:
+            normalized = F.layer_norm(x, shape, None, None, norm.eps)
+            new = emits["normalized"](normalized, norm)
+            if new is not normalized:
+                ctx.result = _affine(norm, new)
+
+    def _on_rsqrt(self, ctx: CallContext) -> None:
+        emit = self.emits.get("scale")
+        if emit is not None:
+            inverse = ctx.result
+            scale = 1 / inverse
+            new = emit(scale, self.module)
+            if new is not scale:
+                ctx.result = 1 / new
+
+    def _on_normalized(self, ctx: CallContext) -> None:
+        emit = self.emits.get("normalized")
+        if emit is not None:
+            normalized = ctx.result
+            new = emit(normalized, self.module)
+            if new is not normalized:
+                ctx.result = new
+
+
+def _affine(norm: Any, normalized: torch.Tensor) -> torch.Tensor:
+    if norm.weight is not None:
+        normalized = normalized * norm.weight
+    if norm.bias is not None:
+        normalized = normalized + norm.bias
+    return normalized

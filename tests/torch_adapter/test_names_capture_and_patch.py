@@ -1,0 +1,77 @@
+"""capture() and patch() take names of the vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch_helpers import native_hooks
+from transformer_models import (
+    TOLERANCE,
+    logits,
+    reference,
+    tiny_model,
+    tokens,
+)
+
+import hookbus
+import hookbus.torch
+
+pytestmark = pytest.mark.torch
+
+
+def test_capture_takes_names_and_patterns_of_names() -> None:
+    model = tiny_model("llama", "sdpa")
+    with hookbus.torch.capture(model, "blocks.*.hook_resid_post", grads=True) as cache:
+        model(tokens()).logits.sum().backward()
+    assert list(cache) == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    assert native_hooks(model) == {}
+    raw = reference(model, "llama", tokens())  # output_attentions leaves transformers' hooks
+    torch.testing.assert_close(
+        cache["blocks.0.hook_resid_post"].output, raw["blocks.0.hook_resid_post"]
+    )
+    assert cache["blocks.1.hook_resid_post"].grad.shape == (2, 7, 32)
+    with hookbus.torch.capture(model, ["blocks.0.attn.hook_z"], keep="last") as cache:
+        model(tokens())
+        model(tokens(batch=1))
+    assert cache["blocks.0.attn.hook_z"].count == 2
+    assert cache["blocks.0.attn.hook_z"].output.shape == (1, 7, 4, 8)
+
+
+def test_capture_refuses_a_typo_of_a_name_and_inputs_of_a_value() -> None:
+    model = tiny_model("gpt2")
+    with pytest.raises(ValueError, match=r"close names: 'blocks.0.hook_resid_post'"):
+        hookbus.torch.capture(model, "blocks.0.hook_resid_psot")
+    with pytest.raises(TypeError, match="inputs= applies to modules"):
+        hookbus.torch.capture(model, "blocks.0.hook_resid_post", inputs=True)
+
+
+@pytest.mark.parametrize(("arch", "impl"), [("gpt2", "sdpa"), ("gpt_neox", "eager")])
+def test_patching_a_name_replaces_the_value_in_the_forward(arch: str, impl: str) -> None:
+    model = tiny_model(arch, impl)
+    clean, corrupt = tokens(1, 7), tokens(1, 7).flip(1)
+    with hookbus.torch.capture(model, "blocks.*.hook_resid_post") as cache:
+        clean_logits = logits(model, clean)
+    with hookbus.torch.patch(model, cache, "blocks.1.hook_resid_post"):
+        torch.testing.assert_close(logits(model, corrupt), clean_logits, **TOLERANCE)
+    with (
+        hookbus.torch.patch(model, cache, "blocks.0.hook_resid_post", positions=[2]),
+        hookbus.torch.capture(model, "blocks.0.hook_resid_post") as patched,
+    ):
+        model(corrupt)
+    stored = cache["blocks.0.hook_resid_post"].output
+    torch.testing.assert_close(patched["blocks.0.hook_resid_post"].output[:, 2], stored[:, 2])
+    assert not torch.allclose(patched["blocks.0.hook_resid_post"].output[:, 3], stored[:, 3])
+    assert native_hooks(model) == {}
+
+
+def test_a_module_named_like_a_name_is_captured_and_patched_as_a_module() -> None:
+    model = nn.Sequential()
+    model.add_module("hook_in", nn.Linear(2, 2))  # as a TransformerLens model names its points
+    with hookbus.torch.capture(model, "hook_*") as cache:
+        model(torch.ones(1, 2))
+    assert list(cache) == ["hook_in"]
+    with hookbus.torch.patch(model, {"hook_in": torch.zeros(1, 2)}, "hook_*"):
+        assert torch.equal(model(torch.ones(1, 2)), torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="none of the layouts"):  # not a module: a name
+        hookbus.torch.capture(model, "blocks.*.hook_z")

@@ -1,0 +1,216 @@
+"""Names of the vocabulary on the bus: attaching with names, what is refused, what is left."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+import pytest
+import torch
+from torch import nn
+from torch_helpers import native_hooks
+from transformer_models import (
+    CASES,
+    named,
+    replacing,
+    tiny_model,
+    tokens,
+)
+
+import hookbus
+import hookbus.torch
+
+pytestmark = pytest.mark.torch
+
+# --- attaching with names ----------------------------------------------------------------
+
+
+def test_attaching_with_names_makes_names_and_modules_hook_points_of_one_bus() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    seen: List[str] = []
+    with hookbus.torch.attach(model, bus, names="transformer") as net:
+        assert net.vocabulary is not None
+        assert net.vocabulary.architecture == "GPT-2"
+        assert "transformer.h.0.attn" in net.names  # the modules, as without names
+        bus.post("blocks.0.hook_resid_post", lambda ctx: seen.append(ctx.name))
+        bus.post("transformer.h.0", lambda ctx: seen.append(ctx.name))
+        model(tokens())
+        assert [type(p).__name__ for p in bus.registry.points("blocks.0.hook_resid_post")] == [
+            "NamePoint"
+        ]
+    assert sorted(seen) == ["blocks.0.hook_resid_post", "transformer.h.0"]
+    assert net.vocabulary is None  # detached
+    assert native_hooks(model) == {}
+
+
+def test_the_attachment_registers_names_and_lists_of_names_and_detach_removes_them() -> None:
+    model = tiny_model("llama")
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, names="transformer")
+    seen: List[str] = []
+    single = net.post("blocks.1.attn.hook_pattern", lambda ctx: seen.append(ctx.name))
+    group = net.post(["hook_embed", "blocks.*.hook_mlp_out"], lambda ctx: seen.append(ctx.name))
+    assert isinstance(single, hookbus.Handle)
+    assert isinstance(group, hookbus.HandleGroup)
+    model(tokens())
+    assert seen == [
+        "hook_embed", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_pattern",
+        "blocks.1.hook_mlp_out",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"pre hooks do not apply to 'blocks\.0\.attn\.hook_z'"):
+        net.pre("blocks.0.attn.hook_z", print)
+    with pytest.raises(ValueError, match=r"close names: 'blocks\.0\.attn\.hook_z'"):
+        net.post("blocks.0.attn.hook_zz", print)
+    net.detach()
+    assert bus.hooks() == []
+    assert native_hooks(model) == {}
+
+
+def test_names_take_the_attachment_prefix_so_two_models_share_a_bus() -> None:
+    first, second = tiny_model("gpt2"), tiny_model("llama")
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(first, bus, prefix="a", names="transformer")
+    net = hookbus.torch.attach(second, bus, prefix="b", names="transformer")
+    assert net.vocabulary is not None
+    assert net.vocabulary.names[:2] == ["b.hook_embed", "b.blocks.0.hook_resid_pre"]
+    seen: List[str] = []
+    bus.post("*.blocks.0.hook_resid_post", lambda ctx: seen.append(ctx.name))
+    first(tokens())
+    second(tokens())
+    assert seen == ["a.blocks.0.hook_resid_post", "b.blocks.0.hook_resid_post"]
+    with pytest.raises(ValueError, match=r"close names: 'a\.blocks\.0\.hook_resid_post'"):
+        bus.post("a.blocks.0.hook_resid_psot", print)
+
+
+def test_an_unknown_vocabulary_or_layout_is_refused_and_leaves_nothing_attached() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    with pytest.raises(ValueError, match=r"names= takes None or one of 'transformer', got 'tl'"):
+        hookbus.torch.attach(model, bus, names="tl")
+    plain = nn.Sequential(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="none of the layouts"):
+        hookbus.torch.attach(plain, bus, names="transformer")
+    hookbus.torch.attach(model, bus).detach()  # not attached before: no "already attached"
+    hookbus.torch.attach(plain, bus).detach()
+
+
+def test_an_opt_config_that_normalizes_after_each_block_is_refused() -> None:
+    model = tiny_model("opt", do_layer_norm_before=False)
+    with pytest.raises(ValueError, match="do_layer_norm_before=False"):
+        hookbus.torch.attach(model, hookbus.EventBus(), names="transformer")
+
+
+# --- what has no value, and what cannot be written -------------------------------------
+
+
+def test_a_model_of_no_known_layout_is_refused_naming_the_layouts_and_the_docs() -> None:
+    with pytest.raises(
+        ValueError, match=r"GPT-2, GPT-NeoX, OPT, Gemma 2, Phi-3, Llama.*docs/torch\.md"
+    ):
+        hookbus.torch.attach(
+            nn.Sequential(nn.Linear(2, 2)), hookbus.EventBus(), names="transformer"
+        )
+
+
+def test_a_typo_of_a_name_is_refused_with_close_names() -> None:
+    _, bus, _ = named("gpt2", "eager")
+    with pytest.raises(
+        ValueError, match=r"'blocks\.0\.attn\.hook_zz'.*close names: 'blocks\.0\.attn\.hook_z'"
+    ):
+        bus.post("blocks.0.attn.hook_zz", print)
+    with pytest.raises(ValueError, match=r"no name .* matches 'blocks.*.hook_resid_midd'"):
+        bus.post("blocks.*.hook_resid_midd", print)
+    assert bus.hooks() == []
+
+
+@pytest.mark.parametrize(
+    ("arch", "name", "why"),
+    [
+        ("llama", "hook_pos_embed", "rotary"),
+        ("gpt2", "blocks.0.attn.hook_rot_q", "learned embedding"),
+        ("gpt_neox", "blocks.1.hook_resid_mid", "parallel"),
+        ("gpt2", "blocks.0.mlp.hook_pre_linear", "not gated"),
+    ],
+)
+def test_a_name_the_model_lacks_is_refused_saying_why(arch: str, name: str, why: str) -> None:
+    _, bus, names = named(arch, "eager")
+    assert name in names.absent
+    with pytest.raises(ValueError, match=why):
+        bus.post(name, print)
+
+
+def _around(ctx: Any) -> Any:
+    yield
+
+
+@pytest.mark.parametrize("kind", ["pre", "around", "exception"])
+def test_a_name_takes_post_hooks_only(kind: str) -> None:
+    _, bus, _ = named("gpt2", "eager")
+    with pytest.raises(ValueError, match=f"{kind} hooks do not apply to 'blocks.0.attn.hook_z'"):
+        getattr(bus, kind)("blocks.0.attn.hook_z", _around if kind == "around" else print)
+    assert bus.hooks() == []
+
+
+def test_a_replacement_of_another_shape_is_refused_naming_both_shapes() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    with (
+        bus.post("blocks.0.attn.hook_z", replacing(lambda z: z[:, :, :2])),
+        pytest.raises(ValueError, match=r"shape \(2, 7, 2, 8\).*shape \(2, 7, 4, 8\)"),
+    ):
+        model(tokens())
+
+
+def test_writing_the_pattern_under_sdpa_with_dropout_is_refused_naming_eager() -> None:
+    model = tiny_model("llama", "sdpa", attention_dropout=0.5).train()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, names="transformer")
+    seen: List[torch.Size] = []
+    with bus.post("blocks.0.attn.hook_pattern", lambda ctx: seen.append(ctx.result.shape)):
+        model(tokens())  # reading works: the pattern before dropout
+    assert seen == [torch.Size([2, 4, 7, 7])]
+    with (
+        bus.post("blocks.0.attn.hook_pattern", replacing(lambda p: p)),
+        pytest.raises(RuntimeError, match="attn_implementation='eager'"),
+    ):
+        model(tokens())
+
+
+# --- cost and cleanup --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("arch", "impl"), CASES[:4])
+def test_no_native_hook_is_on_the_model_while_no_name_has_hooks(arch: str, impl: str) -> None:
+    model = tiny_model(arch, impl)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, names="transformer")
+    names = net.vocabulary
+    assert native_hooks(model) == {}
+    with bus.post("blocks.*.attn.hook_pattern", print), bus.post("blocks.0.attn.hook_z", print):
+        assert native_hooks(model) != {}
+    assert native_hooks(model) == {}
+    bus.post("blocks.1.ln1.hook_normalized", print)
+    net.detach()
+    assert native_hooks(model) == {}
+    assert not names.active
+    model(tokens())  # the hook left on the bus reaches nothing
+
+
+def test_hooks_registered_before_the_vocabulary_apply_once_it_is_made() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    seen: List[str] = []
+    bus.post("blocks.*.hook_resid_post", lambda ctx: seen.append(ctx.name))
+    hookbus.torch.attach(model, bus, names="transformer")
+    model(tokens())
+    assert seen == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+
+
+def test_a_pattern_without_hook_reaches_modules_only() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, names="transformer")
+    seen: List[str] = []
+    with bus.post("*", lambda ctx: seen.append(ctx.name)):
+        model(tokens())
+    assert seen
+    assert not any("hook_" in name for name in seen)
