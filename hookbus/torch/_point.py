@@ -735,6 +735,7 @@ class ModulePoint:
                     resume_arounds(started, ctx, None, interrupt)
                 raise
         replaced = ctx.exception
+        recovered = ctx.recovered  # read first: resuming the around hooks resets it
         if started:
             try:
                 resume_arounds(started, ctx, None, replaced)
@@ -742,7 +743,6 @@ class ModulePoint:
                 replaced = left
             else:
                 replaced = None  # an around hook recovered: torch re-raises all the same
-        recovered = ctx.recovered
         # The context lets go of the error an exception hook raised (see rebind).
         rebind(ctx, "exception", module, args, kwargs)
         try:

@@ -274,6 +274,10 @@ _ONCE_BROKEN = (
     _pinned("operation", (_one("around"),), call="interrupt", lifecycle="isolate"),
     _pinned("every_module", (_one("pre", "raise"), _one("post")), lifecycle="remove_during"),
     _pinned("every_module", (_one("around"),), call="interrupt", lifecycle="trace"),
+    *(
+        _pinned(point, (_one("around"), _one("pre", "raise"), _one("exception", "recover")))
+        for point in ("module", "every_module")
+    ),
 )
 
 

@@ -79,6 +79,43 @@ def test_exception_hook_recover_warns_and_the_error_propagates() -> None:
         model(torch.ones(1, 5))
 
 
+@pytest.mark.parametrize("point", ["module", "every_module"])
+def test_a_recovery_beside_an_around_hook_warns_and_the_error_propagates(point: str) -> None:
+    """An around hook on the module changes nothing of the rule: the exception hook's
+    recovery is refused loudly, as without one (resuming the around hook with the error
+    must not make hookbus forget that a hook recovered)."""
+    model = nn.Sequential(nn.Identity())
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    seen: List[str] = []
+
+    def around(ctx: CallContext) -> Iterator[None]:
+        try:
+            yield
+        except ValueError:
+            seen.append("teardown got the error")
+            raise
+
+    def refuse(ctx: CallContext) -> None:
+        raise ValueError("refused")
+
+    bus.around(name, around)
+    bus.pre(name, refuse)
+    bus.exception(name, lambda ctx: ctx.recover(torch.zeros(1)))
+    try:
+        with (
+            pytest.warns(RuntimeWarning, match="cannot change the result"),
+            pytest.raises(ValueError, match="refused"),
+        ):
+            model[0](torch.ones(1))
+        assert seen == ["teardown got the error"]
+    finally:
+        every.remove()
+        net.detach()
+
+
 def test_recovery_works_around_the_call_with_bus_wrap() -> None:
     model = nn.Sequential(nn.Linear(3, 2))
     bus = hookbus.EventBus()
