@@ -419,7 +419,9 @@ def test_a_peft_model_keeps_the_vocabulary_and_reads_the_adapted_values(
 ) -> None:
     peft = pytest.importorskip("peft")
     model = tiny_model(arch, "sdpa")
-    lora = peft.LoraConfig(target_modules=[qkv, o], r=4, init_lora_weights=False)
+    lora = peft.LoraConfig(  # GPT-2's projections are Conv1D, whose weight is transposed
+        target_modules=[qkv, o], r=4, init_lora_weights=False, fan_in_fan_out=arch == "gpt2"
+    )
     wrapped = peft.get_peft_model(model, lora).eval()
     bus = hookbus.EventBus()
     names = hookbus.torch.attach(wrapped, bus, names="transformer").vocabulary

@@ -230,7 +230,9 @@ def test_only_checks_its_arguments_when_called(
 def test_steps_of_a_peft_model_count_the_steps_of_the_model_it_adapts() -> None:
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
-    config = peft.LoraConfig(target_modules=["c_attn"], r=2, init_lora_weights=False)
+    config = peft.LoraConfig(  # GPT-2's c_attn is a Conv1D, whose weight is transposed
+        target_modules=["c_attn"], r=2, init_lora_weights=False, fan_in_fan_out=True
+    )
     wrapped = peft.get_peft_model(tiny_gpt2(), config).eval()
     bus = hookbus.EventBus()
     hookbus.torch.attach(wrapped, bus)
