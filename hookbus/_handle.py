@@ -123,6 +123,54 @@ class Removable:
         self.remove()
 
 
+class _Options:
+    """A handle's rare options, never changed: :data:`_DEFAULTS` is shared by every
+    handle that has none (most of them), and a change makes a new one
+    (:meth:`replaced`), so that a plan reading a handle sees its options whole."""
+
+    __slots__ = (
+        "bare",
+        "by_name",
+        "may_return_value",
+        "once",
+        "optional",
+        "priority",
+        "target",
+        "weak",
+        "with_name",
+    )
+
+    def __init__(
+        self,
+        priority: int = 0,
+        once: bool = False,
+        weak: bool = False,
+        with_name: bool = False,
+        optional: bool = False,
+        target: Optional[_Sender] = None,
+        by_name: Optional[Dict[str, CallerFactory]] = None,
+        may_return_value: bool = False,
+    ) -> None:
+        self.priority = priority
+        self.once = once
+        self.weak = weak
+        self.with_name = with_name
+        self.optional = optional
+        self.target = target
+        self.by_name = by_name
+        self.may_return_value = may_return_value
+        # What Handle.runner decides per dispatch: with none, a plan calls the hook itself.
+        self.bare = not (once or weak or with_name or target is not None)
+
+    def replaced(self, **changes: Any) -> _Options:
+        fields = {name: getattr(self, name) for name in self.__slots__ if name != "bare"}
+        fields.update(changes)
+        return _Options(**fields)
+
+
+_DEFAULTS = _Options()
+
+
 class Handle(Removable):
     """One registered hook. Returned by every registration; removes it again.
 
@@ -164,21 +212,14 @@ class Handle(Removable):
     __slots__ = (
         "__weakref__",
         "_hook",
+        "_options",
         "_registered",
-        "_target",
-        "by_name",
         "is_async",
         "kind",
         "match",
-        "may_return_value",
         "name",
-        "once",
-        "optional",
-        "priority",
         "registry",
         "seq",
-        "weak",
-        "with_name",
     )
 
     def __init__(
@@ -200,19 +241,15 @@ class Handle(Removable):
         self.registry = registry
         self.kind = kind
         self.name = name
-        self.priority = priority
         self.seq = seq
-        self.once = once
-        self.weak = weak
         self.is_async = is_async
         self.match = match
-        self.with_name = with_name
-        self.optional = optional
-        self.by_name: Optional[Dict[str, CallerFactory]] = None
-        self.may_return_value = False
         self._registered = False
+        self._options = _DEFAULTS
         self._hook: Any = _weak_reference(hook, self) if weak else hook
-        self._target = None if target is None else _Sender(target, self)
+        if priority or once or weak or with_name or optional or target is not None:
+            sender = None if target is None else _Sender(target, self)
+            self._options = _Options(priority, once, weak, with_name, optional, sender)
         # plain() below builds the same fields for the default options.
 
     @classmethod
@@ -242,20 +279,64 @@ class Handle(Removable):
         handle.registry = registry
         handle.kind = kind
         handle.name = name
-        handle.priority = 0
         handle.seq = 0
-        handle.once = False
-        handle.weak = False
         handle.is_async = is_async
         handle.match = match
-        handle.with_name = False
-        handle.optional = False
-        handle.by_name = None
-        handle.may_return_value = False
         handle._registered = False
+        handle._options = _DEFAULTS
         handle._hook = hook
-        handle._target = None
         return handle
+
+    # The rare options live in one object, shared by every handle that has none: a slot
+    # each would cost every handle 8 bytes per option.
+
+    @property
+    def priority(self) -> int:
+        """Higher runs first; ties run in registration order."""
+        return self._options.priority
+
+    @property
+    def once(self) -> bool:
+        """Whether the hook removes itself after its first call."""
+        return self._options.once
+
+    @property
+    def weak(self) -> bool:
+        """Whether the hook (for a method: its object) is held by a weak reference."""
+        return self._options.weak
+
+    @property
+    def with_name(self) -> bool:
+        """Whether an event hook gets the event's name first."""
+        return self._options.with_name
+
+    @property
+    def optional(self) -> bool:
+        """Whether its name may never exist (pluggy's ``optionalhook``)."""
+        return self._options.optional
+
+    @property
+    def by_name(self) -> Optional[Dict[str, CallerFactory]]:
+        """For each declared event whose spec the hook takes a subset of, by name, what
+        makes its caller (``None`` when it takes every spec as it is)."""
+        return self._options.by_name
+
+    @property
+    def may_return_value(self) -> bool:
+        """For an around hook, whether its code may return a value after its ``yield``
+        (then refused at the call; read at registration)."""
+        return self._options.may_return_value
+
+    @may_return_value.setter
+    def may_return_value(self, value: bool) -> None:
+        if value != self._options.may_return_value:
+            self._options = self._options.replaced(may_return_value=value)
+
+    @property
+    def bare(self) -> bool:
+        """Whether a dispatch may call the hook itself: it is sync and has no option that
+        :meth:`runner` decides per dispatch (once, weak, target, with_name)."""
+        return not self.is_async and self._options.bare
 
     @property
     def bus(self) -> Any:
@@ -265,7 +346,7 @@ class Handle(Removable):
     @property
     def hook(self) -> Optional[Callable[..., Any]]:
         """The registered callable, or ``None`` once a weakly held one was collected."""
-        return self._hook() if self.weak else self._hook  # type: ignore[no-any-return]
+        return self._hook() if self._options.weak else self._hook  # type: ignore[no-any-return]
 
     @property
     def target(self) -> Any:
@@ -276,13 +357,13 @@ class Handle(Removable):
         ``complex``) match by value, as blinker's senders do; other objects by
         identity, held weakly when they support it.
         """
-        sender = self._target
+        sender = self._options.target
         return None if sender is None else sender.get()
 
     @property
     def targeted(self) -> bool:
         """Whether the hook was registered with a ``target`` (even one since collected)."""
-        return self._target is not None
+        return self._options.target is not None
 
     @property
     def active(self) -> bool:
@@ -295,10 +376,10 @@ class Handle(Removable):
 
         ``active`` is this and being registered; a snapshot restores only live hooks.
         """
-        held = self._hook
-        if self.weak and (held._owner() if held.__class__ is _WeakCMethod else held()) is None:
+        held, options = self._hook, self._options
+        if options.weak and (held._owner() if held.__class__ is _WeakCMethod else held()) is None:
             return False  # (a C method's object is asked for nothing: no getattr runs)
-        return self._target is None or self._target.get() is not None
+        return options.target is None or options.target.get() is not None
 
     def fires_for(self, subject: Any) -> bool:
         """Whether the hook's ``target`` lets it fire for ``subject`` (the sender, or target).
@@ -310,7 +391,7 @@ class Handle(Removable):
             >>> handle.fires_for(int("123456789")), handle.fires_for(1)
             (True, False)
         """
-        sender = self._target
+        sender = self._options.target
         return sender is None or sender.matches(subject)
 
     def same_registration(self, other: Handle) -> bool:
@@ -327,7 +408,7 @@ class Handle(Removable):
         theirs: Any = other.hook
         if mine is None or theirs is None or not same_callable(mine, theirs):
             return False
-        if self._target is None or other._target is None:
+        if self._options.target is None or other._options.target is None:
             return True  # one of them fires for every sender, the other's included
         target = other.target
         return target is not None and self.fires_for(target)
@@ -349,7 +430,7 @@ class Handle(Removable):
             by_name.pop(event, None)
         else:
             by_name[event] = factory
-        self.by_name = by_name or None
+        self._options = self._options.replaced(by_name=by_name or None)
 
     @property
     def where(self) -> str:
@@ -369,16 +450,17 @@ class Handle(Removable):
         collected weak hook is skipped; a ``once`` hook runs only for the one
         dispatch that claims it; ``with_name`` gets ``name`` first.
         """
-        if self._target is not None and not self._target.matches(subject):
+        options = self._options
+        if options.target is not None and not options.target.matches(subject):
             return None
-        hook = self._hook() if self.weak else self._hook
+        hook = self._hook() if options.weak else self._hook
         if hook is None:  # a weak hook whose object was collected
             return None
-        if self.once and not self.registry.claim(self):
+        if options.once and not self.registry.claim(self):
             return None  # another thread's dispatch ran it first
-        if self.by_name is not None:  # a declared event's hook that takes arguments by name
+        if options.by_name is not None:  # a declared event's hook taking arguments by name
             hook = self.call_for(name, hook)
-        return functools.partial(hook, name) if self.with_name else hook
+        return functools.partial(hook, name) if options.with_name else hook
 
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""

@@ -139,9 +139,7 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
     """
     if not handles:
         return () if plain else None
-    if not plain or any(
-        h.once or h.weak or h.is_async or h.with_name or h.targeted for h in handles
-    ):
+    if not plain or not all(h.bare for h in handles):
         return None
     # h.hook is never None here: none is weak.
     return cast("Tuple[Callable[..., Any], ...]", tuple(h.hook for h in handles))

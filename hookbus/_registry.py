@@ -1225,7 +1225,7 @@ class Registry:
             else:
                 found = any(match(each) for each, alive in points.items() if alive)
             if not found and kind in EVENT_RUNS:  # around hooks wrap events too
-                events = self.declarations.emitted.union(self.declarations.specs)
+                events = {*self.declarations.emitted, *self.declarations.specs}
                 found = name in events if match is None else any(map(match, events))
         if not found:
             for source in sources:
