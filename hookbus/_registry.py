@@ -64,6 +64,7 @@ from typing import (
     Set,
     Tuple,
     TypeVar,
+    Union,
 )
 
 from ._arounds import may_return_a_value
@@ -119,14 +120,25 @@ H = TypeVar("H", bound=Callable[..., Any])
 # Emitting many distinct names (say f"user.{id}") must not grow the cache forever.
 _PLAN_CACHE_LIMIT = 65_536
 
+# The hooks of one kind under one exact name: the handle itself while it is the only one
+# (as most are: a list would cost each name 64 bytes more), else a list of them in
+# registration order.
+Bucket = Union[Handle, List[Handle]]
 # A copy of the hooks, for Registry.snapshot: (exact, patterns).
 StoredHooks = Tuple[Dict[str, Dict[str, List[Handle]]], Dict[str, List[Handle]]]
 # Paused names (None: the whole bus) -> open pauses; never changed in place, so a
 # snapshot keeps the one it saw.
 PauseCounts = Dict[Optional[str], int]
 
-_NO_NAMES: Dict[str, List[Handle]] = {}
+_NO_NAMES: Dict[str, Bucket] = {}
 _MATCH_ALL = matcher_for("*")
+
+
+def _members(bucket: Optional[Bucket]) -> Sequence[Handle]:
+    """The handles of a bucket (``None``: no bucket), in registration order."""
+    if bucket is None:
+        return ()
+    return bucket if bucket.__class__ is list else (bucket,)  # type: ignore[return-value]
 
 
 def _order(handle: Handle) -> Tuple[int, int]:
@@ -249,6 +261,19 @@ def _same_registration(handles: Iterable[Handle], handle: Handle) -> Optional[Ha
     return None
 
 
+def _remove_from(names: Dict[str, Bucket], name: str, handle: Handle) -> None:
+    """Take ``handle`` out of the list bucket of ``name``; a handle left alone is kept
+    as itself (lock held)."""
+    bucket: List[Handle] = names[name]  # type: ignore[assignment]
+    bucket.remove(handle)
+    if len(bucket) > 1:
+        return
+    if bucket:
+        names[name] = bucket[0]
+    else:
+        del names[name]
+
+
 class _Duplicate(Exception):
     """Carries the registration found again out of the locked section, to be reported."""
 
@@ -335,7 +360,7 @@ class Registry:
         # Hooks by kind: exact names by name, patterns in one list, each in registration
         # order. Nested dicts rather than (kind, name) keys: a tuple key costs 56 bytes
         # more per name. Never replaced (the hot path holds them), only changed.
-        self._exact: Dict[str, Dict[str, List[Handle]]] = {}
+        self._exact: Dict[str, Dict[str, Bucket]] = {}
         self._patterns: Dict[str, List[Handle]] = {}
         # Event name -> its hooks and its around hooks' plan (None: none), for the slow paths.
         self._event_hooks: Dict[str, Tuple[Tuple[Handle, ...], Optional[PointPlan]]] = {}
@@ -423,12 +448,15 @@ class Registry:
                         names = self._exact["event"] = {}
                     bucket = names.get(name)
                     if bucket is None:
-                        names[name] = [handle]
+                        names[name] = handle
                     else:
-                        duplicate = _same_registration(bucket, handle)
+                        duplicate = _same_registration(_members(bucket), handle)
                         if duplicate is not None:
                             raise _Duplicate(duplicate)
-                        bucket.append(handle)
+                        if isinstance(bucket, list):
+                            bucket.append(handle)
+                        else:
+                            names[name] = [bucket, handle]
                     handle.seq = next(self._seq)
                     handle._registered = True
                     self.event_plans.pop(name, None)  # _invalidate_locked() for an event name
@@ -507,14 +535,21 @@ class Registry:
             if handle.is_async and at_points:
                 conflict = self._async_conflict_locked(handle)
             if match is None:
-                same = self._exact.get(kind, _NO_NAMES).get(name, ())
+                same = _members(self._exact.get(kind, _NO_NAMES).get(name))
             else:
                 same = self._patterns.get(kind, ())
             duplicate = _same_registration(same, handle)
             if conflict is None and duplicate is None:
                 handle.seq = next(self._seq)
                 if match is None:
-                    self._exact.setdefault(kind, {}).setdefault(name, []).append(handle)
+                    names = self._exact.setdefault(kind, {})
+                    bucket = names.get(name)
+                    if bucket is None:
+                        names[name] = handle
+                    elif isinstance(bucket, list):
+                        bucket.append(handle)
+                    else:
+                        names[name] = [bucket, handle]
                 else:
                     self._patterns.setdefault(kind, []).append(handle)
                 handle._registered = True
@@ -550,10 +585,10 @@ class Registry:
                 handle._registered = False
                 name = handle.name
                 names = self._exact["event"]
-                bucket = names[name]
-                bucket.remove(handle)
-                if not bucket:
+                if names[name] is handle:
                     del names[name]
+                else:
+                    _remove_from(names, name, handle)
                 self.event_plans.pop(name, None)
                 self._event_hooks.pop(name, None)
                 return
@@ -613,10 +648,10 @@ class Registry:
         handle._registered = False
         if handle.match is None:
             names = self._exact[handle.kind]
-            bucket = names[handle.name]
-            bucket.remove(handle)
-            if not bucket:
+            if names[handle.name] is handle:
                 del names[handle.name]
+            else:
+                _remove_from(names, handle.name, handle)
         else:
             self._patterns[handle.kind].remove(handle)
         self._dropped.append(handle)  # it may hold the last reference to the hook
@@ -675,7 +710,8 @@ class Registry:
         with self._changing:
             self._sweep_collected_locked()
             exact = {
-                kind: {n: list(b) for n, b in names.items()} for kind, names in self._exact.items()
+                kind: {n: list(_members(b)) for n, b in names.items()}
+                for kind, names in self._exact.items()
             }
             patterns = {kind: list(bucket) for kind, bucket in self._patterns.items()}
             stored: StoredHooks = (exact, patterns)
@@ -765,7 +801,10 @@ class Registry:
     def _all_hooks_locked(self) -> List[Handle]:
         """Every hook: the exact ones, then the patterns."""
         handles = [
-            h for names in self._exact.values() for bucket in names.values() for h in bucket
+            h
+            for names in self._exact.values()
+            for bucket in names.values()
+            for h in _members(bucket)
         ]
         handles += [h for bucket in self._patterns.values() for h in bucket]
         return handles
@@ -830,7 +869,7 @@ class Registry:
                 handle
                 for kind, names in self._exact.items()
                 if kind not in DECLARED_EVENT.runs and kind not in taken
-                for handle in names.get(name, ())
+                for handle in _members(names.get(name))
             ]
             if misplaced:
                 return sorted(misplaced, key=lambda handle: handle.seq)
@@ -1014,7 +1053,7 @@ class Registry:
         A ``name`` with glob characters asks for that pattern's own hooks, unless it is
         ``literal`` (a torch module may be called ``"a[0]"``).
         """
-        bucket = self._exact.get(kind, _NO_NAMES).get(name, ())
+        bucket = _members(self._exact.get(kind, _NO_NAMES).get(name))
         patterns = self._patterns.get(kind)
         if not patterns and len(bucket) < 2:  # the common case: one check per kind, for
             return tuple(bucket)  # points that ask for all their kinds at each change
