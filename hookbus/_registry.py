@@ -103,7 +103,7 @@ from ._kinds import (
     where_it_runs,
 )
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
-from ._open_scopes import OpenScope, innermost_scope, open_scopes
+from ._open_scopes import OpenScope, innermost_scope, open_scopes, opened_anywhere
 from ._options import method_name, parse_options
 from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
 from ._spec import context_mismatch
@@ -434,7 +434,7 @@ class Registry:
             or match is not None
             or self.checking
             or scope is not None
-            or open_scopes.get()
+            or (opened_anywhere and open_scopes.get())
         ):
             return self._register_checked(handle, scope)
         try:
@@ -518,7 +518,7 @@ class Registry:
         checking = self.checking
         if checking:  # specs and strict names: checked before the lock is taken
             self._check_registration(handle)
-        if scope is None and open_scopes.get():
+        if scope is None and opened_anywhere and open_scopes.get():
             scope = innermost_scope(self)
         history: Any = ()
         conflict: Optional[str] = None
