@@ -148,3 +148,37 @@ def test_a_group_refuses_what_is_not_a_handle_and_keeps_its_handles(not_a_handle
     group.remove()
     assert not handle.active
     assert bus.hooks() == []
+
+
+def test_options_found_at_registration_belong_to_that_handle_alone() -> None:
+    bus = EventBus()
+
+    def returns(ctx: Any) -> Any:
+        yield
+        return 1
+
+    def yields(ctx: Any) -> Any:
+        yield
+
+    @bus.event("grown")
+    def grown(x: Any, tag: str = "") -> None: ...
+
+    def takes_x(x: Any) -> None: ...
+
+    def takes_both(x: Any, tag: str = "") -> None: ...
+
+    plain = bus.on("e", print)
+    returning, yielding = bus.around("e", returns), bus.around("e", yields)
+    subset, whole = bus.on("grown", takes_x), bus.on("grown", takes_both)
+    assert (returning.may_return_value, yielding.may_return_value) == (True, False)
+    assert subset.by_name is not None and whole.by_name is None
+    assert (plain.may_return_value, plain.by_name, plain.priority) == (False, None, 0)
+    assert not any((plain.once, plain.weak, plain.with_name, plain.optional, plain.targeted))
+    calls: List[Any] = []
+
+    def first(x: Any) -> None:
+        calls.append(x)
+
+    bus.on("grown", first, priority=5)
+    grown.emit(1, tag="t")
+    assert calls == [1] and bus.hooks("grown")[0].priority == 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import warnings
 from typing import Any, List
@@ -265,3 +266,16 @@ def test_an_outer_scope_exited_before_its_inner_one_leaves_the_inner_one_open() 
     outer.remove()
     inner.remove()
     assert after.active
+
+
+def test_a_scope_collects_registrations_made_in_its_context_copied_to_another_thread() -> None:
+    bus = EventBus()
+    with bus.scope() as scope:
+        context = contextvars.copy_context()
+        worker = threading.Thread(target=context.run, args=(bus.on, "copied", print))
+        worker.start()
+        worker.join(timeout=10)
+        assert len(scope) == 1
+    assert bus.hooks() == []
+    bus.on("after", print)  # every scope closed: it joins none
+    assert [handle.name for handle in bus.hooks()] == ["after"]
