@@ -171,7 +171,8 @@ def test_options_found_at_registration_belong_to_that_handle_alone() -> None:
     returning, yielding = bus.around("e", returns), bus.around("e", yields)
     subset, whole = bus.on("grown", takes_x), bus.on("grown", takes_both)
     assert (returning.may_return_value, yielding.may_return_value) == (True, False)
-    assert subset.by_name is not None and whole.by_name is None
+    assert subset.by_name is not None
+    assert whole.by_name is None
     assert (plain.may_return_value, plain.by_name, plain.priority) == (False, None, 0)
     assert not any((plain.once, plain.weak, plain.with_name, plain.optional, plain.targeted))
     calls: List[Any] = []
@@ -181,4 +182,5 @@ def test_options_found_at_registration_belong_to_that_handle_alone() -> None:
 
     bus.on("grown", first, priority=5)
     grown.emit(1, tag="t")
-    assert calls == [1] and bus.hooks("grown")[0].priority == 5
+    assert calls == [1]
+    assert bus.hooks("grown")[0].priority == 5
