@@ -139,8 +139,11 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
     """
     if not handles:
         return () if plain else None
-    if not plain or not all(h.bare for h in handles):
+    if not plain:
         return None
+    for h in handles:  # a loop, not all(...): plans are worked out at each hook change
+        if not h.bare:
+            return None
     # h.hook is never None here: none is weak.
     return cast("Tuple[Callable[..., Any], ...]", tuple(h.hook for h in handles))
 

@@ -394,8 +394,7 @@ class Registry:
         name: str,
         hook: Callable[..., Any],
         options: Mapping[str, Any],
-        *,
-        scope: Optional[OpenScope] = None,
+        scope: Optional[OpenScope] = None,  # not keyword-only: CPython then inlines the call
     ) -> Handle:
         """Check everything, then register; nothing is half-registered on failure.
 
@@ -1333,8 +1332,12 @@ class Registry:
         try:
             if self._collected:
                 self._sweep_collected_locked()
-            # A point's name is a name, whatever it holds (a torch module "a[0]").
-            hooks = {kind: self._resolve_locked(kind, name, literal=True) for kind in point.kinds}
+            # A point's name is a name, whatever it holds (a torch module "a[0]"). The
+            # pause test of _resolve_locked, once for every kind of the point.
+            if self._pauses and self._paused_locked(name):
+                return None
+            matching = self._matching_locked
+            hooks = {kind: matching(kind, name, True) for kind in point.kinds}
             plain = self.errors == "raise" and self.tracer is None
         finally:
             self._unlock()
