@@ -29,6 +29,10 @@ releases it inline rather than through ``_unlock()``. Measured on row 2, registe
 drop, and 1.07x releasing through ``_unlock()``; ``Handle.plain`` (bound once, as
 ``_plain_handle``) builds the handle in half the time ``Handle(...)`` takes.
 
+Memory per hook is a benchmark row too (row 4): a name's only hook of a kind is kept
+as the handle itself, not in a list (a ``Bucket``), and a handle shares one options
+object with every handle that has no rare option (``_handle._Options``).
+
 Everything the registry keeps lives here, guarded by that lock: the hooks by
 kind (exact names by name, patterns in one list), the live hook points by name
 (held weakly), the paused names, the plan caches, and the declarations
