@@ -1077,9 +1077,10 @@ class EventBus:
                     return ctx._result
                 return hooked_call
             <BLANKLINE>
-            >>> _ = double.around(lambda ctx: (yield))
-            >>> print(bus.explain("double"))
-            # 'double': call_with_hooks runs the plan (around hooks)
+            >>> _ = double.pre(lambda ctx: None, once=True)
+            >>> print(bus.explain("double"))  # doctest: +NORMALIZE_WHITESPACE
+            # 'double': call_with_hooks runs the plan (a hook with an option, an error
+            policy other than 'raise', or a trace open)
             <BLANKLINE>
         """
         name = check_name(name, "explain() name", allow_pattern=False)
