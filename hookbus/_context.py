@@ -19,6 +19,7 @@ __all__ = [
     "CallContext",
     "Layout",
     "NoSignatureError",
+    "RareState",
     "layout_of",
     "rebind",
     "reject_returned",
@@ -88,15 +89,14 @@ class CallContext(Generic[R]):
         31
     """
 
+    # Nine slots, each filled by every call. What few calls need (a skip, a recovery,
+    # the error, ctx.data) is one more: a RareState made on first use.
     __slots__ = (
         "_args",
-        "_data",
-        "_exception",
         "_kwargs",
         "_point",
-        "_recovered",
+        "_rare",
         "_result",
-        "_skipped",
         "call_index",
         "name",
         "phase",
@@ -120,10 +120,7 @@ class CallContext(Generic[R]):
         self.call_index = call_index
         self.phase = phase
         self._result: Any = None
-        self._exception: Optional[BaseException] = None
-        self._recovered = False
-        self._skipped = False
-        self._data: Optional[Dict[str, Any]] = None
+        self._rare: Optional[RareState] = None
         # The hook point: it gives ctx.arguments its signature, and says whether
         # the call can be skipped. None for a context made by hand.
         self._point = point
@@ -169,12 +166,17 @@ class CallContext(Generic[R]):
         ctx.call_index = call_index
         ctx.phase = phase
         ctx._result = result
-        ctx._exception = None
-        ctx._recovered = False
-        ctx._skipped = False
-        ctx._data = None
+        ctx._rare = None
         ctx._point = point
         return ctx
+
+    def _rare_state(self) -> RareState:
+        """This call's :class:`RareState`, made at the first need (a context belongs to
+        one call, whose hooks run one at a time: no two threads make it at once)."""
+        rare = self._rare
+        if rare is None:
+            rare = self._rare = RareState()
+        return rare
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise TypeError(
@@ -254,24 +256,29 @@ class CallContext(Generic[R]):
     @property
     def skipped(self) -> bool:
         """Whether a pre hook called :meth:`skip`: the callable did not run."""
-        return self._skipped
+        rare = self._rare
+        return rare is not None and rare.skipped
 
     @property
     def exception(self) -> Optional[BaseException]:
         """The error the call raised (exception hooks only), else ``None``."""
-        return self._exception
+        rare = self._rare
+        return None if rare is None else rare.exception
 
     @property
     def recovered(self) -> bool:
         """Whether an exception hook called :meth:`recover`."""
-        return self._recovered
+        rare = self._rare
+        return rare is not None and rare.recovered
 
     @property
     def data(self) -> Dict[str, Any]:
         """A dict private to this call, shared by all its hooks."""
-        if self._data is None:
-            self._data = {}
-        return self._data
+        rare = self._rare_state()
+        data = rare.data
+        if data is None:
+            data = rare.data = {}
+        return data
 
     @overload
     def recover(self) -> None: ...
@@ -300,7 +307,7 @@ class CallContext(Generic[R]):
             raise RuntimeError(
                 f"ctx.recover() is for exception hooks; this is a {self.phase!r} hook"
             )
-        self._recovered = True
+        self._rare_state().recovered = True
         self._result = value
 
     @overload
@@ -347,19 +354,38 @@ class CallContext(Generic[R]):
         refusal = None if point is None else point.skip_refusal
         if refusal is not None:
             raise RuntimeError(refusal)
-        self._skipped = True
+        self._rare_state().skipped = True
         self._result = value
 
     def __repr__(self) -> str:
         # Argument values may be secrets or large tensors: show their count, not them.
         target = type(self.target).__name__ if self.target is not None else None
-        extra = f" exception={type(self._exception).__name__}" if self._exception else ""
-        extra += " skipped" if self._skipped else ""
+        exception = self.exception
+        extra = f" exception={type(exception).__name__}" if exception else ""
+        extra += " skipped" if self.skipped else ""
         return (
             f"<CallContext {self.phase} {self.name!r} target={target} "
             f"call_index={self.call_index} args={len(self._args)} "
             f"kwargs={sorted(self._kwargs)}{extra}>"
         )
+
+
+class RareState:
+    """What few calls need of their context, apart from it: a call that needs none of
+    it stores one ``None`` (``CallContext._rare``) instead of four fields.
+
+    ``skipped`` and ``recovered``: whether a hook called ``ctx.skip()`` or
+    ``ctx.recover()``; ``exception``: the error the exception hooks see; ``data``:
+    ``ctx.data``, made at its first read.
+    """
+
+    __slots__ = ("data", "exception", "recovered", "skipped")
+
+    def __init__(self) -> None:
+        self.data: Optional[Dict[str, Any]] = None
+        self.exception: Optional[BaseException] = None
+        self.recovered = False
+        self.skipped = False
 
 
 def rebind(
@@ -386,7 +412,8 @@ def rebind(
     ctx.target = target
     ctx._args = args
     ctx._kwargs = kwargs
-    ctx._exception = exception
+    if exception is not None or ctx._rare is not None:
+        ctx._rare_state().exception = exception
 
 
 _HOW_TO_CHANGE = {
