@@ -234,7 +234,8 @@ async def run_phase_async(
             finally:
                 if tracer is not None:
                     tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-            if phase == "exception" and ctx.recovered:  # the post hooks run on the value
+            # ctx.recovered, read inline: the post hooks run on the value
+            if phase == "exception" and ctx._rare is not None and ctx._rare.recovered:
                 break
     except BaseException:
         errors.clear()  # collected before a BaseException: their tracebacks hold this frame

@@ -1056,6 +1056,7 @@ class EventBus:
                     ctx.call_index = next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
+                    ctx._data = None
                     ctx._rare = None
                     ctx._point = point
                     result = call(*ctx._args, **ctx._kwargs)

@@ -113,6 +113,7 @@ def source_of(shape: Shape) -> str:
             ("call_index", "next(counter)"),
             ("phase", '"pre"'),
             ("_result", "None"),
+            ("_data", "None"),
             ("_rare", "None"),
             ("_point", "point"),
         )

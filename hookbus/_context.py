@@ -10,7 +10,17 @@ reads it costs nothing, and each read or write finds the parameter in
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, Generic, Iterator, List, MutableMapping, Optional, Tuple, overload
+from typing import (
+    Any,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    MutableMapping,
+    Optional,
+    Tuple,
+    overload,
+)
 
 from typing_extensions import TypeVar
 
@@ -89,10 +99,11 @@ class CallContext(Generic[R]):
         31
     """
 
-    # Nine slots, each filled by every call. What few calls need (a skip, a recovery,
-    # the error, ctx.data) is one more: a RareState made on first use.
+    # Ten slots, each filled by every call. What few calls need (a skip, a recovery,
+    # the error) shares one: None until a hook needs it (see RareState).
     __slots__ = (
         "_args",
+        "_data",
         "_kwargs",
         "_point",
         "_rare",
@@ -120,6 +131,7 @@ class CallContext(Generic[R]):
         self.call_index = call_index
         self.phase = phase
         self._result: Any = None
+        self._data: Optional[Dict[str, Any]] = None
         self._rare: Optional[RareState] = None
         # The hook point: it gives ctx.arguments its signature, and says whether
         # the call can be skipped. None for a context made by hand.
@@ -166,16 +178,22 @@ class CallContext(Generic[R]):
         ctx.call_index = call_index
         ctx.phase = phase
         ctx._result = result
+        ctx._data = None
         ctx._rare = None
         ctx._point = point
         return ctx
 
     def _rare_state(self) -> RareState:
-        """This call's :class:`RareState`, made at the first need (a context belongs to
-        one call, whose hooks run one at a time: no two threads make it at once)."""
+        """This call's own :class:`RareState`, to write to: made at the first need (a
+        context belongs to one call, whose hooks run one at a time: no two threads make
+        it at once), skipped if the shared :data:`SKIPPED_ONLY` stood for it."""
         rare = self._rare
-        if rare is None:
-            rare = self._rare = RareState()
+        if rare is None or rare is SKIPPED_ONLY:
+            made = RareState()  # every field set here: see RareState
+            made.exception = None
+            made.recovered = False
+            made.skipped = rare is not None
+            rare = self._rare = made
         return rare
 
     def __reduce_ex__(self, protocol: object) -> Any:
@@ -274,11 +292,9 @@ class CallContext(Generic[R]):
     @property
     def data(self) -> Dict[str, Any]:
         """A dict private to this call, shared by all its hooks."""
-        rare = self._rare_state()
-        data = rare.data
-        if data is None:
-            data = rare.data = {}
-        return data
+        if self._data is None:
+            self._data = {}
+        return self._data
 
     @overload
     def recover(self) -> None: ...
@@ -307,7 +323,10 @@ class CallContext(Generic[R]):
             raise RuntimeError(
                 f"ctx.recover() is for exception hooks; this is a {self.phase!r} hook"
             )
-        self._rare_state().recovered = True
+        rare = self._rare  # made when the error was set, unless the context was made by hand
+        if rare is None or rare is SKIPPED_ONLY:
+            rare = self._rare_state()
+        rare.recovered = True
         self._result = value
 
     @overload
@@ -354,7 +373,10 @@ class CallContext(Generic[R]):
         refusal = None if point is None else point.skip_refusal
         if refusal is not None:
             raise RuntimeError(refusal)
-        self._rare_state().skipped = True
+        if self._rare is None:
+            self._rare = SKIPPED_ONLY  # the common case: no allocation
+        else:
+            self._rare_state().skipped = True
         self._result = value
 
     def __repr__(self) -> str:
@@ -372,20 +394,40 @@ class CallContext(Generic[R]):
 
 class RareState:
     """What few calls need of their context, apart from it: a call that needs none of
-    it stores one ``None`` (``CallContext._rare``) instead of four fields.
+    it stores one ``None`` (``CallContext._rare``) instead of three fields.
 
     ``skipped`` and ``recovered``: whether a hook called ``ctx.skip()`` or
-    ``ctx.recover()``; ``exception``: the error the exception hooks see; ``data``:
-    ``ctx.data``, made at its first read.
+    ``ctx.recover()``; ``exception``: the error the exception hooks see. One per call
+    that needs it, made by ``CallContext._rare_state``; a call whose only rare state
+    is a skip (a cache hit) shares :data:`SKIPPED_ONLY` instead.
     """
 
-    __slots__ = ("data", "exception", "recovered", "skipped")
+    __slots__ = ("exception", "recovered", "skipped")
+    # No __init__: CallContext._rare_state sets every field (calling a class with an
+    # __init__ costs twice what the three stores do, on the exception hooks' path).
+    exception: Optional[BaseException]
+    recovered: bool
+    skipped: bool
+
+
+class _SkippedOnly(RareState):
+    """The rare state of a call that was skipped and nothing else: one, shared, that
+    refuses writes (``CallContext._rare_state`` replaces it with a call's own first)."""
+
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self.data: Optional[Dict[str, Any]] = None
-        self.exception: Optional[BaseException] = None
-        self.recovered = False
-        self.skipped = False
+        for field, value in (("exception", None), ("recovered", False), ("skipped", True)):
+            object.__setattr__(self, field, value)
+
+    def __setattr__(self, field: str, value: object) -> None:
+        raise AttributeError(
+            f"SKIPPED_ONLY is shared by every call that was skipped and nothing else: "
+            f"write to CallContext._rare_state(), never set {field!r} on it"
+        )
+
+
+SKIPPED_ONLY = _SkippedOnly()
 
 
 def rebind(

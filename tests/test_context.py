@@ -85,6 +85,34 @@ def test_data_a_skip_a_recovery_and_the_error_are_each_the_calls_own(traced: boo
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["compiled", "reference"])
+def test_a_skipped_call_that_recovers_is_both_and_the_next_skipped_call_is_not_recovered(
+    traced: bool,
+) -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(key: str) -> str:
+        return key
+
+    seen: List[Any] = []
+
+    def fail_after_the_skip(ctx: CallContext) -> None:
+        if ctx.args[0] == "fails":
+            raise ValueError("a pre hook after the skip")
+
+    bus.pre("load", lambda ctx: ctx.skip("skipped"), priority=1)
+    bus.pre("load", fail_after_the_skip)
+    bus.exception("load", lambda ctx: ctx.recover("recovered"))
+    bus.post("load", lambda ctx: seen.append((ctx.skipped, ctx.recovered, ctx.result)))
+    load("warm")  # a hook point compiles its plan at the second call
+    seen.clear()
+    with bus.trace() if traced else contextlib.nullcontext():
+        assert load("fails") == "recovered"
+        assert load("plain") == "skipped"
+    assert seen == [(True, True, "recovered"), (True, False, "skipped")]
+
+
 def test_recover_outside_an_exception_hook_is_an_error() -> None:
     bus = EventBus()
 
