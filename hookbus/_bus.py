@@ -1028,7 +1028,7 @@ class EventBus:
         code (no loop over the hooks, the context filled inline), as attrs does for
         ``__init__``; tracebacks through it show these lines. This returns that code,
         with what each of its hook names is bound to; or says why the reference
-        sequence (``call_with_hooks``) runs instead: around hooks, async hooks, a hook
+        sequence (``call_with_hooks``) runs instead: async hooks, a hook
         with an option (``once``, ``weak``, ``target``, ``with_name``), an error policy
         other than ``"raise"``, or an open trace. A name shared by several points gives
         each one's; an event's hooks run in ``emit``'s loop, and it says so. A name
@@ -1072,9 +1072,10 @@ class EventBus:
                     return ctx._result
                 return hooked_call
             <BLANKLINE>
-            >>> _ = double.around(lambda ctx: (yield))
-            >>> print(bus.explain("double"))
-            # 'double': call_with_hooks runs the plan (around hooks)
+            >>> _ = double.pre(lambda ctx: None, once=True)
+            >>> print(bus.explain("double"))  # doctest: +NORMALIZE_WHITESPACE
+            # 'double': call_with_hooks runs the plan (a hook with an option, an error
+            policy other than 'raise', or a trace open)
             <BLANKLINE>
         """
         name = check_name(name, "explain() name", allow_pattern=False)

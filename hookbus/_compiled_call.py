@@ -2,25 +2,26 @@
 
 What attrs and dataclasses do for ``__init__``: when a hook point's plan is worked out,
 :func:`compile_call` returns the function that runs one call of that plan. For a
-*direct* plan (``PointPlan.direct``: sync pre and post hooks with no option, errors
-raise, no trace open, no around hook) it is Python source written for the plan's
-shape (how many pre and post hooks, whether there are exception hooks, whether the
-wrapped callable takes self or cls first): no loop, no per-hook test, the context
-filled inline. Each shape is compiled once and cached; the plan's hooks and the
-point's constants are bound as closure cells, so a plan is swapped whole (one
-attribute store). A hook point compiles a plan at its second call (the first runs
-the reference), so a plan that lives for one call (a hook added and removed around
-each call) costs no compile and no closure. The point and the plan are passed in,
-``run(point, plan, args, kwargs)``: a plan kept by its point holds its code, and the
-code holds neither, so no reference cycle keeps a removed hook alive until the
-garbage collector runs.
+*direct* plan (``PointPlan.direct``: sync around, pre and post hooks with no option,
+errors raise, no trace open) it is Python source written for the plan's shape (how
+many around, pre and post hooks, whether there are exception hooks, whether the
+wrapped callable takes self or cls first, which around hooks' code may return a
+value): no loop, no per-hook test, the context filled inline (:func:`source_of`
+without around hooks, :func:`around_source_of` with them). Each shape is compiled
+once and cached; the plan's hooks and the point's constants are bound as closure
+cells, so a plan is swapped whole (one attribute store). A hook point compiles a
+plan at its second call (the first runs the reference), so a plan that lives for
+one call (a hook added and removed around each call) costs no compile and no
+closure. The point and the plan are passed in, ``run(point, plan, args, kwargs)``:
+a plan kept by its point holds its code, and the code holds neither, so no
+reference cycle keeps a removed hook alive until the garbage collector runs.
 
 Every other plan runs the reference sequence, ``call_with_hooks`` (the ``reference``
-each point passes in): around hooks, async hooks, hooks with an option (``once``,
-``weak``, ``target``, ``with_name``), an error policy other than ``"raise"``, an open
-trace, or more than :data:`MAX_HOOKS` hooks in a phase. ``call_with_hooks`` stays the
-semantics; the generated code is checked against it for any plan
-(``tests/test_compiled_call.py``).
+each point passes in): async hooks, hooks with an option (``once``, ``weak``,
+``target``, ``with_name``), an error policy other than ``"raise"``, an open trace
+(so the generated code records nothing), or more than :data:`MAX_HOOKS` hooks of a
+kind. ``call_with_hooks`` stays the semantics; the generated code is checked against
+it for any plan (``tests/test_compiled_call.py``).
 
 The source of each shape is registered with :mod:`linecache`, so a traceback through
 a generated call shows its lines, and :func:`explain` returns it for a plan.
@@ -29,24 +30,57 @@ a generated call shows its lines, and :func:`explain` returns it for a plan.
 from __future__ import annotations
 
 import linecache
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Generator,
+    List,
+    Optional,
+    Tuple,
+    Union,
+)
 
+from ._arounds import FINISHED, Started, did_not_yield, refusing_a_returned_value, yielded_twice
 from ._context import CallContext, reject_returned
 from ._errors import add_note, describe
-from ._sync_dispatch import recover_or_raise
+from ._sync_dispatch import recover_or_raise, resume_arounds
 
 if TYPE_CHECKING:
+    from ._handle import Handle
     from ._plan import PointPlan
 
 __all__ = ["MAX_HOOKS", "Runner", "compile_call", "explain"]
 
 MAX_HOOKS = 8
-"""The most pre (or post) hooks a generated call binds; a longer phase runs the loop."""
+"""The most around (or pre, or post) hooks a generated call binds; more run the loop."""
 
 Runner = Callable[[Any, Any, Tuple[Any, ...], Dict[str, Any]], Any]
 """What a point's wrapper calls for one call: ``run(point, plan, args, kwargs)``."""
 
 Shape = Tuple[int, int, bool, bool]  # pre hooks, post hooks, exception hooks, bound
+# Plans with around hooks: whether each around hook's returned value is refused (one
+# per around hook, outermost first), then as Shape.
+AroundShape = Tuple[Tuple[bool, ...], int, int, bool, bool]
+
+
+def _yielded_again(
+    handle: Handle, around: Generator[Any, Any, Any], ctx: CallContext, outer: List[Started]
+) -> Any:
+    """An around hook yielded a second time after the call's success: close it, and the
+    hooks around it (``outer``) get the error, as ``resume_arounds`` would give them."""
+    try:
+        around.close()
+    except BaseException as failure:  # it ignored the close, or a finally block raised
+        error = yielded_twice(handle, ctx, None, failure)
+    else:
+        error = yielded_twice(handle, ctx, None, None)
+    try:
+        return resume_arounds(outer, ctx, None, error)
+    finally:
+        del error  # this frame is in the error's traceback: no cycle through it
+
 
 # What generated code reads as globals: bound once, the same for every shape.
 _GLOBALS: Dict[str, Any] = {
@@ -56,20 +90,28 @@ _GLOBALS: Dict[str, Any] = {
     "add_note": add_note,
     "describe": describe,
     "recover_or_raise": recover_or_raise,
+    "FINISHED": FINISHED,
+    "did_not_yield": did_not_yield,
+    "refusing_a_returned_value": refusing_a_returned_value,
+    "resume_arounds": resume_arounds,
+    "yielded_again": _yielded_again,
 }
 
 # The factory of each shape compiled so far, with its source. A dict store is atomic:
 # two threads compiling one shape at once both get a working factory.
-_FACTORIES: Dict[Shape, Tuple[Callable[..., Runner], str]] = {}
+_FACTORIES: Dict[Union[Shape, AroundShape], Tuple[Callable[..., Runner], str]] = {}
 
 
-def shape_of(plan: PointPlan, bound: bool) -> Optional[Shape]:
+def shape_of(plan: PointPlan, bound: bool) -> Union[Shape, AroundShape, None]:
     """The shape a generated call needs for ``plan``, or ``None``: the reference runs it."""
     if not plan.direct:
         return None
     pre, post = len(plan.pre_hooks), len(plan.post_hooks)
-    if pre > MAX_HOOKS or post > MAX_HOOKS:
+    if pre > MAX_HOOKS or post > MAX_HOOKS or len(plan.around) > MAX_HOOKS:
         return None
+    if plan.around:
+        checked = tuple(handle.may_return_value for handle in plan.around)
+        return (checked, pre, post, bool(plan.exception), bound)
     return (pre, post, bool(plan.exception), bound)
 
 
@@ -87,24 +129,24 @@ def _hook_block(kind: str, index: int, indent: str, on_error: List[str]) -> List
     ]
 
 
-def source_of(shape: Shape) -> str:
-    """The Python source of the factory for ``shape``: ``make(...)`` returns the call."""
-    pre, post, exception, bound = shape
-    hooks = [f"{kind}_{i}, {kind}_{i}_handle" for kind, n in (("pre", pre), ("post", post))
-             for i in range(n)]  # fmt: skip
-    params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
-    lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
-    body = "        "
-    if bound:  # self or cls is the target, not an argument
-        lines += [
-            f"{body}if not args:",
-            f"{body}    return reference(point, plan, args, kwargs)",
-            f"{body}target = args[0]",
-            f"{body}args = args[1:]",
-        ]
-    lines += [f"{body}ctx = new(CallContext)"]
+def _target_lines(indent: str) -> List[str]:
+    """A method point: self or cls is the target, not an argument."""
+    return [
+        f"{indent}if not args:",
+        f"{indent}    return reference(point, plan, args, kwargs)",
+        f"{indent}target = args[0]",
+        f"{indent}args = args[1:]",
+    ]
+
+
+def _context_lines(indent: str) -> List[str]:
+    """Build the call's context, ``ctx``: what ``CallContext.for_call`` builds, inline.
+
+    Every shape fills the context here, from ``name``, ``target``, ``args``,
+    ``kwargs``, ``counter`` and ``point``."""
+    lines = [f"{indent}ctx = new(CallContext)"]
     lines += [
-        f"{body}ctx.{field} = {value}"
+        f"{indent}ctx.{field} = {value}"
         for field, value in (
             ("name", "name"),
             ("target", "target"),
@@ -118,6 +160,20 @@ def source_of(shape: Shape) -> str:
             ("_point", "point"),
         )
     ]
+    return lines
+
+
+def source_of(shape: Shape) -> str:
+    """The Python source of the factory for ``shape``: ``make(...)`` returns the call."""
+    pre, post, exception, bound = shape
+    hooks = [f"{kind}_{i}, {kind}_{i}_handle" for kind, n in (("pre", pre), ("post", post))
+             for i in range(n)]  # fmt: skip
+    params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
+    lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
+    body = "        "
+    if bound:
+        lines += _target_lines(body)
+    lines += _context_lines(body)
     inner = body + "    " if exception else body
     if exception:
         lines.append(f"{body}try:")
@@ -151,13 +207,125 @@ def source_of(shape: Shape) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _factory(shape: Shape) -> Tuple[Callable[..., Runner], str]:
+def around_source_of(shape: AroundShape) -> str:
+    """The source of the factory for a plan with around hooks: ``make(...)`` returns the call.
+
+    Straight-line, as :func:`call_with_hooks` runs it: each around hook started up to
+    its ``yield`` (``next(gen, FINISHED)``, no ``StopIteration`` raised and caught),
+    the pre hooks, the call, the exception or post hooks, then each around hook resumed
+    in turn, innermost first, with the result. Every other way out (an error or an
+    interrupt anywhere, a hook that yields twice) hands the started hooks, as
+    ``_arounds.Started`` entries, to ``resume_arounds``, which throws the error in; an
+    around hook whose code may return a value is wrapped so that the value is refused.
+    """
+    checked, pre, post, exception, bound = shape
+    arounds = len(checked)
+    hooks = [f"around_{i}, around_{i}_handle" for i in range(arounds)]
+    hooks += [f"{kind}_{i}, {kind}_{i}_handle" for kind, n in (("pre", pre), ("post", post))
+              for i in range(n)]  # fmt: skip
+    params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
+    lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
+    body = "        "
+    if bound:
+        lines += _target_lines(body)
+    lines += _context_lines(body)
+
+    def started(count: int) -> str:  # the around hooks started so far, as resume_arounds takes
+        return (
+            "[" + ", ".join(f"(around_{i}_handle, gen_{i}, None, 0)" for i in range(count)) + "]"
+        )
+
+    def hand_over(count: int) -> str:  # the error goes on, through the started hooks
+        if not count:
+            return "raise"
+        return f"return resume_arounds({started(count)}, ctx, None, error)"
+
+    for i in range(arounds):  # 1. set-up, outermost first
+        made = f"around_{i}(ctx)"
+        if checked[i]:
+            made = f"refusing_a_returned_value({made}, around_{i}_handle, ctx)"
+        lines += [
+            f"{body}try:",
+            f"{body}    gen_{i} = {made}",
+            f"{body}    if next(gen_{i}, FINISHED) is FINISHED:",
+            f"{body}        raise did_not_yield(around_{i}_handle, ctx)",
+            f"{body}except BaseException as error:",
+            f"{body}    add_note(error, describe(around_{i}_handle, name))",
+            f"{body}    {hand_over(i)}",
+        ]
+    lines.append(f"{body}try:")  # 2.-4., as source_of, the result left in ``result``
+    inner = body + "    "
+    core = inner + "    " if exception else inner
+    if exception:
+        lines.append(f"{inner}try:")
+    for i in range(pre):
+        lines += _hook_block("pre", i, core, ["raise"])
+    arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
+    lines += [
+        f"{core}if ctx._skipped:",
+        f"{core}    result = ctx._result",
+        f"{core}else:",
+        f"{core}    result = call({arguments})",
+    ]
+    if exception:  # a pre hook or the call raised: the exception hooks
+        lines += [
+            f"{inner}except Exception as error:",
+            f"{inner}    result = recover_or_raise(registry, plan, ctx, error)",
+        ]
+        if post:
+            lines.append(f"{inner}else:")
+    if post:
+        lines += [f'{core}ctx.phase = "post"', f"{core}ctx._result = result"]
+        posts = core + "    " if exception else core
+        if exception:  # a post hook raised: the exception hooks, and no post hook after it
+            lines.append(f"{core}try:")
+        for i in range(post):
+            lines += _hook_block("post", i, posts, ["raise"])
+        if exception:
+            lines += [
+                f"{core}except Exception as error:",
+                f"{core}    result = recover_or_raise(registry, plan, ctx, error, True)",
+                f"{core}else:",
+                f"{core}    result = ctx._result",
+            ]
+        else:
+            lines.append(f"{core}result = ctx._result")
+    lines += [
+        f"{body}except BaseException as error:",
+        f"{body}    {hand_over(arounds)}",
+    ]
+    for i in reversed(range(arounds)):  # 5. teardown, innermost first
+        lines += [
+            f'{body}ctx.phase = "post"',
+            f"{body}ctx._result = result",
+            f"{body}try:",
+            f"{body}    resumed = next(gen_{i}, FINISHED)",
+            f"{body}except BaseException as error:",
+            f"{body}    add_note(error, describe(around_{i}_handle, name))",
+            f"{body}    {hand_over(i)}",
+            f"{body}if resumed is not FINISHED:",
+            f"{body}    return yielded_again(around_{i}_handle, gen_{i}, ctx, {started(i)})",
+            f"{body}result = ctx._result",
+        ]
+    lines += [f"{body}return result", "    return hooked_call"]
+    return "\n".join(lines) + "\n"
+
+
+def _factory(shape: Union[Shape, AroundShape]) -> Tuple[Callable[..., Runner], str]:
     made = _FACTORIES.get(shape)
     if made is None:
-        pre, post, exception, bound = shape
-        source = source_of(shape)
+        if len(shape) == 5:
+            checked, pre, post, exception, bound = shape
+            source = around_source_of((checked, pre, post, exception, bound))
+            refused = ", ".join(str(i) for i, check in enumerate(checked) if check)
+            arounds = (
+                f"{len(checked)} around{f' (returns refused: {refused})' if refused else ''}, "
+            )
+        else:
+            pre, post, exception, bound = shape
+            source, arounds = source_of((pre, post, exception, bound)), ""
         filename = (
-            f"<hookbus compiled call: {pre} pre, {post} post"
+            f"<hookbus compiled call: {arounds}{pre} pre, {post} post"
             f"{', exception' if exception else ''}{', method' if bound else ''}>"
         )
         namespace: Dict[str, Any] = dict(_GLOBALS)
@@ -192,7 +360,9 @@ def compile_call(
         return reference
     make, _ = _factory(shape)
     hooks: List[Any] = []
-    for bare, handles in ((plan.pre_hooks, plan.pre), (plan.post_hooks, plan.post)):
+    phases = ((plan.around_hooks or (), plan.around), (plan.pre_hooks, plan.pre),
+              (plan.post_hooks, plan.post))  # fmt: skip
+    for bare, handles in phases:
         for hook, handle in zip(bare, handles):
             hooks += (hook, handle)
     return make(call, name, target, counter, registry, reference, *hooks)
@@ -209,7 +379,7 @@ def explain(plan: Optional[PointPlan], name: str, bound: bool) -> str:
     _, source = _factory(shape)
     bindings = [
         f"#   {kind}_{i} = {handle!r}"
-        for kind, handles in (("pre", plan.pre), ("post", plan.post))
+        for kind, handles in (("around", plan.around), ("pre", plan.pre), ("post", plan.post))
         for i, handle in enumerate(handles)
     ]
     if plan.exception:
@@ -219,10 +389,8 @@ def explain(plan: Optional[PointPlan], name: str, bound: bool) -> str:
 
 
 def _why_reference(plan: PointPlan) -> str:
-    if plan.around:
-        return "around hooks"
     if plan.has_async:
         return "async hooks"
     if not plan.direct:
         return "a hook with an option, an error policy other than 'raise', or a trace open"
-    return f"more than {MAX_HOOKS} hooks in a phase"
+    return f"more than {MAX_HOOKS} hooks of a kind"

@@ -31,8 +31,9 @@ Events
 
 Hooks around a call
     * ``_compiled_call.py``: a sync hook point's call, generated as straight-line
-      code for each ``direct`` plan (plain sync pre and post hooks, no around hook:
-      see ``_plan.PointPlan``), compiled once per shape. Not a hand copy: the
+      code for each ``direct`` plan (plain sync around, pre and post hooks: see
+      ``_plan.PointPlan``), compiled once per shape; its rare ways out (an error
+      thrown into the around hooks) go to ``resume_arounds``. Not a hand copy: the
       generator is checked against its reference, ``call_with_hooks``, for any
       plan (``tests/test_compiled_call.py``), and the crossings matrix runs on it.
     * ``call_with_hooks`` (and ``_async``): the whole sequence; around hooks'

@@ -200,8 +200,8 @@ class PointPlan:
     their bare callables (``None`` when the full loop must run them);
     ``pre``, ``post`` and ``exception`` are the core's three, read per call.
     ``direct`` says a call can run as straight-line code (``_compiled_call``),
-    calling ``pre_hooks`` and ``post_hooks``: no hook is async, there is no around
-    hook, and the pre and post hooks are all fast (exception hooks, rare by nature,
+    calling ``around_hooks``, ``pre_hooks`` and ``post_hooks``: no hook is async, and
+    the around, pre and post hooks are all fast (exception hooks, rare by nature,
     always run in the full loop). ``run``, set by a hook point before it keeps the
     plan, runs one call of the point under this plan: ``run(point, plan, args, kwargs)``.
     """
@@ -228,7 +228,7 @@ class PointPlan:
         pre_hooks, post_hooks = self.fast.get("pre", ()), self.fast.get("post", ())
         self.direct = (
             not self.has_async
-            and not self.around
+            and (not self.around or self.around_hooks is not None)
             and pre_hooks is not None
             and post_hooks is not None
         )

@@ -1,7 +1,7 @@
 """A hook point's compiled call: the same outcomes as the reference sequence, for any plan.
 
-``hookbus._compiled_call`` generates straight-line code for a plan of plain sync pre
-and post hooks; ``call_with_hooks`` is the reference. The property test draws a plan
+``hookbus._compiled_call`` generates straight-line code for a plan of plain sync around,
+pre and post hooks; ``call_with_hooks`` is the reference. The property test draws a plan
 (hook kinds, their options, what each hook and the call do, the error policy, a
 trace) and runs the same calls twice, once as hookbus runs them and once with the
 compiler switched off (every plan on the reference), then compares what a user sees:
@@ -29,6 +29,15 @@ from hookbus._hookpoint import HookPoint
 PRE = ("none", "value", "raise", "skip", "args", "kwargs", "result", "data", "interrupt")
 POST = ("none", "value", "raise", "replace", "interrupt")
 EXCEPTION = ("none", "recover", "raise")
+# What an around hook does: yield once; change the result or the data after its yield;
+# skip the call (before its yield); recover from the error thrown in, or catch it and
+# let it go on; raise or interrupt before or after its yield; never yield; yield twice
+# (and ignore being closed); return a value after its yield (refused).
+AROUND = (
+    "none", "none", "replace", "data", "skip", "recover", "swallow", "setup_raise",
+    "teardown_raise", "setup_interrupt", "teardown_interrupt", "no_yield", "twice",
+    "stubborn", "return",
+)  # fmt: skip
 # Plain hooks most often: those are the plans that compile.
 # (with_name is for event hooks: a point's hook reads ctx.name.)
 OPTIONS = ("plain",) * 6 + ("priority", "priority", "once", "weak", "target", "other")
@@ -39,7 +48,7 @@ class Interrupt(KeyboardInterrupt):
 
 
 class Hook(NamedTuple):
-    kind: str  # pre, post, exception
+    kind: str  # around, pre, post, exception
     behaviour: str
     option: str
 
@@ -58,15 +67,36 @@ def _hooks(kind: str, behaviours: Tuple[str, ...], most: int) -> Any:
 
 
 plans = st.builds(
-    lambda method, pre, post, exception, policy, traced, raises: Plan(
-        method, (*pre, *post, *exception), policy, traced, raises
+    lambda method, around, pre, post, exception, policy, traced, raises: Plan(
+        method, (*around, *pre, *post, *exception), policy, traced, raises
     ),
     st.booleans(),
+    _hooks("around", AROUND, 3),
     _hooks("pre", PRE, 3),
     _hooks("post", POST, 3),
     _hooks("exception", EXCEPTION, 2),
     st.sampled_from(("raise", "raise", "raise", "collect", "log")),
     st.sampled_from((False, False, False, True)),
+    st.booleans(),
+)
+
+
+def _plain_hooks(kind: str, behaviours: Tuple[str, ...], least: int, most: int) -> Any:
+    option = st.sampled_from(("plain", "plain", "priority"))
+    hook = st.builds(Hook, st.just(kind), st.sampled_from(behaviours), option)
+    return st.lists(hook, min_size=least, max_size=most)
+
+
+# Plans with around hooks that compile: plain hooks, errors raised, no trace.
+around_plans = st.builds(
+    lambda method, around, pre, post, exception, raises: Plan(
+        method, (*around, *pre, *post, *exception), "raise", False, raises
+    ),
+    st.booleans(),
+    _plain_hooks("around", AROUND, 1, 3),
+    _plain_hooks("pre", PRE, 0, 2),
+    _plain_hooks("post", POST, 0, 2),
+    _plain_hooks("exception", EXCEPTION, 0, 2),
     st.booleans(),
 )
 
@@ -106,7 +136,60 @@ def _seen(ctx: CallContext, label: str, target: Any) -> Tuple[Any, ...]:
     )
 
 
+def _make_around(spec: Hook, index: int, log: List[Any], target: Any) -> Callable[..., Any]:
+    label = f"around{index}"
+    behaviour = spec.behaviour
+
+    def around(ctx: CallContext) -> Iterator[None]:
+        log.append(_seen(ctx, label, target))
+        if behaviour == "setup_raise":
+            raise ValueError(label)
+        if behaviour == "setup_interrupt":
+            raise Interrupt(label)
+        if behaviour == "no_yield":
+            return
+        if behaviour == "skip":
+            ctx.skip(("skipped", label))
+        try:
+            yield
+        except Exception:
+            log.append(_seen(ctx, label + " caught", target))
+            if behaviour == "recover":
+                ctx.recover(("recovered", label))
+            elif behaviour != "swallow":
+                raise
+        log.append(_seen(ctx, label + " resumed", target))
+        if behaviour == "replace":
+            ctx.result = (ctx.result, label)
+        elif behaviour == "data":
+            ctx.data[label] = "set"
+        elif behaviour == "teardown_raise":
+            raise ValueError(label + " teardown")
+        elif behaviour == "teardown_interrupt":
+            raise Interrupt(label + " teardown")
+        elif behaviour == "twice":
+            yield
+        elif behaviour == "stubborn":  # ignores the close once (and ends at the next)
+            try:
+                yield
+            except GeneratorExit:
+                log.append((label, "ignored the close"))
+            yield
+
+    def returning(ctx: CallContext) -> Iterator[None]:  # its code returns a value
+        log.append(_seen(ctx, label, target))
+        yield
+        log.append(_seen(ctx, label + " resumed", target))
+        return index  # type: ignore[misc]  # what the check refuses
+
+    hook = returning if behaviour == "return" else around
+    hook.__qualname__ = label
+    return hook
+
+
 def _make_hook(spec: Hook, index: int, log: List[Any], target: Any) -> Callable[..., Any]:
+    if spec.kind == "around":
+        return _make_around(spec, index, log, target)
     label = f"{spec.kind}{index}"
 
     def run(ctx: CallContext) -> Any:
@@ -198,6 +281,25 @@ def test_a_compiled_call_does_what_call_with_hooks_does(plan: Plan) -> None:
         expected = _outcome(plan)
     with compiled_from_the_first_call():
         assert _outcome(plan) == expected
+
+
+@settings(max_examples=300)
+@given(around_plans)
+def test_a_compiled_call_with_around_hooks_does_what_call_with_hooks_does(plan: Plan) -> None:
+    with reference_only():
+        expected = _outcome(plan)
+    compiled: List[bool] = []
+    compile_call = _hookpoint.compile_call
+
+    def recording(plan: Any, **point: Any) -> Any:
+        run = compile_call(plan, **point)
+        compiled.append(run is not point["reference"])
+        return run
+
+    with compiled_from_the_first_call(), mock.patch.object(_hookpoint, "compile_call", recording):
+        assert _outcome(plan) == expected
+    assert compiled
+    assert all(compiled)
 
 
 @given(plans)
@@ -293,6 +395,62 @@ def test_explain_shows_the_code_a_call_runs_and_why_not_when_it_falls_back() -> 
     with pytest.raises(LookupError, match="'missing'"):
         bus.explain("missing")
     assert hookbus.explain == hookbus.default_bus.explain
+
+
+def test_explain_shows_the_code_of_a_call_with_around_hooks() -> None:
+    bus = EventBus()
+
+    @bus.hookable("scale")
+    def scale(x: int) -> int:
+        return 2 * x
+
+    def timed(ctx: CallContext) -> Iterator[None]:
+        yield
+
+    def checked(ctx: CallContext) -> Iterator[None]:
+        yield
+        return 1  # type: ignore[misc]  # its code may return a value: refused at the call
+
+    outer = bus.around("scale", timed)
+    inner = bus.around("scale", checked)
+    post = bus.post("scale", lambda ctx: None)
+    text = bus.explain("scale")
+    assert text.startswith("# 'scale': a compiled call\n")
+    assert f"#   around_0 = {outer!r}" in text
+    assert f"#   around_1 = {inner!r}" in text
+    assert f"#   post_0 = {post!r}" in text
+    assert "gen_0 = around_0(ctx)" in text
+    assert "gen_1 = refusing_a_returned_value(around_1(ctx), around_1_handle, ctx)" in text
+    assert "resumed = next(gen_1, FINISHED)" in text
+    assert "resume_arounds([(around_0_handle, gen_0, None, 0), (around_1_handle" in text
+    for _ in range(2):  # the reference, then the compiled call: both refuse the value
+        with pytest.raises(TypeError, match="returned int after its yield"):
+            scale(1)
+    assert scale.__hookbus_point__.plan.run.__code__.co_filename.startswith(  # type: ignore[attr-defined]
+        "<hookbus compiled call: 2 around (returns refused: 1), 0 pre, 1 post>"
+    )
+    # An around hook with an option: the reference runs the plan.
+    bus.around("scale", lambda ctx: (yield), once=True)
+    assert "call_with_hooks runs the plan (a hook with an option" in bus.explain("scale")
+
+
+def test_a_traceback_through_a_compiled_around_hook_shows_its_lines() -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(path: str) -> str:
+        return path
+
+    @load.around
+    def check(ctx: CallContext) -> Iterator[None]:
+        yield
+        raise ValueError("bad file")
+
+    with compiled_from_the_first_call(), pytest.raises(ValueError, match="bad file") as raised:
+        load("a.txt")
+    text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
+    assert '<hookbus compiled call: 1 around, 0 pre, 0 post>", line' in text
+    assert "resumed = next(gen_0, FINISHED)" in text
 
 
 def test_a_plan_that_lives_for_one_call_compiles_nothing_and_a_kept_one_compiles_once() -> None:

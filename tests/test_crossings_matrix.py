@@ -40,8 +40,8 @@ It registers the hooks, dispatches twice, and checks the bus. The invariants:
 ``test_crossings_hold_everywhere`` draws scenarios; ``test_crossings_that_once_broke_hold``
 runs, every time, one pinned scenario for each crossing that was once broken.
 ``test_crossings_hold_on_compiled_calls`` draws the scenarios whose calls run as compiled
-code (``hookbus._compiled_call``: plain pre, post and exception hooks on a sync point,
-errors raised, no trace), which the options drawn above rarely leave, and checks that
+code (``hookbus._compiled_call``: plain around, pre, post and exception hooks on a sync
+point, errors raised, no trace), which the options drawn above rarely leave, and checks that
 they did.
 
 Profiles (the environment variable ``HOOKBUS_HYPOTHESIS_PROFILE``, as for the state
@@ -1055,14 +1055,16 @@ def test_crossings_hold_everywhere(scenario: Scenario) -> None:
 
 @st.composite
 def compiled_scenarios(draw: Any) -> Scenario:
-    """Scenarios whose hooked calls compile: plain pre, post and exception hooks (any
-    behaviour, priority and name form) on a sync function or method, errors raised."""
+    """Scenarios whose hooked calls compile: plain around, pre, post and exception hooks
+    (any behaviour, priority and name form) on a sync function or method, errors raised."""
     specs = st.builds(
         lambda kind, behaviour, priority, name_form: _one(
             kind, behaviour, priority=priority, name_form=name_form
         ),
-        st.sampled_from(("pre", "post", "exception")),
-        st.sampled_from(BEHAVIOURS["pre"] + BEHAVIOURS["post"] + BEHAVIOURS["exception"]),
+        st.sampled_from(("around", "pre", "post", "exception")),
+        st.sampled_from(
+            sum((BEHAVIOURS[kind] for kind in ("around", "pre", "post", "exception")), ())
+        ),
         st.integers(-1, 1),
         st.sampled_from(tuple(NAMES)),
     ).filter(lambda spec: spec.behaviour in BEHAVIOURS[spec.kind])

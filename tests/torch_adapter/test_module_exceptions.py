@@ -378,6 +378,49 @@ def test_a_failed_module_call_lets_go_of_its_argument_when_an_exception_hook_rai
         net.detach()
 
 
+def _interrupts(ctx: CallContext) -> None:
+    raise KeyboardInterrupt
+
+
+def _passes(ctx: CallContext) -> Iterator[None]:
+    yield
+
+
+@pytest.mark.parametrize("point", ["module", "every_module"])
+@pytest.mark.parametrize("around_hook", [False, True])
+def test_a_failed_module_call_lets_go_of_its_argument_when_an_exception_hook_interrupts(
+    point: str, around_hook: bool
+) -> None:
+    """An exception hook that raises a ``KeyboardInterrupt`` (no ``Exception``: it ends the
+    call instead of the forward's error) leaves no reference cycle through the context that
+    held the forward's error, with or without an around hook to resume: reference counting
+    alone frees the call's argument (the collector is off)."""
+
+    class Argument:
+        pass
+
+    bus = hookbus.EventBus()
+    model = nn.Sequential(_Fails())
+    net = hookbus.torch.attach(model, bus)
+    every = hookbus.torch.every_module(bus, name="every")
+    name = "0" if point == "module" else "every"
+    bus.exception(name, _interrupts)
+    if around_hook:
+        bus.around(name, _passes)
+    argument = Argument()
+    alive = weakref.ref(argument)
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model[0](argument)
+        del argument
+        assert alive() is None, "the argument of an interrupted module call outlived it"
+    finally:
+        gc.enable()
+        every.remove()
+        net.detach()
+
+
 @pytest.mark.parametrize("point", ["module", "every_module"])
 def test_a_pre_hook_that_removes_the_hooks_then_raises_lets_go_of_the_call_s_argument(
     point: str,
