@@ -262,7 +262,7 @@ def around_source_of(shape: AroundShape) -> str:
         lines += _hook_block("pre", i, core, ["raise"])
     arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
     lines += [
-        f"{core}if ctx._skipped:",
+        f"{core}if ctx._rare is not None and ctx._rare.skipped:",  # ctx.skipped, inline
         f"{core}    result = ctx._result",
         f"{core}else:",
         f"{core}    result = call({arguments})",
