@@ -234,7 +234,8 @@ async def run_phase_async(
             finally:
                 if tracer is not None:
                     tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
-            if ctx._recovered and phase == "exception":  # the post hooks run on the value
+            # ctx.recovered, read inline: the post hooks run on the value
+            if phase == "exception" and ctx._rare is not None and ctx._rare.recovered:
                 break
     except BaseException:
         errors.clear()  # collected before a BaseException: their tracebacks hold this frame
@@ -259,19 +260,20 @@ async def recover_or_raise_async(
     cycle that keeps the call's arguments alive until the garbage collector runs.
     """
     ctx.phase = "exception"
-    ctx._exception = error
+    rare = ctx._rare_state()
+    rare.exception = error
     left: Optional[BaseException] = None
     try:
         await run_phase_async(registry, plan.exception, ctx)
-        if ctx._recovered and plan.post and not posts_ran:
+        if rare.recovered and plan.post and not posts_ran:
             ctx.phase = "post"
             await run_phase_async(registry, plan.post, ctx)  # may raise: see finally
-        left, ctx._exception = ctx._exception, None
-        if not ctx._recovered:
+        left, rare.exception = rare.exception, None
+        if not rare.recovered:
             raise cast(BaseException, left)
         return ctx._result
     finally:
-        ctx._exception = None
+        rare.exception = None
         # This frame is in the tracebacks of the errors the hooks raised (their frames
         # point back to it), recovered or not, a post hook's after a recovery included:
         # no cycle through it.
@@ -309,7 +311,7 @@ async def call_with_hooks_async(
         try:
             if plan.pre:  # 2.
                 await run_phase_async(registry, plan.pre, ctx)
-            if ctx._skipped:  # 3.
+            if ctx._rare is not None and ctx._rare.skipped:  # 3. (ctx.skipped, inline)
                 result = ctx._result
             elif bound:
                 result = await fn(ctx.target, *ctx._args, **ctx._kwargs)
@@ -411,14 +413,15 @@ async def resume_arounds_async(
                     continue
             else:
                 ctx.phase = "exception"
-                ctx._exception = error
-                ctx._recovered = False
+                rare = ctx._rare_state()
+                rare.exception = error
+                rare.recovered = False
                 try:
                     await around.athrow(error) if async_gen else around.throw(error)
                 finally:
-                    ctx._exception = None
+                    rare.exception = None
         except (StopIteration, StopAsyncIteration):  # it finished, after the error
-            if ctx._recovered and isinstance(error, Exception):
+            if ctx.recovered and isinstance(error, Exception):
                 error, result = None, ctx._result
             continue  # caught without ctx.recover(): the error goes on
         except BaseException as failure:

@@ -1056,15 +1056,10 @@ class EventBus:
                     ctx.call_index = next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
-                    ctx._exception = None
-                    ctx._recovered = False
-                    ctx._skipped = False
                     ctx._data = None
+                    ctx._rare = None
                     ctx._point = point
-                    if ctx._skipped:
-                        result = ctx._result
-                    else:
-                        result = call(*ctx._args, **ctx._kwargs)
+                    result = call(*ctx._args, **ctx._kwargs)
                     ctx.phase = "post"
                     ctx._result = result
                     try:

@@ -155,10 +155,8 @@ def _context_lines(indent: str) -> List[str]:
             ("call_index", "next(counter)"),
             ("phase", '"pre"'),
             ("_result", "None"),
-            ("_exception", "None"),
-            ("_recovered", "False"),
-            ("_skipped", "False"),
             ("_data", "None"),
+            ("_rare", "None"),
             ("_point", "point"),
         )
     ]
@@ -182,12 +180,15 @@ def source_of(shape: Shape) -> str:
     for i in range(pre):
         lines += _hook_block("pre", i, inner, ["raise"])
     arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
-    lines += [
-        f"{inner}if ctx._skipped:",
-        f"{inner}    result = ctx._result",
-        f"{inner}else:",
-        f"{inner}    result = call({arguments})",
-    ]
+    if pre:  # only a pre hook can skip the call (ctx.skipped, read inline)
+        lines += [
+            f"{inner}if ctx._rare is not None and ctx._rare.skipped:",
+            f"{inner}    result = ctx._result",
+            f"{inner}else:",
+            f"{inner}    result = call({arguments})",
+        ]
+    else:
+        lines.append(f"{inner}result = call({arguments})")
     if exception:  # a pre hook or the call raised: the exception hooks
         lines += [
             f"{body}except Exception as error:",
@@ -261,7 +262,7 @@ def around_source_of(shape: AroundShape) -> str:
         lines += _hook_block("pre", i, core, ["raise"])
     arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
     lines += [
-        f"{core}if ctx._skipped:",
+        f"{core}if ctx._rare is not None and ctx._rare.skipped:",  # ctx.skipped, inline
         f"{core}    result = ctx._result",
         f"{core}else:",
         f"{core}    result = call({arguments})",

@@ -10,7 +10,17 @@ reads it costs nothing, and each read or write finds the parameter in
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, Generic, Iterator, List, MutableMapping, Optional, Tuple, overload
+from typing import (
+    Any,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    MutableMapping,
+    Optional,
+    Tuple,
+    overload,
+)
 
 from typing_extensions import TypeVar
 
@@ -19,6 +29,7 @@ __all__ = [
     "CallContext",
     "Layout",
     "NoSignatureError",
+    "RareState",
     "layout_of",
     "rebind",
     "reject_returned",
@@ -88,15 +99,15 @@ class CallContext(Generic[R]):
         31
     """
 
+    # Ten slots, each filled by every call. What few calls need (a skip, a recovery,
+    # the error) shares one: None until a hook needs it (see RareState).
     __slots__ = (
         "_args",
         "_data",
-        "_exception",
         "_kwargs",
         "_point",
-        "_recovered",
+        "_rare",
         "_result",
-        "_skipped",
         "call_index",
         "name",
         "phase",
@@ -120,10 +131,8 @@ class CallContext(Generic[R]):
         self.call_index = call_index
         self.phase = phase
         self._result: Any = None
-        self._exception: Optional[BaseException] = None
-        self._recovered = False
-        self._skipped = False
         self._data: Optional[Dict[str, Any]] = None
+        self._rare: Optional[RareState] = None
         # The hook point: it gives ctx.arguments its signature, and says whether
         # the call can be skipped. None for a context made by hand.
         self._point = point
@@ -169,12 +178,23 @@ class CallContext(Generic[R]):
         ctx.call_index = call_index
         ctx.phase = phase
         ctx._result = result
-        ctx._exception = None
-        ctx._recovered = False
-        ctx._skipped = False
         ctx._data = None
+        ctx._rare = None
         ctx._point = point
         return ctx
+
+    def _rare_state(self) -> RareState:
+        """This call's own :class:`RareState`, to write to: made at the first need (a
+        context belongs to one call, whose hooks run one at a time: no two threads make
+        it at once), skipped if the shared :data:`SKIPPED_ONLY` stood for it."""
+        rare = self._rare
+        if rare is None or rare is SKIPPED_ONLY:
+            made = RareState()  # every field set here: see RareState
+            made.exception = None
+            made.recovered = False
+            made.skipped = rare is not None
+            rare = self._rare = made
+        return rare
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise TypeError(
@@ -254,17 +274,20 @@ class CallContext(Generic[R]):
     @property
     def skipped(self) -> bool:
         """Whether a pre hook called :meth:`skip`: the callable did not run."""
-        return self._skipped
+        rare = self._rare
+        return rare is not None and rare.skipped
 
     @property
     def exception(self) -> Optional[BaseException]:
         """The error the call raised (exception hooks only), else ``None``."""
-        return self._exception
+        rare = self._rare
+        return None if rare is None else rare.exception
 
     @property
     def recovered(self) -> bool:
         """Whether an exception hook called :meth:`recover`."""
-        return self._recovered
+        rare = self._rare
+        return rare is not None and rare.recovered
 
     @property
     def data(self) -> Dict[str, Any]:
@@ -300,7 +323,10 @@ class CallContext(Generic[R]):
             raise RuntimeError(
                 f"ctx.recover() is for exception hooks; this is a {self.phase!r} hook"
             )
-        self._recovered = True
+        rare = self._rare  # made when the error was set, unless the context was made by hand
+        if rare is None or rare is SKIPPED_ONLY:
+            rare = self._rare_state()
+        rare.recovered = True
         self._result = value
 
     @overload
@@ -347,19 +373,61 @@ class CallContext(Generic[R]):
         refusal = None if point is None else point.skip_refusal
         if refusal is not None:
             raise RuntimeError(refusal)
-        self._skipped = True
+        if self._rare is None:
+            self._rare = SKIPPED_ONLY  # the common case: no allocation
+        else:
+            self._rare_state().skipped = True
         self._result = value
 
     def __repr__(self) -> str:
         # Argument values may be secrets or large tensors: show their count, not them.
         target = type(self.target).__name__ if self.target is not None else None
-        extra = f" exception={type(self._exception).__name__}" if self._exception else ""
-        extra += " skipped" if self._skipped else ""
+        exception = self.exception
+        extra = f" exception={type(exception).__name__}" if exception else ""
+        extra += " skipped" if self.skipped else ""
         return (
             f"<CallContext {self.phase} {self.name!r} target={target} "
             f"call_index={self.call_index} args={len(self._args)} "
             f"kwargs={sorted(self._kwargs)}{extra}>"
         )
+
+
+class RareState:
+    """What few calls need of their context, apart from it: a call that needs none of
+    it stores one ``None`` (``CallContext._rare``) instead of three fields.
+
+    ``skipped`` and ``recovered``: whether a hook called ``ctx.skip()`` or
+    ``ctx.recover()``; ``exception``: the error the exception hooks see. One per call
+    that needs it, made by ``CallContext._rare_state``; a call whose only rare state
+    is a skip (a cache hit) shares :data:`SKIPPED_ONLY` instead.
+    """
+
+    __slots__ = ("exception", "recovered", "skipped")
+    # No __init__: CallContext._rare_state sets every field (calling a class with an
+    # __init__ costs twice what the three stores do, on the exception hooks' path).
+    exception: Optional[BaseException]
+    recovered: bool
+    skipped: bool
+
+
+class _SkippedOnly(RareState):
+    """The rare state of a call that was skipped and nothing else: one, shared, that
+    refuses writes (``CallContext._rare_state`` replaces it with a call's own first)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        for field, value in (("exception", None), ("recovered", False), ("skipped", True)):
+            object.__setattr__(self, field, value)
+
+    def __setattr__(self, field: str, value: object) -> None:
+        raise AttributeError(
+            f"SKIPPED_ONLY is shared by every call that was skipped and nothing else: "
+            f"write to CallContext._rare_state(), never set {field!r} on it"
+        )
+
+
+SKIPPED_ONLY = _SkippedOnly()
 
 
 def rebind(
@@ -386,7 +454,8 @@ def rebind(
     ctx.target = target
     ctx._args = args
     ctx._kwargs = kwargs
-    ctx._exception = exception
+    if exception is not None or ctx._rare is not None:
+        ctx._rare_state().exception = exception
 
 
 _HOW_TO_CHANGE = {

@@ -167,7 +167,8 @@ def note_fast_error(
 def replace_error(ctx: CallContext, error: Exception) -> None:
     """An exception hook raised ``error``: it is the call's error from now on, and a
     recovery the hook made before raising is void (raising is its last word)."""
-    if error.__context__ is None and error is not ctx._exception:
-        error.__context__ = ctx._exception  # shown as "during handling of ..."
-    ctx._exception = error
-    ctx._recovered = False
+    rare = ctx._rare_state()
+    if error.__context__ is None and error is not rare.exception:
+        error.__context__ = rare.exception  # shown as "during handling of ..."
+    rare.exception = error
+    rare.recovered = False

@@ -558,7 +558,8 @@ def make_hookable(
             if plan is None:
                 return call(*args, **kwargs)
             # Compiled for this plan (or the reference sequence); see _compiled_call.
-            return plan.run(point, plan, args, kwargs)
+            run = plan.run  # a slot: read, then called (a method-style call can't specialize)
+            return run(point, plan, args, kwargs)
 
         wrapper = call_point
 

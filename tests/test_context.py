@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Dict, List
 
 import pytest
@@ -38,6 +39,78 @@ def test_call_context_fields_and_per_call_data() -> None:
         ("work", work.__wrapped__, (3,), {"b": 4}, 7, 100),  # type: ignore[attr-defined]
     ]
     assert "hunter" not in repr(CallContext("n", None, ("hunter2",), {}))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["compiled", "reference"])
+def test_data_a_skip_a_recovery_and_the_error_are_each_the_calls_own(traced: bool) -> None:
+    # Each call starts with no data, no skip, no recovery and no error, whatever the
+    # call before it set; within a call, its hooks see all four side by side.
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(key: str) -> str:
+        if key == "bad":
+            raise KeyError(key)
+        return key.upper()
+
+    seen: List[Any] = []
+
+    def before(ctx: CallContext) -> None:
+        seen.append(("pre", dict(ctx.data), ctx.skipped, ctx.recovered, ctx.exception))
+        ctx.data["key"] = ctx.args[0]
+        if ctx.args[0] == "cached":
+            ctx.skip("from cache")
+
+    def on_error(ctx: CallContext) -> None:
+        seen.append(("exception", ctx.data["key"], ctx.recovered, type(ctx.exception)))
+        ctx.recover("recovered")
+
+    def after(ctx: CallContext) -> None:
+        seen.append(("post", ctx.data["key"], ctx.skipped, ctx.recovered, ctx.result))
+
+    bus.pre("load", before)
+    bus.exception("load", on_error)
+    bus.post("load", after)
+    load("warm")  # a hook point compiles its plan at the second call
+    seen.clear()
+    with bus.trace() if traced else contextlib.nullcontext():
+        results = [load(key) for key in ("cached", "bad", "plain", "cached")]
+    assert results == ["from cache", "recovered", "PLAIN", "from cache"]
+    fresh = ("pre", {}, False, False, None)
+    assert seen == [
+        fresh, ("post", "cached", True, False, "from cache"),
+        fresh, ("exception", "bad", False, KeyError), ("post", "bad", False, True, "recovered"),
+        fresh, ("post", "plain", False, False, "PLAIN"),
+        fresh, ("post", "cached", True, False, "from cache"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["compiled", "reference"])
+def test_a_skipped_call_that_recovers_is_both_and_the_next_skipped_call_is_not_recovered(
+    traced: bool,
+) -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(key: str) -> str:
+        return key
+
+    seen: List[Any] = []
+
+    def fail_after_the_skip(ctx: CallContext) -> None:
+        if ctx.args[0] == "fails":
+            raise ValueError("a pre hook after the skip")
+
+    bus.pre("load", lambda ctx: ctx.skip("skipped"), priority=1)
+    bus.pre("load", fail_after_the_skip)
+    bus.exception("load", lambda ctx: ctx.recover("recovered"))
+    bus.post("load", lambda ctx: seen.append((ctx.skipped, ctx.recovered, ctx.result)))
+    load("warm")  # a hook point compiles its plan at the second call
+    seen.clear()
+    with bus.trace() if traced else contextlib.nullcontext():
+        assert load("fails") == "recovered"
+        assert load("plain") == "skipped"
+    assert seen == [(True, True, "recovered"), (True, False, "skipped")]
 
 
 def test_recover_outside_an_exception_hook_is_an_error() -> None:
