@@ -23,6 +23,11 @@ each point passes in): async hooks, hooks with an option (``once``, ``weak``,
 kind. ``call_with_hooks`` stays the semantics; the generated code is checked against
 it for any plan (``tests/test_compiled_call.py``).
 
+An adapter whose framework calls it after the call (torch's forward hooks) runs the
+post phase alone: :func:`compile_post_phase` generates it for plain post hooks, the
+context built inline and the hooks called one after another, and returns the
+result they leave (``run(point, target, args, kwargs, result)``).
+
 The source of each shape is registered with :mod:`linecache`, so a traceback through
 a generated call shows its lines, and :func:`explain` returns it for a plan.
 """
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
     from ._handle import Handle
     from ._plan import PointPlan
 
-__all__ = ["MAX_HOOKS", "Runner", "compile_call", "explain"]
+__all__ = ["MAX_HOOKS", "PostRunner", "Runner", "compile_call", "compile_post_phase", "explain"]
 
 MAX_HOOKS = 8
 """The most around (or pre, or post) hooks a generated call binds; more run the loop."""
@@ -139,11 +144,12 @@ def _target_lines(indent: str) -> List[str]:
     ]
 
 
-def _context_lines(indent: str) -> List[str]:
+def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> List[str]:
     """Build the call's context, ``ctx``: what ``CallContext.for_call`` builds, inline.
 
-    Every shape fills the context here, from ``name``, ``target``, ``args``,
-    ``kwargs``, ``counter`` and ``point``."""
+    Every shape (and the post phase alone) fills the context here, from ``name``,
+    ``target``, ``args``, ``kwargs``, ``counter`` and ``point``; it starts in
+    ``phase``, its result the expression ``result``."""
     lines = [f"{indent}ctx = new(CallContext)"]
     lines += [
         f"{indent}ctx.{field} = {value}"
@@ -153,8 +159,8 @@ def _context_lines(indent: str) -> List[str]:
             ("_args", "args"),
             ("_kwargs", "kwargs"),
             ("call_index", "next(counter)"),
-            ("phase", '"pre"'),
-            ("_result", "None"),
+            ("phase", f'"{phase}"'),
+            ("_result", result),
             ("_data", "None"),
             ("_rare", "None"),
             ("_point", "point"),
@@ -328,12 +334,18 @@ def _factory(shape: Union[Shape, AroundShape]) -> Tuple[Callable[..., Runner], s
             f"<hookbus compiled call: {arounds}{pre} pre, {post} post"
             f"{', exception' if exception else ''}{', method' if bound else ''}>"
         )
-        namespace: Dict[str, Any] = dict(_GLOBALS)
-        exec(compile(source, filename, "exec"), namespace)  # our own source, from the shape alone
-        # Tracebacks read the lines from here (mtime None: checkcache keeps the entry).
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        made = _FACTORIES[shape] = (namespace["make"], source)
+        made = _FACTORIES[shape] = (_compiled_make(source, filename), source)
     return made
+
+
+def _compiled_make(source: str, filename: str) -> Callable[..., Any]:
+    """The ``make`` factory that ``source`` defines, compiled as ``filename``."""
+    namespace: Dict[str, Any] = dict(_GLOBALS)
+    exec(compile(source, filename, "exec"), namespace)  # our own source, from a shape alone
+    # Tracebacks read the lines from here (mtime None: checkcache keeps the entry).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    make: Callable[..., Any] = namespace["make"]
+    return make
 
 
 def compile_call(
@@ -394,3 +406,74 @@ def _why_reference(plan: PointPlan) -> str:
     if not plan.direct:
         return "a hook with an option, an error policy other than 'raise', or a trace open"
     return f"more than {MAX_HOOKS} hooks of a kind"
+
+
+PostRunner = Callable[[Any, Any, Tuple[Any, ...], Dict[str, Any], Any], Any]
+"""A compiled post phase: ``run(point, target, args, kwargs, result)`` returns the result
+the hooks leave (``result`` itself unless one assigned ``ctx.result``)."""
+
+# The factory of each post phase compiled so far, by its number of hooks, with its source.
+_POST_FACTORIES: Dict[int, Tuple[Callable[..., PostRunner], str]] = {}
+
+
+def post_source_of(count: int) -> str:
+    """The Python source of the factory of a post phase of ``count`` plain hooks."""
+    hooks = [f"post_{i}, post_{i}_handle" for i in range(count)]
+    params = ", ".join(["name", "counter", *hooks])
+    body = "        "
+    lines = [f"def make({params}):", "    def run_post(point, target, args, kwargs, result):"]
+    lines += _context_lines(body, "post", "result")
+    for i in range(count):
+        lines += _hook_block("post", i, body, ["raise"])
+    lines += [f"{body}return ctx._result", "    return run_post"]
+    return "\n".join(lines) + "\n"
+
+
+def _post_factory(count: int) -> Tuple[Callable[..., PostRunner], str]:
+    made = _POST_FACTORIES.get(count)
+    if made is None:
+        source = post_source_of(count)
+        filename = f"<hookbus compiled post phase: {count} post>"
+        made = _POST_FACTORIES[count] = (_compiled_make(source, filename), source)
+    return made
+
+
+def compile_post_phase(
+    hooks: Tuple[Callable[..., Any], ...],
+    handles: Tuple[Any, ...],
+    *,
+    name: str,
+    counter: Any,
+) -> Optional[PostRunner]:
+    """The post phase of plain hooks, generated: ``run(point, target, args, kwargs, result)``.
+
+    ``hooks`` are the bare callables of a plan's plain post hooks (``plan.fast["post"]``,
+    which is ``None`` when any hook has an option, a trace is open, or errors don't
+    raise), ``handles`` their handles, in the same order; ``name`` is the point's
+    name and ``counter`` numbers its calls (``ctx.call_index``). Each call builds one
+    :class:`CallContext` in the post phase (``ctx.result`` starts as ``result``),
+    calls the hooks in order, refuses a returned value and names a failing hook as
+    :func:`run_phase` does, and returns the result they leave. Returns ``None`` for
+    more than :data:`MAX_HOOKS` hooks: run the phase with :func:`run_phase` then.
+
+    Example:
+        >>> import itertools
+        >>> from hookbus import adapter
+        >>> bus = adapter.EventBus()
+        >>> def double(ctx):
+        ...     ctx.result = ctx.result * 2
+        >>> handle = adapter.Handle.plain(bus.registry, "post", "job", double)
+        >>> run = adapter.compile_post_phase(
+        ...     (double,), (handle,), name="job", counter=itertools.count()
+        ... )
+        >>> run(None, None, (), {}, 21)
+        42
+    """
+    count = len(hooks)
+    if count > MAX_HOOKS:
+        return None
+    make, _ = _post_factory(count)
+    bound: List[Any] = []
+    for hook, handle in zip(hooks, handles):
+        bound += (hook, handle)
+    return make(name, counter, *bound)

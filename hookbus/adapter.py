@@ -47,8 +47,9 @@ from __future__ import annotations
 
 from ._arounds import Started
 from ._bus import EventBus
+from ._compiled_call import PostRunner, compile_post_phase
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
-from ._errors import add_note, describe
+from ._errors import describe
 from ._handle import Handle, HandleGroup, Removable, where_defined
 from ._kinds import (
     PLAIN,
@@ -77,13 +78,14 @@ __all__ = [
     "PointKind",
     "PointPlan",
     "PointSource",
+    "PostRunner",
     "Removable",
     "Started",
     "add_hook_kind",
-    "add_note",
     "add_point_kind",
     "call_with_hooks",
     "check_name",
+    "compile_post_phase",
     "describe",
     "hook_kind",
     "is_pattern",

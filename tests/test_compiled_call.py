@@ -567,3 +567,118 @@ def test_the_compiled_context_is_the_one_call_context_init_builds() -> None:
     built = CallContext("work", target, (3,), {"tag": "t"}, 0, "pre", ctx._point)
     assert fields == [{s: getattr(built, s) for s in slots}]
     assert type(ctx) is CallContext
+
+
+# --- the post phase alone, as an adapter runs it after its framework's call ------------
+
+post_phases = st.lists(
+    st.sampled_from(("none", "value", "raise", "replace", "interrupt")), max_size=10
+)
+
+
+def _post_outcome(behaviours: List[str], compiled: bool) -> Tuple[List[Any], Any, Any]:
+    """Run one post phase, generated or by ``run_phase``: what the hooks saw, the result
+    left, and the error raised with its notes."""
+    import itertools
+
+    from hookbus import adapter
+
+    bus = EventBus()
+    log: List[Any] = []
+
+    def make(index: int, behaviour: str) -> Callable[..., Any]:
+        def hook(ctx: CallContext) -> Any:
+            log.append(
+                (index, ctx.name, ctx.phase, ctx.args, ctx.kwargs, ctx.result, ctx.call_index)
+            )
+            if behaviour == "value":
+                return index
+            if behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            if behaviour == "replace":
+                ctx.result = [*ctx.result, index]
+            if behaviour == "interrupt":
+                raise Interrupt(f"hook {index}")
+            return None
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    hooks = tuple(make(i, b) for i, b in enumerate(behaviours))
+    handles = tuple(adapter.Handle.plain(bus.registry, "post", "job", h) for h in hooks)
+    counter = itertools.count(5)
+    output: List[int] = []
+    result: Any = None
+    error: Any = None
+    try:
+        run = adapter.compile_post_phase(hooks, handles, name="job", counter=counter)
+        if compiled and run is not None:
+            result = run(None, "target", (1,), {"k": 2}, output)
+        else:
+            ctx = CallContext.for_call("job", "target", (1,), {"k": 2}, next(counter), "post")
+            ctx.result = output
+            adapter.run_phase(bus.registry, handles, ctx)
+            result = ctx.result
+    except (ValueError, TypeError, Interrupt) as raised:
+        error = (type(raised), str(raised), getattr(raised, "__notes__", []))
+    return log, result, error
+
+
+@settings(max_examples=200)
+@given(post_phases)
+def test_a_compiled_post_phase_does_what_run_phase_does(behaviours: List[str]) -> None:
+    assert _post_outcome(behaviours, compiled=True) == _post_outcome(behaviours, compiled=False)
+
+
+def test_a_post_phase_longer_than_the_generated_ones_is_left_to_run_phase() -> None:
+    from hookbus import adapter
+
+    bus = EventBus()
+    hooks = tuple((lambda ctx: None) for _ in range(_compiled_call.MAX_HOOKS + 1))
+    handles = tuple(adapter.Handle.plain(bus.registry, "post", "job", h) for h in hooks)
+    assert adapter.compile_post_phase(hooks, handles, name="job", counter=iter(())) is None
+    run = adapter.compile_post_phase(hooks[:-1], handles[:-1], name="job", counter=iter((0,)))
+    assert run is not None
+    assert run(None, None, (), {}, "out") == "out"
+
+
+def test_a_traceback_through_a_compiled_post_phase_shows_its_lines() -> None:
+    import itertools
+
+    from hookbus import adapter
+
+    bus = EventBus()
+
+    def fails(ctx: CallContext) -> None:
+        raise ValueError("boom")
+
+    handle = adapter.Handle.plain(bus.registry, "post", "job", fails)
+    run = adapter.compile_post_phase((fails,), (handle,), name="job", counter=itertools.count())
+    assert run is not None
+    with pytest.raises(ValueError, match="boom") as raised:
+        run(None, None, (), {}, 1)
+    text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
+    assert "<hookbus compiled post phase: 1 post>" in text
+    assert "returned = post_0(ctx)" in text
+
+
+def test_the_compiled_post_context_is_the_one_call_context_init_builds() -> None:
+    import itertools
+
+    from hookbus import adapter
+
+    bus = EventBus()
+    slots = [s for s in CallContext.__slots__ if s != "__weakref__"]
+    fields: List[Dict[str, Any]] = []
+
+    def post(ctx: CallContext) -> None:
+        fields.append({s: getattr(ctx, s) for s in slots})
+
+    point = object()
+    handle = adapter.Handle.plain(bus.registry, "post", "job", post)
+    run = adapter.compile_post_phase((post,), (handle,), name="job", counter=itertools.count(3))
+    assert run is not None
+    run(point, "target", (1,), {"k": 2}, "out")
+    built = CallContext("job", "target", (1,), {"k": 2}, 3, "post", point)
+    built.result = "out"
+    assert fields == [{s: getattr(built, s) for s in slots}]

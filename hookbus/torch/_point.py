@@ -63,12 +63,11 @@ from ..adapter import (
     EventBus,
     Handle,
     Layout,
+    PostRunner,
     Started,
-    add_note,
-    describe,
+    compile_post_phase,
     layout_of,
     rebind,
-    reject_returned,
     resume_arounds,
     run_phase,
     start_arounds,
@@ -188,7 +187,8 @@ class ModulePoint:
         self._pre: _Hooks = ()
         self._post: _Hooks = ()
         self._post_fast: _Fast = None
-        self._post_alone: _Fast = None  # _post_fast when post hooks are all there is
+        # The post phase compiled (compile_post_phase) when plain post hooks are all there is.
+        self._post_alone: Optional[PostRunner] = None
         self._exception: _Hooks = ()
         self._backward_pre: _Hooks = ()
         self._backward: _Hooks = ()
@@ -275,7 +275,12 @@ class ModulePoint:
                 or ((bool(pre) or pending) and bool(post or exception or grad))
             )
             self._always = bool(exception) or self._shared
-            self._post_alone = None if self._always or grad else self._post_fast
+            alone = None if self._always or grad else self._post_fast
+            self._post_alone = (
+                None
+                if alone is None
+                else compile_post_phase(alone, post, name=self.name, counter=self._calls)
+            )
             self._sync(module, "pre", bool(pre or around or held))
             self._sync(module, "post", bool(post or exception or grad or around or held))
             self._sync(module, "backward_pre", bool(self._backward_pre))
@@ -608,21 +613,9 @@ class ModulePoint:
                     # holds the call's arguments: no cycle through the error.
                     del error
                 return None
-        fast = self._post_alone
-        if fast is not None:
-            # The common case (plain post hooks only), kept short: it runs per call.
-            ctx = _for_call(
-                self.name, module, args, kwargs, next(self._calls), "post", self, output
-            )
-            for hook in fast:
-                try:
-                    returned = hook(ctx)
-                    if returned is not None:
-                        reject_returned(self._post[fast.index(hook)], ctx, returned)
-                except Exception as error:
-                    add_note(error, describe(self._post[fast.index(hook)], self.name))
-                    raise
-            result = ctx.result
+        run = self._post_alone
+        if run is not None:  # the common case (plain post hooks only), generated for its plan
+            result = run(self, module, args, kwargs, output)
             return None if result is output else self._replaced(output, result)
         return self._on_post_full(module, args, kwargs, output)
 
@@ -916,5 +909,8 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
     point._pre = point._post = point._backward_pre = point._backward = (
         Handle.plain(_NO_HOOKS.registry, "post", name, remove),
     )
-    point._post_fast = point._post_alone = (remove,)
+    point._post_fast = (remove,)
+    point._post_alone = compile_post_phase(
+        point._post_fast, point._post, name=name, counter=point._calls
+    )
     return point
