@@ -87,11 +87,13 @@ def _dispatcher(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         modes = state.modes
         if not modes or state.depth:
             return original(*args, **kwargs)
-        call: Callable[..., Any] = original
-        for mode in modes:  # the innermost handles the call first, as with torch's modes
-            call = _Through(mode, call, name)
         state.depth += 1
         try:
+            if len(modes) == 1:  # the common case: one hooked attention runs
+                return modes[0].__torch_function__(original, (), args, kwargs)
+            call: Callable[..., Any] = original
+            for mode in modes:  # the innermost handles the call first, as with torch's modes
+                call = _Through(mode, call, name)
             return call(*args, **kwargs)
         finally:
             state.depth -= 1
