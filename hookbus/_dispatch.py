@@ -43,10 +43,15 @@ Hooks around a call
       ``CallContext``; every other path ends here, the exception phase included
       (``recover_or_raise``).
 
-The torch adapter (``torch/_point.py``, one native hook per phase and module)
+The torch adapter (``torch/_point.py``, one native hook per phase and module; operations and names)
     * ``ModulePoint._on_post``: the inline fast loop for post hooks alone (the
       common case). Slow twin: ``_on_post_full``, through ``run_phase``.
     * Every other phase of a module builds its context, then runs ``run_phase``.
+    * ``OperationSite.run`` (``torch/_operations.py``): the inline loop for an
+      operation point's post hooks alone (a names vocabulary's value read or
+      replaced, rows 13 and 14). Slow twin: ``run_phase``.
+    * ``NamePoint.emit`` (``torch/_value_point.py``): the inline loop for a name's
+      plain post hooks. Slow twin: ``run_phase``.
 
 Registration (``_registry.py``; row 2, register + remove, pays for these)
     * ``Registry.register``'s flat path, for a plain hook on an event's exact

@@ -53,11 +53,14 @@ from ..adapter import (
     Layout,
     PointPlan,
     Removable,
+    add_note,
     call_with_hooks,
     check_name,
+    describe,
     is_pattern,
     layout_of,
     matcher_for,
+    reject_returned,
     run_phase,
 )
 from . import _function_swap
@@ -69,6 +72,7 @@ from ._script_refusal import hold_script_refusal, release_script_refusal
 
 # The fast constructor, bound once: a classmethod is bound again at each access.
 _for_call = CallContext.for_call
+_Fast = Optional[Tuple[Callable[..., Any], ...]]  # a phase's bare callables, if plain
 _FORWARD = Where.FORWARD  # read per selected operation call: an enum member is a lookup
 
 __all__ = [
@@ -210,8 +214,9 @@ class OperationPoint:
         self.name = name
         self.plan: Optional[PointPlan] = None
         # The plan's post (or pre) hooks when they are all it has: the call then runs
-        # one phase around the operation, without the whole sequence (call_with_hooks).
-        self.post_alone: Optional[Tuple[Handle, ...]] = None
+        # one phase around the operation, without the whole sequence (call_with_hooks);
+        # post hooks with their bare callables, when the inline loop can run them.
+        self.post_alone: Optional[Tuple[Tuple[Handle, ...], _Fast]] = None
         self.pre_alone: Optional[Tuple[Handle, ...]] = None
         self._function = function
         self._calls = itertools.count()
@@ -241,7 +246,7 @@ class OperationPoint:
         post_alone = pre_alone = None
         if plan is not None and not (plan.around or plan.exception or plan.has_async):
             if not plan.pre:
-                post_alone = plan.post
+                post_alone = (plan.post, plan.fast.get("post"))
             elif not plan.post:
                 pre_alone = plan.pre
         # A call reads post_alone, then plan, then pre_alone: whichever it finds set
@@ -452,9 +457,20 @@ class OperationSite:
                 point.name, self._module(), args, kwargs, next(point._calls), "post", point,
                 result,
             )  # fmt: skip
+            handles, hooks = post
             thread.in_hooks += 1
             try:
-                run_phase(point.registry, post, ctx)
+                if hooks is None:
+                    run_phase(point.registry, handles, ctx)
+                else:  # plain hooks on a plain bus: the inline loop
+                    for hook in hooks:
+                        try:
+                            returned = hook(ctx)
+                            if returned is not None:
+                                reject_returned(handles[hooks.index(hook)], ctx, returned)
+                        except Exception as error:
+                            add_note(error, describe(handles[hooks.index(hook)], point.name))
+                            raise
             finally:
                 thread.in_hooks -= 1
             return ctx.result

@@ -10,9 +10,21 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
-from ..adapter import CallContext, EventBus, Layout, PointPlan, Removable, layout_of, run_phase
+from ..adapter import (
+    CallContext,
+    EventBus,
+    Handle,
+    Layout,
+    PointPlan,
+    Removable,
+    add_note,
+    describe,
+    layout_of,
+    reject_returned,
+    run_phase,
+)
 from ._module_kinds import NAME_POINT
 from ._recipes import Net, Recipe
 
@@ -54,8 +66,8 @@ class NamePoint:
     """
 
     __slots__ = (
-        "__weakref__", "_calls", "_installed", "_lock", "_net", "bus", "name", "plan", "recipe",
-        "registry", "slot",
+        "__weakref__", "_calls", "_fast", "_installed", "_lock", "_net", "bus", "name", "plan",
+        "recipe", "registry", "slot",
     )  # fmt: skip
 
     kinds = NAME_KINDS
@@ -70,6 +82,9 @@ class NamePoint:
         self.recipe = recipe
         self.slot = slot
         self.plan: Optional[PointPlan] = None
+        # The post hooks' bare callables when the inline loop can run them (plain hooks on
+        # a plain bus), with their handles: set whole, read once per value.
+        self._fast: Optional[Tuple[Tuple[Callable[..., Any], ...], Tuple[Handle, ...]]] = None
         self._net: Optional[Net] = net
         self._installed: List[Removable] = []
         self._calls = itertools.count()
@@ -97,8 +112,11 @@ class NamePoint:
             elif hooks != plan.hooks:
                 registry = self.registry
                 plan = PointPlan(hooks, registry.errors == "raise" and registry.tracer is None)
+        fast = plan.fast.get("post") if plan is not None else None
         with self._lock:
+            self._fast = None
             self.plan = plan
+            self._fast = (fast, plan.post) if fast and plan is not None else None
             net = self._net
             if plan is not None and not self._installed and net is not None:
                 self._installed = self.recipe.install(net, self.emit, self.slot)
@@ -109,11 +127,24 @@ class NamePoint:
 
     def emit(self, value: Any, target: Any) -> Any:
         """Run this name's hooks on ``value``; what they left in ``ctx.result``."""
-        plan = self.plan
-        if plan is None:
-            return value
-        ctx = _for_call(self.name, target, (), {}, next(self._calls), "post", self, value)
-        run_phase(self.registry, plan.post, ctx)
+        fast = self._fast
+        if fast is not None:  # the common case (plain hooks), kept short: it runs per value
+            ctx = _for_call(self.name, target, (), {}, next(self._calls), "post", self, value)
+            hooks = fast[0]
+            for hook in hooks:
+                try:
+                    returned = hook(ctx)
+                    if returned is not None:
+                        reject_returned(fast[1][hooks.index(hook)], ctx, returned)
+                except Exception as error:
+                    add_note(error, describe(fast[1][hooks.index(hook)], self.name))
+                    raise
+        else:
+            plan = self.plan
+            if plan is None:
+                return value
+            ctx = _for_call(self.name, target, (), {}, next(self._calls), "post", self, value)
+            run_phase(self.registry, plan.post, ctx)
         new = ctx.result
         if new is not value:
             _check_written(self.name, value, new)
@@ -123,7 +154,7 @@ class NamePoint:
         """No hook of this point runs any more, and its recipe's hooks are gone."""
         with self._lock:
             self._net = None
-            self.plan = None
+            self.plan = self._fast = None
             installed, self._installed = self._installed, []
         for handle in installed:
             handle.remove()
