@@ -11,7 +11,9 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``Registry.remove``);
 * the torch module point's inline post loop (``ModulePoint._on_post``) against
   ``run_phase``, and the context it builds against ``CallContext.__init__``
-  (these need PyTorch, and are skipped without it).
+  (these need PyTorch, and are skipped without it);
+* the operation point's and the name point's inline post loops
+  (``OperationSite.run``, ``NamePoint.emit``) against ``run_phase``.
 
 An open trace sends every call to the slow twin, so each test runs the same hooks
 both ways and compares what a user sees: the calls, the result, the error and its
@@ -320,3 +322,93 @@ def test_module_post_context_matches_call_context_init() -> None:
     assert fast._point is not None
     assert fast.name == "0"
     assert fast.result is x
+
+
+# --- the operation point's and the name point's inline post loops against run_phase ------
+
+
+def _make_hooks(plan: List[str], calls: List[int]) -> List[Any]:
+    def make(index: int, behaviour: str) -> Any:
+        def hook(ctx: CallContext) -> Any:
+            calls.append(index)
+            if behaviour == "double":
+                ctx.result = ctx.result * 2
+            elif behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            elif behaviour == "return":
+                return index
+            return None
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    return [make(index, behaviour) for index, behaviour in enumerate(plan)]
+
+
+def _run_traced_or_not(bus: EventBus, run: Callable[[], Any], slow: bool) -> Tuple[Any, Any]:
+    out: Any = None
+    error: Any = None
+    try:
+        if slow:
+            with bus.trace():  # a trace switches the point to run_phase
+                out = run()
+        else:
+            out = run()
+    except (ValueError, TypeError) as raised:
+        error = (type(raised), str(raised), getattr(raised, "__notes__", []))
+    return None if out is None else out.tolist(), error
+
+
+def _operation(plan: List[str], slow: bool) -> Tuple[List[int], Any, Any]:
+    model = nn.Sequential(nn.Softmax(dim=-1))
+    bus = EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    attached.operations("0", "softmax")
+    x = torch.tensor([[0.0, 1.0]])
+    model(x)  # the discovery forward makes the point
+    calls: List[int] = []
+    for hook in _make_hooks(plan, calls):
+        attached.post("0:softmax.0", hook)  # post hooks alone: the operation's inline loop
+    out, error = _run_traced_or_not(bus, lambda: model(x), slow)
+    attached.detach()
+    return calls, out, error
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+@settings(max_examples=30, deadline=None)
+@given(module_behaviours)
+def test_operation_post_fast_loop_matches_run_phase(plan: List[str]) -> None:
+    assert _operation(plan, slow=False) == _operation(plan, slow=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2() -> Any:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=1, n_head=2, n_embd=8, vocab_size=10, n_positions=8, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _name(model: Any, plan: List[str], slow: bool) -> Tuple[List[int], Any, Any]:
+    bus = EventBus()
+    attached = hookbus.torch.attach(model, bus, names="transformer")
+    calls: List[int] = []
+    for hook in _make_hooks(plan, calls):
+        bus.post("blocks.0.hook_resid_post", hook)  # plain hooks: the name's inline loop
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        out, error = _run_traced_or_not(bus, lambda: model(ids).logits, slow)
+    attached.detach()
+    return calls, out, error
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+@settings(max_examples=20, deadline=None)
+@given(module_behaviours)
+def test_name_post_fast_loop_matches_run_phase(tiny_gpt2: Any, plan: List[str]) -> None:
+    assert _name(tiny_gpt2, plan, slow=False) == _name(tiny_gpt2, plan, slow=True)

@@ -107,7 +107,11 @@ class ForwardSwap:
         self._own_forward: Any = vars(module).get("forward")  # a user's own, put back at the end
         self._replacements: List[Replacement] = []  # the last one wins
         self._bound: Any = None
-        self._watchers: Tuple[Watcher, ...] = ()  # replaced whole on change: read unlocked
+        # Replaced whole on change: read unlocked. Held weakly where a watcher is a bound
+        # method (a point or site of a bus): the swap lives as long as its module (a weak
+        # key of _swaps), so a strong reference would keep the bus, and through what its
+        # hooks hold, the module itself, alive for the process.
+        self._watchers: Tuple[Callable[[], Optional[Watcher]], ...] = ()
 
     @classmethod
     def acquire(cls, module: nn.Module) -> ForwardSwap:
@@ -174,18 +178,25 @@ class ForwardSwap:
         """Call ``watcher(caller, error)`` whenever a ``BaseException`` that is no
         ``Exception`` leaves the forward (torch runs no hook then); ``caller`` is the
         frame that called forward. It may raise: that error goes on instead."""
+        held: Callable[[], Optional[Watcher]] = (
+            weakref.WeakMethod(watcher) if inspect.ismethod(watcher) else _Strong(watcher)
+        )
         with self._lock:
-            self._watchers = (*self._watchers, watcher)
+            self._watchers = (*self._watchers, held)
 
     def unwatch(self, watcher: Watcher) -> None:
         """Undo :meth:`watch` (a watcher not watching is ignored)."""
         with self._lock:
-            self._watchers = tuple(each for each in self._watchers if each != watcher)
+            self._watchers = tuple(
+                each for each in self._watchers if each() not in (None, watcher)
+            )
 
     def _interrupted(self, caller: Any, error: BaseException) -> None:
         try:
-            for watcher in self._watchers:
-                watcher(caller, error)
+            for held in self._watchers:
+                watcher = held()
+                if watcher is not None:
+                    watcher(caller, error)
         finally:
             del error  # a watcher raises it through this frame: no cycle through it
 
@@ -368,3 +379,15 @@ def release_swaps(swaps: List[ForwardSwap]) -> None:
     for swap in swaps:
         swap.renew()  # code compiled while the capture's hooks were there goes with it
         swap.release()
+
+
+class _Strong:
+    """A watcher held strongly (a plain function), read like a weak reference."""
+
+    __slots__ = ("watcher",)
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def __call__(self) -> Watcher:
+        return self.watcher

@@ -15,7 +15,12 @@ module attribute (``nn.functional.softmax(...)``, as every Hugging Face
 attention calls it), not ``torch.softmax`` or ``x.softmax()``.
 
 ``release`` puts the original back once no site holds it, unless something else
-replaced the attribute since (then it is left as that code set it). Code that
+replaced the attribute since (then it is left as that code set it). A :class:`Hold`
+is what a site keeps: its swaps let go of by ``remove()``, or when it is collected
+(a model and bus dropped with a pattern hook still on must not leave the functions
+swapped for the process). A hold collected while this module's lock is taken (the
+garbage collector runs a finalizer wherever an allocation triggers it, the thread
+holding the lock included) is released by whoever lets go of the lock next. Code that
 swaps the function by hand may also put back what it saved before the swap was
 in place, dropping the dispatcher: :func:`in_place` tells, so that a site falls
 back to a mode for that call.
@@ -25,11 +30,14 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch.nn.functional as F
 
-__all__ = ["acquire", "enter", "in_place", "leave", "release", "swappable"]
+from ..adapter import Removable
+
+__all__ = ["Hold", "acquire", "enter", "in_place", "leave", "release", "swappable"]
 
 
 class _ThreadState(threading.local):
@@ -41,9 +49,12 @@ class _ThreadState(threading.local):
 
 
 _THREAD = _ThreadState()
-_lock = threading.Lock()
+_lock = threading.Lock()  # not reentrant: a finalizer never waits for it (see _release_later)
 # name -> (the original function, its dispatcher, how many holders)
 _swaps: Dict[str, Tuple[Callable[..., Any], Callable[..., Any], int]] = {}
+# Holds of collected Hold objects not yet let go of: appended without the lock, taken
+# off under it (list.append and list.pop are atomic).
+_pending: List[str] = []
 
 
 def swappable(name: str) -> bool:
@@ -76,11 +87,13 @@ def _dispatcher(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         modes = state.modes
         if not modes or state.depth:
             return original(*args, **kwargs)
-        call: Callable[..., Any] = original
-        for mode in modes:  # the innermost handles the call first, as with torch's modes
-            call = _Through(mode, call, name)
         state.depth += 1
         try:
+            if len(modes) == 1:  # the common case: one hooked attention runs
+                return modes[0].__torch_function__(original, (), args, kwargs)
+            call: Callable[..., Any] = original
+            for mode in modes:  # the innermost handles the call first, as with torch's modes
+                call = _Through(mode, call, name)
             return call(*args, **kwargs)
         finally:
             state.depth -= 1
@@ -112,21 +125,96 @@ def acquire(name: str) -> None:
             _swaps[name] = (original, dispatcher, 1)
         else:
             _swaps[name] = (held[0], held[1], held[2] + 1)
+    _release_pending()
 
 
 def release(name: str) -> None:
     """Let go of one hold of ``name``'s swap; the last puts the original back."""
     with _lock:
-        held = _swaps.get(name)
-        if held is None:
-            return
-        original, dispatcher, count = held
-        if count > 1:
-            _swaps[name] = (original, dispatcher, count - 1)
-            return
-        del _swaps[name]
-        if getattr(F, name, None) is dispatcher:
-            setattr(F, name, original)
+        _release_locked(name)
+    _release_pending()
+
+
+def _release_locked(name: str) -> None:
+    held = _swaps.get(name)
+    if held is None:
+        return
+    original, dispatcher, count = held
+    if count > 1:
+        _swaps[name] = (original, dispatcher, count - 1)
+        return
+    del _swaps[name]
+    if getattr(F, name, None) is dispatcher:
+        setattr(F, name, original)
+
+
+def _release_pending() -> None:
+    """Let go of the holds of collected :class:`Hold` objects, unless the lock is taken:
+    its holder (this thread, if a finalizer ran inside a locked section) does it after."""
+    while _pending:
+        if not _lock.acquire(blocking=False):
+            return  # whoever holds it calls this function after letting go
+        try:
+            while _pending:
+                _release_locked(_pending.pop())
+        finally:
+            _lock.release()
+
+
+def _release_later(names: List[str]) -> None:
+    """A collected :class:`Hold`'s finalizer: never waits for the lock, which this very
+    thread may hold (a collection triggered inside :func:`acquire`)."""
+    _pending.extend(names)
+    names.clear()
+    _release_pending()
+
+
+class Hold(Removable):
+    """Holds of the swaps of ``names`` (:func:`acquire`), let go of by :meth:`remove`
+    or when the hold is collected.
+
+    Example:
+        >>> import gc
+        >>> import torch.nn.functional as F
+        >>> original = F.softmax
+        >>> hold = Hold(["softmax"])
+        >>> F.softmax is original
+        False
+        >>> del hold
+        >>> _ = gc.collect()
+        >>> F.softmax is original
+        True
+    """
+
+    __slots__ = ("__weakref__", "_finalizer", "_names")
+
+    def __init__(self, names: Iterable[str]) -> None:
+        held: List[str] = []
+        try:
+            for name in names:
+                acquire(name)
+                held.append(name)
+        except BaseException:
+            for name in held:
+                release(name)
+            raise
+        self._names = held
+        # Not atexit: at exit nothing needs the originals back.
+        self._finalizer = weakref.finalize(self, _release_later, held)
+        self._finalizer.atexit = False
+
+    @property
+    def names(self) -> List[str]:
+        """The functions still held."""
+        return list(self._names)
+
+    def remove(self) -> None:
+        """Let go of the holds (once: later calls do nothing)."""
+        self._finalizer.detach()
+        names = list(self._names)
+        self._names.clear()
+        for name in names:
+            release(name)
 
 
 def in_place(names: Iterable[str]) -> bool:

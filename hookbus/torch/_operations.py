@@ -49,14 +49,18 @@ from torch.utils.hooks import RemovableHandle
 from ..adapter import (
     CallContext,
     EventBus,
+    Handle,
     Layout,
     PointPlan,
+    PostRunner,
     Removable,
     call_with_hooks,
     check_name,
+    compile_post_phase,
     is_pattern,
     layout_of,
     matcher_for,
+    run_phase,
 )
 from . import _function_swap
 from ._call_frames import Where, forward_raised, where_called
@@ -190,7 +194,10 @@ def _remove_mode(mode: OperationMode) -> None:
 class OperationPoint:
     """The hook point of the ``index``-th call of one operation in one module's forward."""
 
-    __slots__ = ("__weakref__", "_calls", "_function", "bus", "name", "plan", "registry", "site")
+    __slots__ = (
+        "__weakref__", "_calls", "_function", "bus", "name", "plan", "post_alone", "pre_alone",
+        "registry", "site",
+    )  # fmt: skip
 
     kinds = OPERATION_KINDS
     is_async = False  # torch calls operations synchronously
@@ -204,6 +211,11 @@ class OperationPoint:
         self.registry = site.bus.registry
         self.name = name
         self.plan: Optional[PointPlan] = None
+        # The plan's post (or pre) hooks when they are all it has: the call then runs
+        # one phase around the operation, without the whole sequence (call_with_hooks);
+        # post hooks with their generated post phase, when they are plain.
+        self.post_alone: Optional[Tuple[Tuple[Handle, ...], Optional[PostRunner]]] = None
+        self.pre_alone: Optional[Tuple[Handle, ...]] = None
         self._function = function
         self._calls = itertools.count()
 
@@ -229,7 +241,21 @@ class OperationPoint:
             elif hooks != plan.hooks:
                 registry = self.registry
                 plan = PointPlan(hooks, registry.errors == "raise" and registry.tracer is None)
+        post_alone = pre_alone = None
+        if plan is not None and not (plan.around or plan.exception or plan.has_async):
+            if not plan.pre:
+                fast = plan.fast.get("post")
+                run = None if not fast else compile_post_phase(
+                    fast, plan.post, name=self.name, counter=self._calls
+                )  # fmt: skip
+                post_alone = (plan.post, run)
+            elif not plan.post:
+                pre_alone = plan.pre
+        # A call reads post_alone, then plan, then pre_alone: whichever it finds set
+        # describes a whole plan, old or new.
+        self.post_alone = self.pre_alone = None
         self.plan = plan
+        self.post_alone, self.pre_alone = post_alone, pre_alone
         self.site.refresh()
 
     def __repr__(self) -> str:
@@ -324,7 +350,7 @@ class OperationSite:
             self._points = {}
         self.bus.registry.remove_points(points)
         for point in points:
-            point.plan = None
+            point.plan = point.post_alone = point.pre_alone = None
         self.refresh()
 
     # --- the native hooks: they run on every call of the module while armed ----------
@@ -374,14 +400,18 @@ class OperationSite:
                 break
         if mode is None:
             return  # our pre hook was added during this call: no mode to pop
-        _remove_mode(mode)
+        if mode.swap:
+            _function_swap.leave(mode)
+        else:
+            _remove_mode(mode)
         raised = output is None and forward_raised(sys._getframe(1))
         with self._lock:
             self._in_flight -= 1
             finished = self.discovering and not raised
             if finished:
                 self.discovering = False
-            self._release_post()  # disarmed while this call ran: the last one out removes it
+            if self._pre is None:  # disarmed while this call ran: the last one out
+                self._release_post()  # removes the post hook
         if finished:
             missing = sorted(self.selected - self._seen)
             if missing and self.warn_missing:
@@ -421,17 +451,39 @@ class OperationSite:
             if not self.attached:
                 return func(*args, **kwargs)
             point = self._add_point(name, index, func)
+        thread = _THREAD
+        post = point.post_alone
+        if post is not None:  # the common case (a value read or replaced), kept short
+            result = func(*args, **kwargs)
+            handles, run = post
+            module = self._module()
+            thread.in_hooks += 1
+            try:
+                if run is not None:  # plain hooks on a plain bus: the generated post phase
+                    return run(point, module, args, kwargs, result)
+                ctx = _for_call(
+                    point.name, module, args, kwargs, next(point._calls), "post", point, result
+                )
+                run_phase(point.registry, handles, ctx)
+                return ctx.result
+            finally:
+                thread.in_hooks -= 1
         plan = point.plan
         if plan is None:
             return func(*args, **kwargs)
+        pre = point.pre_alone
         module = self._module()
         ctx = _for_call(point.name, module, args, kwargs, next(point._calls), "pre", point)
-        thread = _THREAD
         thread.in_hooks += 1
         try:
-            return call_with_hooks(point.registry, plan, ctx, _Operation(func))
+            if pre is None:
+                return call_with_hooks(point.registry, plan, ctx, _Operation(func))
+            run_phase(point.registry, pre, ctx)
         finally:
             thread.in_hooks -= 1
+        if ctx.skipped:
+            return ctx.result
+        return func(*ctx.args, **ctx.kwargs)
 
     def _add_point(self, name: str, index: int, func: Any) -> OperationPoint:
         point = OperationPoint(self, f"{self.name}:{name}.{index}", func)

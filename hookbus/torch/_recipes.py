@@ -25,7 +25,7 @@ from torch import nn
 from typing_extensions import Protocol, Unpack
 
 from ..adapter import CallContext, Handle, HookOptions, Removable
-from ._function_swap import acquire, release
+from ._function_swap import Hold
 from ._head_views import View
 from ._operations import OperationSelection
 
@@ -132,34 +132,13 @@ def quiet(selection: OperationSelection) -> OperationSelection:
     return selection
 
 
-class _Swaps(Removable):
-    """The holds of a selection's function swaps, let go of by ``remove()``."""
-
-    __slots__ = ("names",)
-
-    def __init__(self, names: List[str]) -> None:
-        self.names = names
-
-    def remove(self) -> None:
-        names, self.names = self.names, []
-        for name in names:
-            release(name)
-
-
 def swapped(selection: OperationSelection, *names: str) -> List[Removable]:
     """A private selection of ``torch.nn.functional`` functions seen through function
-    swaps (:mod:`._function_swap`), not a mode: what undoes both."""
+    swaps (:mod:`._function_swap`), not a mode: what undoes both (the swaps' hold also
+    lets go of them when collected, with a model and bus dropped with their hooks on)."""
     for site in quiet(selection).sites:
         site.swap = True
-    held: List[str] = []
-    try:
-        for name in names:
-            acquire(name)
-            held.append(name)
-    except BaseException:
-        _Swaps(held).remove()
-        raise
-    return [selection, _Swaps(held)]
+    return [selection, Hold(names)]
 
 
 class ModuleOutput:

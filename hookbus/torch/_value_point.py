@@ -12,7 +12,17 @@ import itertools
 import threading
 from typing import Any, List, Optional
 
-from ..adapter import CallContext, EventBus, Layout, PointPlan, Removable, layout_of, run_phase
+from ..adapter import (
+    CallContext,
+    EventBus,
+    Layout,
+    PointPlan,
+    PostRunner,
+    Removable,
+    compile_post_phase,
+    layout_of,
+    run_phase,
+)
 from ._module_kinds import NAME_POINT
 from ._recipes import Net, Recipe
 
@@ -54,8 +64,8 @@ class NamePoint:
     """
 
     __slots__ = (
-        "__weakref__", "_calls", "_installed", "_lock", "_net", "bus", "name", "plan", "recipe",
-        "registry", "slot",
+        "__weakref__", "_calls", "_fast", "_installed", "_lock", "_net", "bus", "name", "plan",
+        "recipe", "registry", "slot",
     )  # fmt: skip
 
     kinds = NAME_KINDS
@@ -70,6 +80,9 @@ class NamePoint:
         self.recipe = recipe
         self.slot = slot
         self.plan: Optional[PointPlan] = None
+        # The post phase generated for the plan when its hooks are plain (on a plain bus):
+        # set whole, read once per value.
+        self._fast: Optional[PostRunner] = None
         self._net: Optional[Net] = net
         self._installed: List[Removable] = []
         self._calls = itertools.count()
@@ -97,8 +110,15 @@ class NamePoint:
             elif hooks != plan.hooks:
                 registry = self.registry
                 plan = PointPlan(hooks, registry.errors == "raise" and registry.tracer is None)
+        fast = plan.fast.get("post") if plan is not None else None
         with self._lock:
+            self._fast = None
             self.plan = plan
+            self._fast = (
+                compile_post_phase(fast, plan.post, name=self.name, counter=self._calls)
+                if fast and plan is not None
+                else None
+            )
             net = self._net
             if plan is not None and not self._installed and net is not None:
                 self._installed = self.recipe.install(net, self.emit, self.slot)
@@ -109,12 +129,16 @@ class NamePoint:
 
     def emit(self, value: Any, target: Any) -> Any:
         """Run this name's hooks on ``value``; what they left in ``ctx.result``."""
-        plan = self.plan
-        if plan is None:
-            return value
-        ctx = _for_call(self.name, target, (), {}, next(self._calls), "post", self, value)
-        run_phase(self.registry, plan.post, ctx)
-        new = ctx.result
+        run = self._fast
+        if run is not None:  # the common case (plain hooks): the generated post phase
+            new = run(self, target, (), {}, value)
+        else:
+            plan = self.plan
+            if plan is None:
+                return value
+            ctx = _for_call(self.name, target, (), {}, next(self._calls), "post", self, value)
+            run_phase(self.registry, plan.post, ctx)
+            new = ctx.result
         if new is not value:
             _check_written(self.name, value, new)
         return new
@@ -123,7 +147,7 @@ class NamePoint:
         """No hook of this point runs any more, and its recipe's hooks are gone."""
         with self._lock:
             self._net = None
-            self.plan = None
+            self.plan = self._fast = None
             installed, self._installed = self._installed, []
         for handle in installed:
             handle.remove()

@@ -294,6 +294,29 @@ def test_a_model_with_pre_hooks_is_freed_when_dropped_without_the_collector(
             gc.enable()
 
 
+def test_a_model_and_its_bus_dropped_with_a_pre_hook_holding_the_module_are_collected() -> None:
+    # The swap lives as long as its module and tells the bus's point of an interrupted
+    # call: held strongly, the point would keep the bus, whose hook keeps the module.
+    import gc
+    import weakref
+
+    def hook_and_drop() -> List[Any]:
+        model, bus = CountedNet(), hookbus.EventBus()
+        hookbus.torch.attach(model, bus)
+        block = model.block
+
+        def holding_the_module(ctx: CallContext) -> None:
+            assert ctx.target is block
+
+        bus.pre("block", holding_the_module)
+        assert "forward" in vars(model.block)
+        return [weakref.ref(model), weakref.ref(block), weakref.ref(bus)]
+
+    refs = hook_and_drop()
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+
+
 def test_the_swapped_forward_shows_the_modules_signature(net: CountedNet, gpt2: Any) -> None:
     import inspect
 

@@ -170,12 +170,6 @@ def test_an_attention_that_calls_neither_function_is_warned_of_once() -> None:
     assert seen == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pattern hook never removed keeps F.softmax swapped after its model and bus "
-    "are garbage collected: the hold is released by remove() or detach() only, and "
-    "torch.jit.script of any module calling F.softmax fails while the dispatcher is in place",
-)
 def test_the_functions_are_put_back_when_a_hooked_model_and_its_bus_are_collected() -> None:
     import gc
 
@@ -192,3 +186,42 @@ def test_the_functions_are_put_back_when_a_hooked_model_and_its_bus_are_collecte
             _function_swap.release("softmax")
         while "scaled_dot_product_attention" in _function_swap._swaps:
             _function_swap.release("scaled_dot_product_attention")
+
+
+def test_a_hold_collected_while_the_swap_lock_is_taken_is_let_go_of_after() -> None:
+    # A finalizer runs wherever the last reference goes, here inside release()'s locked
+    # section in this very thread (the swap lock is not reentrant): it must not wait.
+    original_relu = F.relu
+
+    class TheirWrapper:  # code that wrapped F.softmax, its wrapper holding a swap
+        def __init__(self) -> None:
+            self.hold = _function_swap.Hold(["relu"])
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return ORIGINAL_SOFTMAX(*args, **kwargs)
+
+    F.softmax = TheirWrapper()  # type: ignore[assignment]
+    _function_swap.acquire("softmax")  # saves their wrapper as the original
+    F.softmax = ORIGINAL_SOFTMAX  # type: ignore[assignment]  # they put theirs back
+    assert F.relu is not original_relu
+
+    finished = threading.Event()
+
+    def let_go() -> None:
+        _function_swap.release("softmax")  # drops the last reference to their wrapper
+        finished.set()
+
+    thread = threading.Thread(target=let_go, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    try:
+        assert finished.is_set(), "release() deadlocked on a hold collected under its lock"
+        assert F.relu is original_relu
+        assert F.softmax is ORIGINAL_SOFTMAX
+        assert "relu" not in _function_swap._swaps
+    finally:
+        if not finished.is_set():  # unblock the stuck thread (a plain Lock: any thread)
+            _function_swap._lock.release()
+            thread.join(timeout=30)
+        F.softmax = ORIGINAL_SOFTMAX  # type: ignore[assignment]
+        F.relu = original_relu

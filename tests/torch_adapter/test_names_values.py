@@ -323,7 +323,34 @@ def test_doubling_the_mlp_pre_activation_equals_doubling_the_input_projection(
     assert not torch.allclose(edited, logits(model, ids))
 
 
-@pytest.mark.parametrize("norm", ["blocks.0.ln1", "ln_final"])
+GATED = [(arch, impl) for arch, impl in CASES if layout(arch)["up"]]
+
+
+@pytest.mark.parametrize(("arch", "impl"), GATED)
+def test_doubling_the_linear_half_of_a_gated_mlp_equals_doubling_the_up_projection(
+    arch: str, impl: str
+) -> None:
+    model, bus, _ = named(arch, impl)
+    ids = tokens()
+    with bus.post("blocks.1.mlp.hook_pre_linear", replacing(lambda x: x * 2)):
+        edited = logits(model, ids)
+    spec = layout(arch)
+    fused = spec["up"] == "fused"  # [gate | up] from one projection: the up is the second half
+
+    def raw(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        if not fused:
+            return output * 2
+        gate, up = output.chunk(2, dim=-1)
+        return torch.cat([gate, up * 2], dim=-1)
+
+    projection = spec["mlp_in"] if fused else spec["up"]
+    with block_module(model, arch, 1, projection).register_forward_hook(raw):
+        expected = logits(model, ids)
+    torch.testing.assert_close(edited, expected, **TOLERANCE)
+    assert not torch.allclose(edited, logits(model, ids))
+
+
+@pytest.mark.parametrize("norm", ["blocks.0.ln1", "blocks.0.ln2", "ln_final"])
 @pytest.mark.parametrize(("arch", "impl"), CASES)
 def test_doubling_a_norm_scale_equals_halving_the_norm_before_its_affine(
     arch: str, impl: str, norm: str
@@ -336,7 +363,7 @@ def test_doubling_a_norm_scale_equals_halving_the_norm_before_its_affine(
     if norm == "ln_final":
         target = module(model, spec["ln_f"])
     else:
-        target = block_module(model, arch, 0, spec["ln1"])
+        target = block_module(model, arch, 0, spec[norm.rpartition(".")[2]])
     bias = getattr(target, "bias", None)
     offset = bias if bias is not None else 0
 
