@@ -169,17 +169,24 @@ def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> Lis
     return lines
 
 
-def source_of(shape: Shape) -> str:
-    """The Python source of the factory for ``shape``: ``make(...)`` returns the call."""
-    pre, post, exception, bound = shape
-    hooks = [f"{kind}_{i}, {kind}_{i}_handle" for kind, n in (("pre", pre), ("post", post))
+def _call_header(arounds: int, pre: int, post: int, bound: bool) -> List[str]:
+    """The start of every call shape's factory: ``make`` takes the point's constants and
+    each hook with its handle; ``hooked_call`` finds the target and builds the context."""
+    hooks = [f"{kind}_{i}, {kind}_{i}_handle"
+             for kind, n in (("around", arounds), ("pre", pre), ("post", post))
              for i in range(n)]  # fmt: skip
     params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
     lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
-    body = "        "
     if bound:
-        lines += _target_lines(body)
-    lines += _context_lines(body)
+        lines += _target_lines("        ")
+    return lines + _context_lines("        ")
+
+
+def source_of(shape: Shape) -> str:
+    """The Python source of the factory for ``shape``: ``make(...)`` returns the call."""
+    pre, post, exception, bound = shape
+    lines = _call_header(0, pre, post, bound)
+    body = "        "
     inner = body + "    " if exception else body
     if exception:
         lines.append(f"{body}try:")
@@ -226,15 +233,8 @@ def around_source_of(shape: AroundShape) -> str:
     """
     checked, pre, post, exception, bound = shape
     arounds = len(checked)
-    hooks = [f"around_{i}, around_{i}_handle" for i in range(arounds)]
-    hooks += [f"{kind}_{i}, {kind}_{i}_handle" for kind, n in (("pre", pre), ("post", post))
-              for i in range(n)]  # fmt: skip
-    params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
-    lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
+    lines = _call_header(arounds, pre, post, bound)
     body = "        "
-    if bound:
-        lines += _target_lines(body)
-    lines += _context_lines(body)
 
     def started(count: int) -> str:  # the around hooks started so far, as resume_arounds takes
         return (
