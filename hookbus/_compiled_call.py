@@ -16,6 +16,15 @@ closure. The point and the plan are passed in, ``run(point, plan, args, kwargs)`
 a plan kept by its point holds its code, and the code holds neither, so no
 reference cycle keeps a removed hook alive until the garbage collector runs.
 
+The same source also defines the shape's code for the point's own function (the
+one a user holds, :func:`point_function`): ``call_point(*args, **kwargs)`` reads the
+point's plan once and, when the plan was compiled to that shape (``plan.shape``),
+runs the same body in its own frame with what ``plan.bindings`` holds; any other
+plan runs ``plan.run``. Compiling a plan gives the function that code
+(:func:`run_in_wrapper`): one ``__code__`` store, so a caller runs one code whole,
+and the code checks the plan it read, so a caller sees one plan whole. Its only
+free names are ``call`` and ``point``, as every shape's, so any shape's code fits.
+
 Every other plan runs the reference sequence, ``call_with_hooks`` (the ``reference``
 each point passes in): async hooks, hooks with an option (``once``, ``weak``,
 ``target``, ``with_name``), an error policy other than ``"raise"``, an open trace
