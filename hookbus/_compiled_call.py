@@ -203,7 +203,7 @@ def _call_header(arounds: int, pre: int, post: int, bound: bool) -> List[str]:
 
 def _call_start(bound: bool) -> List[str]:
     """What every call shape does first: find the target, build the context."""
-    return (_target_lines("        ") if bound else []) + _context_lines("        ")
+    return [*(_target_lines("        ") if bound else []), *_context_lines("        ")]
 
 
 def _wrapper_lines(check: Optional[Tuple[str, List[str]]]) -> List[str]:
@@ -223,9 +223,10 @@ def _wrapper_lines(check: Optional[Tuple[str, List[str]]]) -> List[str]:
         "            return call(*args, **kwargs)",
     ]
     if check is None:
-        return lines + ["        return plan.run(point, plan, args, kwargs)"]
+        return [*lines, "        return plan.run(point, plan, args, kwargs)"]
     key, names = check
-    return lines + [
+    return [
+        *lines,
         f"        if plan.shape != {key!r}:",
         "            return plan.run(point, plan, args, kwargs)",
         f"        {', '.join(names)} = plan.bindings",

@@ -659,7 +659,9 @@ def test_a_kept_plan_runs_in_the_function_the_user_holds() -> None:
     assert frames[1].co_filename == "<hookbus compiled call: 0 pre, 1 post>"
     assert "returned = post_0(ctx)" in "".join(traceback.format_tb(raised.tb))
     # Still the same object, with what functools.wraps gave it.
-    assert load is held and load.__name__ == "load" and load.__wrapped__ is not None
+    assert load is held
+    assert load.__name__ == "load"
+    assert load.__wrapped__ is not None  # type: ignore[attr-defined]
     assert inspect.signature(load) == signature
     assert load.__hookbus_point__ is point  # type: ignore[attr-defined]
     assert "def make_wrapper(call, point):" in point.explain()
