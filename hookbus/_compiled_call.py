@@ -71,6 +71,7 @@ __all__ = [
     "MAX_HOOKS",
     "PostRunner",
     "Runner",
+    "call_straight_through",
     "compile_call",
     "compile_post_phase",
     "explain",
@@ -474,6 +475,12 @@ def point_function(point: Any, call: Callable[..., Any]) -> FunctionType:
     return _make_wrapper(call, point)
 
 
+def call_straight_through(wrapper: FunctionType) -> None:
+    """Give ``wrapper`` (:func:`point_function`) its first code back: for a point with no
+    hooks left, whose calls then run a frame of two locals, not a shape's dozen."""
+    _use_code(wrapper, _WRAPPER_CODE)
+
+
 def _use_code(wrapper: FunctionType, code: CodeType) -> None:
     """Give ``wrapper`` the code of another shape: one store, any caller's code is whole
     (and any code runs any plan right: it checks the plan's shape)."""
@@ -531,7 +538,7 @@ def run_in_wrapper(wrapper: FunctionType, plan: PointPlan, run: Runner) -> None:
     reference) gives the wrapper its first code back, which runs ``plan.run``."""
     factory = _BY_RUNNER.get(getattr(run, "__code__", None))
     if factory is None:
-        _use_code(wrapper, _WRAPPER_CODE)
+        call_straight_through(wrapper)
         return
     plan.shape = factory.key
     _use_code(wrapper, factory.wrapper_code)

@@ -39,7 +39,14 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
 from ._async_dispatch import call_with_hooks_async
-from ._compiled_call import Runner, compile_call, explain, point_function, run_in_wrapper
+from ._compiled_call import (
+    Runner,
+    call_straight_through,
+    compile_call,
+    explain,
+    point_function,
+    run_in_wrapper,
+)
 from ._context import CallContext, Layout, layout_of
 from ._handle import where_defined
 from ._kinds import point_kind
@@ -200,6 +207,10 @@ class HookPoint:
             plan = self.registry.plan(self)
             if plan is not None and not self.is_async:
                 plan.run = HookPoint._run_first  # before the plan is seen: swapped whole
+            elif plan is None and self._wrapper is not None:
+                wrapper = self._wrapper()
+                if wrapper is not None:
+                    call_straight_through(wrapper)  # no shape's code in the way
             self.plan = plan
             if self._stamp != stamp:
                 # Hooks changed while it was worked out: this call runs it, the

@@ -665,6 +665,12 @@ def test_a_kept_plan_runs_in_the_function_the_user_holds() -> None:
     assert inspect.signature(load) == signature
     assert load.__hookbus_point__ is point  # type: ignore[attr-defined]
     assert "def make_wrapper(call, point):" in point.explain()
+    # No hooks left: the function gets its small first code back (a frame of three
+    # locals, not the shape's dozen), and calls straight through.
+    bus.clear()
+    assert load("d") == "d"
+    assert point.plan is None
+    assert load.__code__.co_nlocals == 3  # type: ignore[attr-defined]
 
 
 def test_the_compiled_context_is_the_one_call_context_init_builds() -> None:
