@@ -1027,7 +1027,9 @@ class EventBus:
         When a point's hooks change, hookbus compiles its next call to straight-line
         code (no loop over the hooks, the context filled inline), as attrs does for
         ``__init__``; tracebacks through it show these lines. This returns that code,
-        with what each of its hook names is bound to; or says why the reference
+        with what each of its hook names is bound to (``make`` builds the plan's
+        runner; ``make_wrapper``'s body is the same call run by the point's own
+        function, which takes this code while the plan lasts); or says why the reference
         sequence (``call_with_hooks``) runs instead: async hooks, a hook
         with an option (``once``, ``weak``, ``target``, ``with_name``), an error policy
         other than ``"raise"``, or an open trace. A name shared by several points gives
@@ -1071,6 +1073,39 @@ class EventBus:
                         raise
                     return ctx._result
                 return hooked_call
+            <BLANKLINE>
+            <BLANKLINE>
+            def make_wrapper(call, point):
+                def call_point(*args, **kwargs):
+                    plan = point.plan
+                    if plan is None:
+                        return call(*args, **kwargs)
+                    if plan.shape != '0 pre, 1 post':
+                        return plan.run(point, plan, args, kwargs)
+                    name, counter, target, post_0, post_0_handle = plan.bindings
+                    ctx = new(CallContext)
+                    ctx.name = name
+                    ctx.target = target
+                    ctx._args = args
+                    ctx._kwargs = kwargs
+                    ctx.call_index = next(counter)
+                    ctx.phase = "pre"
+                    ctx._result = None
+                    ctx._data = None
+                    ctx._rare = None
+                    ctx._point = point
+                    result = call(*ctx._args, **ctx._kwargs)
+                    ctx.phase = "post"
+                    ctx._result = result
+                    try:
+                        returned = post_0(ctx)
+                        if returned is not None:
+                            reject_returned(post_0_handle, ctx, returned)
+                    except Exception as error:
+                        add_note(error, describe(post_0_handle, name))
+                        raise
+                    return ctx._result
+                return call_point
             <BLANKLINE>
             >>> _ = double.pre(lambda ctx: None, once=True)
             >>> print(bus.explain("double"))  # doctest: +NORMALIZE_WHITESPACE

@@ -16,6 +16,15 @@ closure. The point and the plan are passed in, ``run(point, plan, args, kwargs)`
 a plan kept by its point holds its code, and the code holds neither, so no
 reference cycle keeps a removed hook alive until the garbage collector runs.
 
+The same source also defines the shape's code for the point's own function (the
+one a user holds, :func:`point_function`): ``call_point(*args, **kwargs)`` reads the
+point's plan once and, when the plan was compiled to that shape (``plan.shape``),
+runs the same body in its own frame with what ``plan.bindings`` holds; any other
+plan runs ``plan.run``. Compiling a plan gives the function that code
+(:func:`run_in_wrapper`): one ``__code__`` store, so a caller runs one code whole,
+and the code checks the plan it read, so a caller sees one plan whole. Its only
+free names are ``call`` and ``point``, as every shape's, so any shape's code fits.
+
 Every other plan runs the reference sequence, ``call_with_hooks`` (the ``reference``
 each point passes in): async hooks, hooks with an option (``once``, ``weak``,
 ``target``, ``with_name``), an error policy other than ``"raise"``, an open trace
@@ -35,6 +44,7 @@ a generated call shows its lines, and :func:`explain` returns it for a plan.
 from __future__ import annotations
 
 import linecache
+from types import CodeType, FunctionType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -42,6 +52,7 @@ from typing import (
     Dict,
     Generator,
     List,
+    NamedTuple,
     Optional,
     Tuple,
     Union,
@@ -56,7 +67,17 @@ if TYPE_CHECKING:
     from ._handle import Handle
     from ._plan import PointPlan
 
-__all__ = ["MAX_HOOKS", "PostRunner", "Runner", "compile_call", "compile_post_phase", "explain"]
+__all__ = [
+    "MAX_HOOKS",
+    "PostRunner",
+    "Runner",
+    "call_straight_through",
+    "compile_call",
+    "compile_post_phase",
+    "explain",
+    "point_function",
+    "run_in_wrapper",
+]
 
 MAX_HOOKS = 8
 """The most around (or pre, or post) hooks a generated call binds; more run the loop."""
@@ -104,7 +125,9 @@ _GLOBALS: Dict[str, Any] = {
 
 # The factory of each shape compiled so far, with its source. A dict store is atomic:
 # two threads compiling one shape at once both get a working factory.
-_FACTORIES: Dict[Union[Shape, AroundShape], Tuple[Callable[..., Runner], str]] = {}
+_FACTORIES: Dict[Union[Shape, AroundShape], Factory] = {}
+# The same factories by the code of the runner each makes (``hooked_call``).
+_BY_RUNNER: Dict[Any, Factory] = {}
 
 
 def shape_of(plan: PointPlan, bound: bool) -> Union[Shape, AroundShape, None]:
@@ -171,21 +194,73 @@ def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> Lis
 
 def _call_header(arounds: int, pre: int, post: int, bound: bool) -> List[str]:
     """The start of every call shape's factory: ``make`` takes the point's constants and
-    each hook with its handle; ``hooked_call`` finds the target and builds the context."""
+    each hook with its handle; ``hooked_call`` runs one call of the plan it is given."""
     hooks = [f"{kind}_{i}, {kind}_{i}_handle"
              for kind, n in (("around", arounds), ("pre", pre), ("post", post))
              for i in range(n)]  # fmt: skip
     params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
-    lines = [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
-    if bound:
-        lines += _target_lines("        ")
-    return lines + _context_lines("        ")
+    return [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
+
+
+def _call_start(bound: bool) -> List[str]:
+    """What every call shape does first: find the target, build the context."""
+    return [*(_target_lines("        ") if bound else []), *_context_lines("        ")]
+
+
+def _wrapper_lines(check: Optional[Tuple[str, List[str]]]) -> List[str]:
+    """The start of the point's own function, ``call_point(*args, **kwargs)``.
+
+    It reads the point's plan once (another thread may swap it meanwhile) and calls
+    straight through when there is none. With ``check``, ``(key, names)``, the code
+    is the call shape ``key``'s: a plan compiled to that shape (``plan.shape``) gives
+    its constants and hooks, ``names``, in one read (``plan.bindings``), and the call
+    runs here, in this frame; any other plan runs ``plan.run``. Its only free names
+    are ``call`` and ``point``, so the code of any shape may replace the point's."""
+    lines = [
+        "def make_wrapper(call, point):",
+        "    def call_point(*args, **kwargs):",
+        "        plan = point.plan",
+        "        if plan is None:",
+        "            return call(*args, **kwargs)",
+    ]
+    if check is None:
+        return [*lines, "        return plan.run(point, plan, args, kwargs)"]
+    key, names = check
+    return [
+        *lines,
+        f"        if plan.shape != {key!r}:",
+        "            return plan.run(point, plan, args, kwargs)",
+        f"        {', '.join(names)} = plan.bindings",
+    ]
+
+
+def _binding_names(arounds: int, pre: int, post: int, exception: bool, bound: bool) -> List[str]:
+    """What a call shape's wrapper code reads from ``plan.bindings``, in order."""
+    names = ["name", "counter", "reference" if bound else "target"]
+    if exception:
+        names.append("registry")
+    for kind, n in (("around", arounds), ("pre", pre), ("post", post)):
+        for i in range(n):
+            names += (f"{kind}_{i}", f"{kind}_{i}_handle")
+    return names
+
+
+def _both_functions(
+    header: List[str], body: List[str], key: str, names: List[str], bound: bool
+) -> str:
+    """The source of a call shape: ``make`` (the runner, ``hooked_call``), then
+    ``make_wrapper`` (the same call in the point's own function), one body for both."""
+    start = _call_start(bound)
+    runner = [*header, *start, *body, "    return hooked_call"]
+    wrapper = [*_wrapper_lines((key, names)), *start, *body, "    return call_point"]
+    return "\n".join([*runner, "", "", *wrapper]) + "\n"
 
 
 def source_of(shape: Shape) -> str:
-    """The Python source of the factory for ``shape``: ``make(...)`` returns the call."""
+    """The Python source of the factories for ``shape``: ``make(...)`` returns the call,
+    ``make_wrapper(call, point)`` the point's function that runs it in its own frame."""
     pre, post, exception, bound = shape
-    lines = _call_header(0, pre, post, bound)
+    lines: List[str] = []
     body = "        "
     inner = body + "    " if exception else body
     if exception:
@@ -216,8 +291,8 @@ def source_of(shape: Shape) -> str:
         for i in range(post):
             lines += _hook_block("post", i, body, on_error)
         lines.append(f"{body}return ctx._result")
-    lines.append("    return hooked_call")
-    return "\n".join(lines) + "\n"
+    names = _binding_names(0, pre, post, exception, bound)
+    return _both_functions(_call_header(0, pre, post, bound), lines, key_of(shape), names, bound)
 
 
 def around_source_of(shape: AroundShape) -> str:
@@ -233,7 +308,7 @@ def around_source_of(shape: AroundShape) -> str:
     """
     checked, pre, post, exception, bound = shape
     arounds = len(checked)
-    lines = _call_header(arounds, pre, post, bound)
+    lines: List[str] = []
     body = "        "
 
     def started(count: int) -> str:  # the around hooks started so far, as resume_arounds takes
@@ -313,39 +388,104 @@ def around_source_of(shape: AroundShape) -> str:
             f"{body}    return yielded_again(around_{i}_handle, gen_{i}, ctx, {started(i)})",
             f"{body}result = ctx._result",
         ]
-    lines += [f"{body}return result", "    return hooked_call"]
-    return "\n".join(lines) + "\n"
+    lines.append(f"{body}return result")
+    names = _binding_names(arounds, pre, post, exception, bound)
+    header = _call_header(arounds, pre, post, bound)
+    return _both_functions(header, lines, key_of(shape), names, bound)
 
 
-def _factory(shape: Union[Shape, AroundShape]) -> Tuple[Callable[..., Runner], str]:
+def key_of(shape: Union[Shape, AroundShape]) -> str:
+    """What a call shape is, in words: its file name in tracebacks, and ``plan.shape``."""
+    if len(shape) == 5:
+        checked, pre, post, exception, bound = shape
+        refused = ", ".join(str(i) for i, check in enumerate(checked) if check)
+        arounds = f"{len(checked)} around{f' (returns refused: {refused})' if refused else ''}, "
+    else:
+        pre, post, exception, bound = shape
+        arounds = ""
+    return (
+        f"{arounds}{pre} pre, {post} post"
+        f"{', exception' if exception else ''}{', method' if bound else ''}"
+    )
+
+
+class Factory(NamedTuple):
+    """A call shape, compiled: ``make(...)`` returns the call, ``wrapper_code`` is the
+    code of the point's function that runs it in its own frame (``make_wrapper``)."""
+
+    make: Callable[..., Runner]
+    source: str
+    key: str
+    wrapper_code: CodeType
+
+
+def _factory(shape: Union[Shape, AroundShape]) -> Factory:
     made = _FACTORIES.get(shape)
     if made is None:
         if len(shape) == 5:
             checked, pre, post, exception, bound = shape
             source = around_source_of((checked, pre, post, exception, bound))
-            refused = ", ".join(str(i) for i, check in enumerate(checked) if check)
-            arounds = (
-                f"{len(checked)} around{f' (returns refused: {refused})' if refused else ''}, "
-            )
         else:
             pre, post, exception, bound = shape
-            source, arounds = source_of((pre, post, exception, bound)), ""
-        filename = (
-            f"<hookbus compiled call: {arounds}{pre} pre, {post} post"
-            f"{', exception' if exception else ''}{', method' if bound else ''}>"
-        )
-        made = _FACTORIES[shape] = (_compiled_make(source, filename), source)
+            source = source_of((pre, post, exception, bound))
+        key = key_of(shape)
+        namespace = _compiled(source, f"<hookbus compiled call: {key}>")
+        make, wrapper_code = namespace["make"], namespace["make_wrapper"](None, None).__code__
+        # The wrapper code's own constant: ``plan.shape != key`` is then an identity test.
+        key = next(c for c in wrapper_code.co_consts if c == key)
+        made = Factory(make, source, key, wrapper_code)
+        runner_code = make(*[None] * make.__code__.co_argcount).__code__
+        _BY_RUNNER[runner_code] = made  # before _FACTORIES: a factory found is complete
+        _FACTORIES[shape] = made
     return made
 
 
 def _compiled_make(source: str, filename: str) -> Callable[..., Any]:
     """The ``make`` factory that ``source`` defines, compiled as ``filename``."""
+    make: Callable[..., Any] = _compiled(source, filename)["make"]
+    return make
+
+
+def _compiled(source: str, filename: str) -> Dict[str, Any]:
+    """The names that ``source``, compiled as ``filename``, defines (with ``_GLOBALS``)."""
     namespace: Dict[str, Any] = dict(_GLOBALS)
     exec(compile(source, filename, "exec"), namespace)  # our own source, from a shape alone
     # Tracebacks read the lines from here (mtime None: checkcache keeps the entry).
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    make: Callable[..., Any] = namespace["make"]
-    return make
+    return namespace
+
+
+# The function a sync hook point returns: ``make_wrapper``'s code, then (once a plan
+# is compiled) the code of its call shape. Its globals are these: every shape's code
+# reads the names it needs (``_GLOBALS``) from them.
+_WRAPPER_SOURCE = "\n".join(_wrapper_lines(None)) + "\n    return call_point\n"
+_make_wrapper: Callable[[Any, Any], FunctionType] = _compiled(
+    _WRAPPER_SOURCE, "<hookbus point call>"
+)["make_wrapper"]
+_WRAPPER_CODE: CodeType = _make_wrapper(None, None).__code__
+
+
+def point_function(point: Any, call: Callable[..., Any]) -> FunctionType:
+    """The function a sync hook point hands out: ``call_point(*args, **kwargs)``.
+
+    It calls ``call`` straight through while ``point.plan`` is ``None``, else runs
+    ``plan.run(point, plan, args, kwargs)``; :func:`compile_call`, given it as
+    ``wrapper``, gives it the code of a compiled plan's call shape, so that such a
+    plan's calls run in its own frame, with no second one."""
+    return _make_wrapper(call, point)
+
+
+def call_straight_through(wrapper: FunctionType) -> None:
+    """Give ``wrapper`` (:func:`point_function`) its first code back: for a point with no
+    hooks left, whose calls then run a frame of two locals, not a shape's dozen."""
+    _use_code(wrapper, _WRAPPER_CODE)
+
+
+def _use_code(wrapper: FunctionType, code: CodeType) -> None:
+    """Give ``wrapper`` the code of another shape: one store, any caller's code is whole
+    (and any code runs any plan right: it checks the plan's shape)."""
+    if wrapper.__code__ is not code:
+        wrapper.__code__ = code
 
 
 def compile_call(
@@ -366,18 +506,42 @@ def compile_call(
     is false (with ``bound``, ``call`` takes self or cls first, which becomes the
     target); ``counter`` numbers the calls (``ctx.call_index``); ``registry`` holds
     the settings the exception hooks run under.
+
+    It leaves in ``plan.bindings`` what the point's function reads to run the plan
+    itself: :func:`run_in_wrapper` lets it, once the point keeps the returned runner.
     """
     shape = shape_of(plan, bound)
     if shape is None:
         return reference
-    make, _ = _factory(shape)
+    factory = _factory(shape)
     hooks: List[Any] = []
-    phases = ((plan.around_hooks or (), plan.around), (plan.pre_hooks, plan.pre),
-              (plan.post_hooks, plan.post))  # fmt: skip
-    for bare, handles in phases:
-        for hook, handle in zip(bare, handles):
+    values: Dict[str, Any] = {"name": name, "counter": counter, "target": target,
+                              "registry": registry, "reference": reference}  # fmt: skip
+    phases = (("around", plan.around_hooks or (), plan.around), ("pre", plan.pre_hooks, plan.pre),
+              ("post", plan.post_hooks, plan.post))  # fmt: skip
+    for kind, bare, handles in phases:
+        for i, (hook, handle) in enumerate(zip(bare, handles)):
             hooks += (hook, handle)
-    return make(call, name, target, counter, registry, reference, *hooks)
+            values[f"{kind}_{i}"], values[f"{kind}_{i}_handle"] = hook, handle
+    arounds = len(plan.around)
+    names = _binding_names(arounds, len(plan.pre), len(plan.post), bool(plan.exception), bound)
+    plan.bindings = tuple(values[n] for n in names)  # read only once plan.shape says so
+    run: Runner = factory.make(call, name, target, counter, registry, reference, *hooks)
+    return run
+
+
+def run_in_wrapper(wrapper: FunctionType, plan: PointPlan, run: Runner) -> None:
+    """Let ``wrapper`` (:func:`point_function`) run ``plan``'s calls in its own frame,
+    when ``run`` is what :func:`compile_call` generated for the plan: the wrapper gets
+    the code of the plan's shape, and ``plan.shape`` says the plan may run there (set
+    after ``plan.bindings``, so a call that sees it finds them). Any other ``run`` (the
+    reference) gives the wrapper its first code back, which runs ``plan.run``."""
+    factory = _BY_RUNNER.get(getattr(run, "__code__", None))
+    if factory is None:
+        call_straight_through(wrapper)
+        return
+    plan.shape = factory.key
+    _use_code(wrapper, factory.wrapper_code)
 
 
 def explain(plan: Optional[PointPlan], name: str, bound: bool) -> str:
@@ -388,7 +552,7 @@ def explain(plan: Optional[PointPlan], name: str, bound: bool) -> str:
     shape = shape_of(plan, bound)
     if shape is None:
         return f"# {name!r}: call_with_hooks runs the plan ({_why_reference(plan)})\n"
-    _, source = _factory(shape)
+    source = _factory(shape).source
     bindings = [
         f"#   {kind}_{i} = {handle!r}"
         for kind, handles in (("around", plan.around), ("pre", plan.pre), ("post", plan.post))

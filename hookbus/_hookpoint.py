@@ -16,6 +16,8 @@ import inspect
 import itertools
 import types
 import warnings
+import weakref
+from types import FunctionType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -37,7 +39,14 @@ from typing import (
 from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 
 from ._async_dispatch import call_with_hooks_async
-from ._compiled_call import Runner, compile_call, explain
+from ._compiled_call import (
+    Runner,
+    call_straight_through,
+    compile_call,
+    explain,
+    point_function,
+    run_in_wrapper,
+)
 from ._context import CallContext, Layout, layout_of
 from ._handle import where_defined
 from ._kinds import point_kind
@@ -73,6 +82,8 @@ C = TypeVar("C", contravariant=True)
 
 class _Unresolved:
     __slots__ = ()
+
+    shape = ""  # compiled to no call shape (see PointPlan.shape)
 
     def __repr__(self) -> str:
         return "<unresolved>"
@@ -126,6 +137,7 @@ class HookPoint:
         "_layout",
         "_stamp",
         "_target",
+        "_wrapper",
         "is_async",
         "kind",
         "module_name",
@@ -174,6 +186,9 @@ class HookPoint:
         self._bound = bound  # fn takes self or cls first, which ctx.args leave out
         self._target = target  # ctx.target when not bound (a bound method's object, or fn)
         self._layout: Optional[Layout] = None
+        # The function make_hookable hands out, weakly (it holds the point): compiling
+        # a plan gives it the code of the plan's shape.
+        self._wrapper: Optional[weakref.ref[FunctionType]] = None
         # Bumped by each invalidation: a plan worked out before a change must not
         # stay cached after it (see current_plan). No lock: a weakref callback
         # may invalidate the point while this very thread resolves it.
@@ -192,6 +207,10 @@ class HookPoint:
             plan = self.registry.plan(self)
             if plan is not None and not self.is_async:
                 plan.run = HookPoint._run_first  # before the plan is seen: swapped whole
+            elif plan is None and self._wrapper is not None:
+                wrapper = self._wrapper()
+                if wrapper is not None:
+                    call_straight_through(wrapper)  # no shape's code in the way
             self.plan = plan
             if self._stamp != stamp:
                 # Hooks changed while it was worked out: this call runs it, the
@@ -211,8 +230,13 @@ class HookPoint:
     def _run_compiling(
         self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]
     ) -> Any:
-        """Compile the plan's code (``compile_call``), keep it with the plan, and run it."""
+        """Compile the plan's code (``compile_call``), keep it with the plan, and run it.
+
+        The point's function then runs the plan's calls itself (``run_in_wrapper``)."""
         run = plan.run = self._compile(plan)
+        wrapper = None if self._wrapper is None else self._wrapper()
+        if wrapper is not None:
+            run_in_wrapper(wrapper, plan, run)
         return run(self, plan, args, kwargs)
 
     def _compile(self, plan: PointPlan) -> Runner:
@@ -552,16 +576,10 @@ def make_hookable(
 
         wrapper: Callable[..., Any] = call_point_async
     else:
-
-        def call_point(*args: Any, **kwargs: Any) -> Any:
-            plan = point.plan  # read once: another thread may swap it meanwhile
-            if plan is None:
-                return call(*args, **kwargs)
-            # Compiled for this plan (or the reference sequence); see _compiled_call.
-            run = plan.run  # a slot: read, then called (a method-style call can't specialize)
-            return run(point, plan, args, kwargs)
-
-        wrapper = call_point
+        # Generated (point_function): a compiled plan's call runs in its own frame.
+        function = point_function(point, call)
+        point._wrapper = weakref.ref(function)
+        wrapper = function
 
     try:
         functools.update_wrapper(wrapper, fn)

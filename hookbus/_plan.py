@@ -205,17 +205,21 @@ class PointPlan:
     the around, pre and post hooks are all fast (exception hooks, rare by nature,
     always run in the full loop). ``run``, set by a hook point before it keeps the
     plan, runs one call of the point under this plan: ``run(point, plan, args, kwargs)``.
+    Once a sync point compiled it, ``shape`` names its call shape and ``bindings``
+    holds what the code of that shape reads (``_compiled_call``); until then ``""``.
     """
 
     __slots__ = (
-        "around", "around_hooks", "direct", "exception", "fast", "has_async", "hooks", "post",
-        "post_hooks", "pre", "pre_hooks", "run",
+        "around", "around_hooks", "bindings", "direct", "exception", "fast", "has_async",
+        "hooks", "post", "post_hooks", "pre", "pre_hooks", "run", "shape",
     )  # fmt: skip
 
     run: Callable[[Any, PointPlan, Tuple[Any, ...], Dict[str, Any]], Any]
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
         self.hooks = hooks
+        self.shape = ""
+        self.bindings: Tuple[Any, ...] = ()
         self.fast: Dict[str, FastHooks] = {
             kind: fast_hooks(handles, plain) for kind, handles in hooks.items()
         }

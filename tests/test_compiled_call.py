@@ -10,6 +10,7 @@ what each hook saw, in order, the result, the error and its notes.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -542,6 +543,134 @@ def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
     assert len(seen) >= 1_200, "the callers made too few calls in 30 s"
     assert {tag for tag, _ in seen} == {"a", "b"}  # calls ran under both plans
     assert all(pre == post for pre, post in seen), {p for p in seen if p[0] != p[1]}
+
+
+def test_a_concurrent_caller_sees_one_plan_whole_when_plans_of_other_shapes_swap_in() -> None:
+    # The point's function takes the code of each plan's shape as the plan compiles:
+    # a caller may run one shape's code while another shape's plan is current.
+    bus = EventBus()
+
+    @bus.hookable("work")
+    def work(x: int) -> int:
+        return x
+
+    seen: List[Tuple[str, ...]] = []
+
+    def adds(label: str) -> Callable[[CallContext], None]:
+        def hook(ctx: CallContext) -> None:
+            ctx.data.setdefault("ran", []).append(label)
+
+        return hook
+
+    def last(label: str) -> Callable[[CallContext], None]:
+        def hook(ctx: CallContext) -> None:
+            ctx.data.setdefault("ran", []).append(label)
+            seen.append(tuple(ctx.data["ran"]))
+
+        return hook
+
+    def around(ctx: CallContext) -> Iterator[None]:
+        ctx.data.setdefault("ran", []).append("d")
+        yield
+
+    plans = {  # what a call under each plan runs, whole
+        ("a", "A"): lambda: (bus.pre("work", adds("a")), bus.post("work", last("A"))),
+        ("b1", "b2"): lambda: (bus.post("work", adds("b1")), bus.post("work", last("b2"))),
+        ("c1", "c2", "C"): lambda: (
+            bus.pre("work", adds("c1")),
+            bus.pre("work", adds("c2")),
+            bus.post("work", last("C")),
+            bus.exception("work", lambda ctx: None),
+        ),
+        ("d", "D"): lambda: (bus.around("work", around), bus.post("work", last("D"))),
+    }
+    snapshots = []
+    for register in plans.values():
+        register()
+        snapshots.append(bus.registry.snapshot())
+        bus.clear()
+    stop = threading.Event()
+    errors: List[BaseException] = []
+    shapes = set()
+
+    def swap() -> None:
+        swaps, deadline = 0, time.monotonic() + 30
+        try:
+            while swaps < 400 and time.monotonic() < deadline:
+                bus.registry.restore(snapshots[swaps % len(snapshots)])
+                swaps += 1
+                calls = len(seen)
+                while len(seen) < calls + 3 and time.monotonic() < deadline:
+                    time.sleep(0)  # some calls run under this plan, some across the swap
+                shapes.add(work.__code__.co_filename)
+        finally:
+            stop.set()
+
+    def call() -> None:
+        try:
+            while not stop.is_set():
+                work(1)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=swap), *(threading.Thread(target=call) for _ in range(2))]
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often: swaps land between calls
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(switching)
+    assert not any(thread.is_alive() for thread in threads)
+    assert not errors
+    assert len(seen) >= 1_200, "the callers made too few calls in 30 s"
+    assert set(seen) == set(plans), set(seen) - set(plans)  # each call ran one plan, whole
+    compiled = {name for name in shapes if name.startswith("<hookbus compiled call")}
+    assert len(compiled) >= 2, shapes  # the function ran the code of several shapes
+
+
+def test_a_kept_plan_runs_in_the_function_the_user_holds() -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(path: str, mode: str = "r") -> str:
+        return path
+
+    held = load
+    signature = inspect.signature(load)
+
+    @load.post
+    def check(ctx: CallContext) -> None:
+        if ctx.args == ("bad",):
+            raise ValueError("bad file")
+
+    assert [load("a"), load("b")] == ["a", "b"]  # the reference, then compiled
+    point: HookPoint = load.__hookbus_point__  # type: ignore[attr-defined]
+    plan = point.plan
+    assert plan is not None
+    with mock.patch.object(plan, "run", side_effect=AssertionError("a second frame ran")):
+        assert load("c") == "c"  # the function held runs the call itself
+        with pytest.raises(ValueError, match="bad file") as raised:
+            load("bad")
+    frames = [frame.f_code for frame, _ in traceback.walk_tb(raised.tb)]
+    assert [code.co_name for code in frames[1:]] == ["call_point", "check"]
+    assert frames[1].co_filename == "<hookbus compiled call: 0 pre, 1 post>"
+    assert "returned = post_0(ctx)" in "".join(traceback.format_tb(raised.tb))
+    # Still the same object, with what functools.wraps gave it.
+    assert load is held
+    assert load.__name__ == "load"
+    assert load.__wrapped__ is not None  # type: ignore[attr-defined]
+    assert inspect.signature(load) == signature
+    assert load.__hookbus_point__ is point  # type: ignore[attr-defined]
+    assert "def make_wrapper(call, point):" in point.explain()
+    # No hooks left: the function gets its small first code back (a frame of three
+    # locals, not the shape's dozen), and calls straight through.
+    bus.clear()
+    assert load("d") == "d"
+    assert point.plan is None
+    assert load.__code__.co_nlocals == 3  # type: ignore[attr-defined]
 
 
 def test_the_compiled_context_is_the_one_call_context_init_builds() -> None:
