@@ -538,10 +538,11 @@ class Registry:
             if handle.is_async and at_points:
                 conflict = self._async_conflict_locked(handle)
             if match is None:
-                same = _members(self._exact.get(kind, _NO_NAMES).get(name))
+                bucket = self._exact.get(kind, _NO_NAMES).get(name)
+                if bucket is not None:  # the first hook of a name has no duplicate to find
+                    duplicate = _same_registration(_members(bucket), handle)
             else:
-                same = self._patterns.get(kind, ())
-            duplicate = _same_registration(same, handle)
+                duplicate = _same_registration(self._patterns.get(kind, ()), handle)
             if conflict is None and duplicate is None:
                 handle.seq = next(self._seq)
                 if match is None:
