@@ -22,7 +22,7 @@ names).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from typing_extensions import Protocol
 
@@ -141,11 +141,14 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
         return () if plain else None
     if not plain:
         return None
-    for h in handles:  # a loop, not all(...): plans are worked out at each hook change
+    # Loops, not all(...) or a generator: plans are worked out at each hook change, and
+    # a plan that changes at every call is a benchmark row.
+    hooks: List[Callable[..., Any]] = []
+    for h in handles:
         if not h.bare:
             return None
-    # h.hook is never None here: none is weak.
-    return cast("Tuple[Callable[..., Any], ...]", tuple(h.hook for h in handles))
+        hooks.append(h.hook)  # type: ignore[arg-type]  # never None: none is weak
+    return tuple(hooks)
 
 
 class EventPlan:
@@ -220,17 +223,29 @@ class PointPlan:
         self.hooks = hooks
         self.shape = ""
         self.bindings: Tuple[Any, ...] = ()
-        self.fast: Dict[str, FastHooks] = {
-            kind: fast_hooks(handles, plain) for kind, handles in hooks.items()
-        }
+        # One loop over the kinds (no generator): a plan that changes at every call is a
+        # benchmark row. A kind's bare callables exist only if none of its hooks is async.
+        fast: Dict[str, FastHooks] = {}
+        has_async = False
+        for kind, handles in hooks.items():
+            if not handles:  # fast_hooks' first case, without the call
+                fast[kind] = () if plain else None
+                continue
+            bare = fast[kind] = fast_hooks(handles, plain)
+            if bare is None and not has_async:
+                for h in handles:
+                    if h.is_async:
+                        has_async = True
+                        break
+        self.fast = fast
         self.pre: Hooks = hooks.get("pre", ())
         self.post: Hooks = hooks.get("post", ())
         self.exception: Hooks = hooks.get("exception", ())
         self.around: Hooks = hooks.get("around", ())
         # The around hooks' bare callables when none has a rare option, else None.
-        self.around_hooks: FastHooks = self.fast.get("around") if self.around else None
-        self.has_async = any(h.is_async for handles in hooks.values() for h in handles)
-        pre_hooks, post_hooks = self.fast.get("pre", ()), self.fast.get("post", ())
+        self.around_hooks: FastHooks = fast.get("around") if self.around else None
+        self.has_async = has_async
+        pre_hooks, post_hooks = fast.get("pre", ()), fast.get("post", ())
         self.direct = (
             not self.has_async
             and (not self.around or self.around_hooks is not None)

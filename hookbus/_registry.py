@@ -106,6 +106,7 @@ from ._kinds import (
     refuses_others,
     where_it_runs,
 )
+from ._live_points import LivePoints
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._open_scopes import OpenScope, innermost_scope, open_scopes, opened_anywhere
 from ._options import method_name, parse_options
@@ -369,11 +370,10 @@ class Registry:
         # Event name -> its hooks and its around hooks' plan (None: none), for the slow paths.
         self._event_hooks: Dict[str, Tuple[Tuple[Handle, ...], Optional[PointPlan]]] = {}
         # Live hook points by name, held weakly: a point dies with its wrapper or module.
-        self._points: Dict[str, weakref.WeakSet[Point]] = {}
+        self._points = LivePoints()
         # What makes points on demand (see add_source), held weakly; replaced, never
         # changed in place, so that it is read without the lock.
         self._sources: Tuple[weakref.ref[PointSource], ...] = ()
-        self._sweep_points_at = 64
         self._stale: List[Point] = []  # points to tell, once the lock is released
         self._dropped: List[Any] = []  # user objects to let go of, once it is released
         self._pauses: PauseCounts = {}
@@ -538,10 +538,11 @@ class Registry:
             if handle.is_async and at_points:
                 conflict = self._async_conflict_locked(handle)
             if match is None:
-                same = _members(self._exact.get(kind, _NO_NAMES).get(name))
+                bucket = self._exact.get(kind, _NO_NAMES).get(name)
+                if bucket is not None:  # the first hook of a name has no duplicate to find
+                    duplicate = _same_registration(_members(bucket), handle)
             else:
-                same = self._patterns.get(kind, ())
-            duplicate = _same_registration(same, handle)
+                duplicate = _same_registration(self._patterns.get(kind, ()), handle)
             if conflict is None and duplicate is None:
                 handle.seq = next(self._seq)
                 if match is None:
@@ -798,8 +799,8 @@ class Registry:
                     source.make_points(None, name, None)
         with self._changing:
             if name is None:
-                return [point for points in self._points.values() for point in points]
-            return list(self._points.get(name, ()))
+                return self._points.every()
+            return self._points.named(name)
 
     def _all_hooks_locked(self) -> List[Handle]:
         """Every hook: the exact ones, then the patterns."""
@@ -866,7 +867,7 @@ class Registry:
             resolved = self._resolve_locked("event", name, paused_ok=True, literal=True)
             if resolved != checked:
                 return None
-            points = self._points.get(name, ())
+            points = self._points.named(name)
             taken: Set[str] = {kind for point in points for kind in point.kinds}
             misplaced = [
                 handle
@@ -1097,9 +1098,9 @@ class Registry:
             if (
                 declarations.strict
                 and event not in declarations.specs
-                and not self._points.get(event)
+                and not self._points.has(event)
             ):
-                known = [*declarations.specs, *(n for n, ps in self._points.items() if ps)]
+                known = [*declarations.specs, *self._points.names()]
             else:
                 declarations.saw_emitted(event)
                 handles = self._resolve_locked("event", event, literal=True)
@@ -1263,9 +1264,9 @@ class Registry:
         with self._changing:
             points = self._points
             if match is None:
-                found = bool(points.get(name))
+                found = points.has(name)
             else:
-                found = any(match(each) for each, alive in points.items() if alive)
+                found = any(match(each) for each in points.names())
             if not found and kind in EVENT_RUNS:  # around hooks wrap events too
                 events = {*self.declarations.emitted, *self.declarations.specs}
                 found = name in events if match is None else any(map(match, events))
@@ -1287,22 +1288,11 @@ class Registry:
                     and handle.applies_to(point.name)
                 ):
                     return handle
-        by_name = self._points
-        if point.name not in by_name and len(by_name) >= self._sweep_points_at:
-            # Forget names left with no point, or wrapping under ever-new names
-            # would leak (amortized: at most once per doubling).
-            for name in [name for name, alive in by_name.items() if not alive]:
-                del by_name[name]
-            self._sweep_points_at = 2 * len(by_name) + 64
-        by_name.setdefault(point.name, weakref.WeakSet()).add(point)
+        self._points.add(point)
         return None
 
     def _discard_point_locked(self, point: Point) -> None:
-        points = self._points.get(point.name)
-        if points is not None:
-            points.discard(point)
-            if not points:
-                del self._points[point.name]
+        self._points.discard(point)
 
     def _async_conflict_locked(self, handle: Handle) -> Optional[str]:
         """The name of a sync point that the async ``handle`` would apply to, if any."""
@@ -1331,7 +1321,9 @@ class Registry:
 
     def plan(self, point: Point) -> Optional[PointPlan]:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
-        name = point.name
+        name, kinds = point.name, point.kinds  # read before the lock: the point's own code
+        hooks: Dict[str, Tuple[Handle, ...]] = {}
+        found = False
         self._lock.acquire()  # not ``with``: this runs for each point whose hooks changed
         try:
             if self._collected:
@@ -1340,14 +1332,21 @@ class Registry:
             # pause test of _resolve_locked, once for every kind of the point.
             if self._pauses and self._paused_locked(name):
                 return None
-            matching = self._matching_locked
-            hooks = {kind: matching(kind, name, True) for kind in point.kinds}
+            exact, patterns = self._exact, self._patterns
+            for kind in kinds:  # a loop, not a comprehension: a plan may change per call
+                bucket = exact.get(kind, _NO_NAMES).get(name)
+                if patterns.get(kind) or isinstance(bucket, list):
+                    handles = self._matching_locked(kind, name, True)
+                    found = found or bool(handles)
+                elif bucket is None:  # _matching_locked's common cases, without the call
+                    handles = ()
+                else:
+                    handles, found = (bucket,), True
+                hooks[kind] = handles
             plain = self.errors == "raise" and self.tracer is None
         finally:
             self._unlock()
-        if not any(hooks.values()):
-            return None
-        return PointPlan(hooks, plain)
+        return PointPlan(hooks, plain) if found else None
 
     def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Forget the plans that a change of hooks for ``name`` (or a pattern) affects."""
@@ -1360,16 +1359,18 @@ class Registry:
                 self._event_hooks.clear()
         if kind not in AT_POINTS:
             return
-        points = self._points
         if match is None:
-            self._stale += points.get(name, ())
+            for ref in self._points.refs(name):
+                point = ref()
+                if point is not None:
+                    self._stale.append(point)
         else:
-            self._stale += [p for each, ps in points.items() if match(each) for p in ps]
+            self._stale += self._points.matching(match)
 
     def _invalidate_all_locked(self) -> None:
         self.event_plans.clear()
         self._event_hooks.clear()
-        self._stale += [point for points in self._points.values() for point in points]
+        self._stale += self._points.every()
 
     # --- the one way out of the lock --------------------------------------------------
 

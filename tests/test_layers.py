@@ -29,6 +29,7 @@ LAYERS: List[List[str]] = [
     ["_trace.py"],  # traces and their records
     ["_declarations.py"],  # declared events and what a bus knows of names
     ["_plan.py"],  # plans, and the point seam
+    ["_live_points.py"],  # the live points of a registry, by name
     # The map of every loop, and what both variants share; around hooks as generators.
     ["_dispatch.py", "_arounds.py"],
     ["_async_dispatch.py", "_sync_dispatch.py"],  # the loops: the source, and the generated
