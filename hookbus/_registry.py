@@ -350,9 +350,12 @@ class Registry:
         []
     """
 
-    def __init__(self, bus: Owner, errors: ErrorPolicy) -> None:
+    def __init__(self, bus: Owner, errors: ErrorPolicy, emit_full: Callable[..., None]) -> None:
         self.bus = bus
         """The bus this registry serves (its name is in messages)."""
+        # What an event's plan runs when emit's fast loop can't run its hooks:
+        # emit_full(event, *args, **kwargs), the bus's full loop.
+        self._emit_full = emit_full
         self.errors: ErrorPolicy = errors
         """The error policy; change it with :meth:`set_errors`."""
         self.tracer: Optional[Tracer] = None
@@ -1106,10 +1109,11 @@ class Registry:
                 }
                 plain = self.errors == "raise" and self.tracer is None
                 declared = declarations.specs.get(event)
+                full = functools.partial(self._emit_full, event)
                 if any(wrapping.values()):  # they wrap the whole emission: the full loop
-                    plan, around = EventPlan(handles), PointPlan(wrapping, plain)
+                    plan, around = EventPlan((full,)), PointPlan(wrapping, plain)
                 else:
-                    plan = event_plan(handles, plain, declared)
+                    plan = event_plan(handles, plain, full, declared)
                 if len(self.event_plans) >= _PLAN_CACHE_LIMIT:
                     self.event_plans.clear()
                     self._event_hooks.clear()
