@@ -194,7 +194,7 @@ class EventBus:
             )
         self.name = name
         """The bus's name, shown in its repr and in error messages."""
-        self.registry = Registry(self, check_policy(errors))
+        self.registry = Registry(self, check_policy(errors), self._emit_planned)
         """The hook store behind this facade: hookbus's own modules register through it."""
         self.registry.declarations.strict = self.registry.checking = strict
         # emit's hot path reads the plan cache directly (the registry never replaces it).
@@ -217,6 +217,8 @@ class EventBus:
             >>> bus.emit("greet", "ada", punct="?")
             hi ada?
         """
+        # Every plan is a tuple: the hooks as bare callables, or (a _plan.EventPlan) what
+        # runs the full loop, or nothing. So the loop runs any plan, with no test first.
         plan: Any
         try:
             plan = self._plans[event]
@@ -224,9 +226,7 @@ class EventBus:
             if event.__class__ is not str:  # an enum member: its string, from here on
                 event = check_name(event, "event name", allow_pattern=False)
             plan = self.registry.plan_event(event)
-        if plan.__class__ is not tuple:
-            if plan is not NO_HOOKS:
-                self._emit_full(event, args, kwargs, None)
+        if plan is NO_HOOKS:  # no hooks: return before the loop's set-up
             return
         hook = None
         try:
@@ -242,8 +242,14 @@ class EventBus:
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
         except Exception as error:
-            note_fast_error(self.registry, error, event, hook, args, kwargs)
+            if plan.__class__ is tuple:  # else the full loop named the hook itself
+                note_fast_error(self.registry, error, event, hook, args, kwargs)
             raise
+
+    def _emit_planned(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """What an event's plan runs when the fast loop can't run its hooks (the
+        registry binds ``event``): emit's full loop."""
+        self._emit_full(event, args, kwargs, None)
 
     # --- events, the rest ----------------------------------------------------------
 

@@ -20,7 +20,9 @@ only while its line of the benchmark's "fast copies" row (``benchmarks/run.py
 Events
     * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
       callables (two copies: with and without kwargs); its errors are named by
-      :func:`note_fast_error`. Slow twin: ``dispatch_event``.
+      :func:`note_fast_error`. Slow twin: ``dispatch_event``. A plan the loop can't
+      run as bare callables is a ``_plan.EventPlan``, a tuple holding what runs the
+      full loop, so that the loop runs every plan with no test of its kind first.
       ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
     * ``dispatch_event``: emit's full loop (once, target, weak, with_name, error
       policies, tracing), and ``collect``'s and ``first``'s; an event's around hooks

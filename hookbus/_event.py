@@ -72,6 +72,15 @@ class EventMethods(Protocol):
         ...
 
 
+def _bound_emit(bus: EventMethods, name: str) -> Callable[..., None]:
+    """``bus.emit`` with ``name`` bound, as one C-level partial."""
+    emit: Any = bus.emit
+    function = getattr(emit, "__func__", None)
+    if function is not None and getattr(emit, "__self__", None) is bus:
+        return functools.partial(function, bus, name)
+    return functools.partial(emit, name)  # an emit that is no method of the bus's class
+
+
 class _OnDecorator(Protocol[P]):
     """What ``event.on()`` returns: a decorator that type-checks the hook against the spec."""
 
@@ -140,8 +149,10 @@ class Event(Generic[P]):
         self.__wrapped__ = stub
         # An instance attribute over the method below: the same call, only faster.
         # bus.emit with the name bound: a C-level partial costs less than a method
-        # forwarding to it, or a copy of its loop (tests/test_fast_copies.py).
-        self.__dict__["emit"] = functools.partial(bus.emit, name)
+        # forwarding to it, or a copy of its loop (tests/test_fast_copies.py). It binds
+        # the bus's emit function with the bus as its first argument: a bound method
+        # would copy the arguments once more to put the bus first.
+        self.__dict__["emit"] = _bound_emit(bus, name)
 
     # --- emitting ---------------------------------------------------------------------
 

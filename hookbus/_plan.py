@@ -151,29 +151,30 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
     return tuple(hooks)
 
 
-class EventPlan:
-    """The hooks of one event in order, when the plain fast loop can't run them.
+class EventPlan(Tuple[Callable[..., Any], ...]):
+    """The plan of an event whose hooks the fast loop can't run as bare callables.
 
-    ``declared`` is the event's declaration, if it has one: emit then checks the
-    arguments first (and records a historic event's emission) through the registry.
+    It holds one callable, which runs the full loop of the emission (``emit`` calls it
+    with the emission's arguments, as it calls a hook), or nothing (:data:`NO_HOOKS`).
+    A tuple, so that emit iterates every plan alike, with no test of its kind; a
+    subclass, so that its class tells it from a plan of bare callables (emit names
+    the hook that failed only in those: the full loop names its own).
     """
 
-    __slots__ = ("declared", "handles")
-
-    def __init__(self, handles: Hooks, declared: Optional[Declared] = None) -> None:
-        self.handles = handles
-        self.declared = declared
+    __slots__ = ()
 
 
-NO_HOOKS = EventPlan(())
-"""The plan of an event without hooks: emit returns at once, with no test on the
-tuple path (a plain tuple plan always has hooks)."""
+NO_HOOKS = EventPlan()
+"""The plan of an event without hooks: emit's loop has nothing to run."""
 
 
-def event_plan(handles: Hooks, plain: bool, declared: Optional[Declared] = None) -> Any:
-    """What ``emit`` runs: ``NO_HOOKS``, a tuple of bare callables, or an :class:`EventPlan`.
+def event_plan(
+    handles: Hooks, plain: bool, full: Callable[..., Any], declared: Optional[Declared] = None
+) -> Any:
+    """What ``emit`` runs: ``NO_HOOKS``, a tuple of bare callables, or an :class:`EventPlan`
+    holding ``full``, what runs the emission's full loop.
 
-    Typed ``Any``: emit tells them apart by class, the fastest test there is.
+    Typed ``Any``: a plan's class says which it is (emit iterates any of them).
 
     A declared event's tuple starts with something that raises ``TypeError`` before
     any hook runs when the arguments don't bind to the spec: the first hook itself
@@ -186,10 +187,10 @@ def event_plan(handles: Hooks, plain: bool, declared: Optional[Declared] = None)
         if not handles:
             return NO_HOOKS
         fast = fast_hooks(handles, plain)
-        return EventPlan(handles) if fast is None else fast
+        return EventPlan((full,)) if fast is None else fast
     fast = None if declared.historic else fast_hooks(handles, plain)
     if fast is None:
-        return EventPlan(handles, declared)
+        return EventPlan((full,))
     if any(h.by_name for h in handles):  # hooks that take the spec's arguments by name
         fast = tuple(h.call_for(declared.name, hook) for h, hook in zip(handles, fast))
     if fast and declared.checks_itself(fast[0]):

@@ -316,3 +316,20 @@ def test_recursive_once_hook_runs_once() -> None:
     bus.on("e", again, once=True)
     bus.emit("e")
     assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    "options", [{"once": True}, {"target": "db"}, {"with_name": True}], ids=str
+)
+def test_an_error_of_the_full_emit_loop_names_the_hook_once(options: Any) -> None:
+    bus = EventBus()
+
+    def broken(*args: Any) -> None:
+        raise ValueError("broken")
+
+    bus.on("saved", broken, **options)
+    with pytest.raises(ValueError, match="broken") as info:
+        bus.emit("saved", "db")
+    notes = getattr(info.value, "__notes__", [])
+    assert len(notes) == 1
+    assert "broken" in notes[0]

@@ -20,6 +20,8 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import hookbus
 from hookbus import EventBus
@@ -331,3 +333,37 @@ def test_refusing_another_bus_s_handle_reads_the_hook_outside_the_lock() -> None
     assert "belongs to the bus" in str(outcome["error"])
     assert handle.active
     assert mine.hooks() == []
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "remove", "emit", "collect"]), st.integers(0, 3)),
+        max_size=30,
+    )
+)
+def test_emit_and_collect_see_every_registration_and_removal_before_them(
+    steps: List[Any],
+) -> None:
+    bus = EventBus()
+    emitted: List[int] = []
+
+    def make(index: int) -> Callable[[], int]:
+        def hook() -> int:
+            emitted.append(index)
+            return index
+
+        return hook
+
+    hooks = [make(index) for index in range(4)]
+    handles: Dict[int, Any] = {}
+    for step, index in steps:
+        if step == "add" and index not in handles:
+            handles[index] = bus.on("e", hooks[index])
+        elif step == "remove" and index in handles:
+            handles.pop(index).remove()
+        elif step == "emit":
+            del emitted[:]
+            bus.emit("e")
+            assert emitted == list(handles)  # registration order
+        elif step == "collect":
+            assert bus.collect("e") == list(handles)

@@ -154,3 +154,35 @@ def test_a_bare_event_on_leaves_the_decorated_name_the_function() -> None:
     assert seen == [("audit", "ada"), "ada", ("user.created", "ada"), "bob"]
     assert [h.hook for h in bus.handles_of(welcome)] == [welcome]
     assert [h.priority for h in bus.handles_of(audit)] == [5]
+
+
+def test_event_emit_runs_the_emit_of_a_bus_subclass() -> None:
+    seen: List[Any] = []
+
+    class CountingBus(EventBus):
+        def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+            seen.append((event, args, kwargs))
+            super().emit(event, *args, **kwargs)
+
+    bus = CountingBus()
+
+    @bus.event
+    def saved(path: str, *, size: int = 0) -> None: ...
+
+    got: List[Any] = []
+    saved.on(lambda path, size=0: got.append((path, size)))
+    saved.emit("a.txt", size=3)
+    assert seen == [("saved", ("a.txt",), {"size": 3})]
+    assert got == [("a.txt", 3)]
+
+
+def test_event_emit_runs_an_emit_set_on_the_bus_itself() -> None:
+    bus = EventBus()
+    seen: List[Any] = []
+    bus.emit = lambda event, *args, **kwargs: seen.append((event, args))  # type: ignore[method-assign]
+
+    @bus.event
+    def tick(n: int) -> None: ...
+
+    tick.emit(1)
+    assert seen == [("tick", (1,))]
