@@ -57,6 +57,11 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module;
     * ``OperationSite.run`` (``torch/_operations.py``): an operation point's post
       hooks alone (a names vocabulary's value read or replaced, rows 13 and 14) run
       the same generated post phase when plain. Slow twin: ``run_phase``.
+      A lone plain reader (``ResultReader`` post hook or ``ArgumentsReader`` pre
+      hook: the names vocabulary's private hooks on an attention's ``softmax`` and
+      ``scaled_dot_product_attention``, row 13) has its ``read`` called with no
+      context, its error noted as ``run_phase`` notes it. Slow twin: the reader
+      itself (its ``__call__``) through ``run_phase``.
     * ``NamePoint.emit`` (``torch/_value_point.py``): a name's plain post hooks, the
       same generated post phase. Slow twin: ``run_phase``.
 

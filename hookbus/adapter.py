@@ -49,7 +49,7 @@ from ._arounds import Started
 from ._bus import EventBus
 from ._compiled_call import PostRunner, compile_post_phase
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
-from ._errors import describe
+from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, where_defined
 from ._kinds import (
     PLAIN,
@@ -82,6 +82,7 @@ __all__ = [
     "Removable",
     "Started",
     "add_hook_kind",
+    "add_note",
     "add_point_kind",
     "call_with_hooks",
     "check_name",

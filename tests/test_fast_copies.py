@@ -13,7 +13,10 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``compile_post_phase``) against ``run_phase``, and the context it builds against
   ``CallContext.__init__`` (these need PyTorch, and are skipped without it);
 * the operation point's and the name point's post phase (``OperationSite.run``,
-  ``NamePoint.emit``, the same generated code) against ``run_phase``.
+  ``NamePoint.emit``, the same generated code) against ``run_phase``;
+* an operation point's lone reader (``ResultReader``, ``ArgumentsReader``: the names
+  vocabulary's private hooks), read with no context, against its hook run by
+  ``run_phase``.
 
 An open trace sends every call to the slow twin, so each test runs the same hooks
 both ways and compares what a user sees: the calls, the result, the error and its
@@ -380,6 +383,51 @@ def _operation(plan: List[str], slow: bool) -> Tuple[List[int], Any, Any]:
 @given(module_behaviours)
 def test_operation_post_fast_loop_matches_run_phase(plan: List[str]) -> None:
     assert _operation(plan, slow=False) == _operation(plan, slow=True)
+
+
+def _reader(kind: str, behaviour: str, slow: bool) -> Tuple[List[str], Any, Any]:
+    from hookbus.torch._operations import RUN, ArgumentsReader, ResultReader
+
+    model = nn.Sequential(nn.Softmax(dim=-1))
+    bus = EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    attached.operations("0", "softmax")
+    x = torch.tensor([[0.0, 1.0]])
+    model(x)  # the discovery forward makes the point
+    seen: List[str] = []
+
+    def act(value: Any, module: Any) -> Any:
+        seen.append(type(module).__name__)
+        if behaviour == "raise":
+            raise ValueError("reader")
+        return value * 2 if behaviour == "double" else value
+
+    def read_arguments(args: Any, kwargs: Any, module: Any) -> Any:
+        seen.append(f"{len(args)} {sorted(kwargs)}")
+        new = act(args[0], module)
+        return RUN if new is args[0] else new
+
+    if kind == "result":
+        attached.post("0:softmax.0", ResultReader(act))
+    else:
+        attached.pre("0:softmax.0", ArgumentsReader(read_arguments))
+    out, error = _run_traced_or_not(bus, lambda: model(x), slow)
+    attached.detach()
+    return seen, out, error
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+@pytest.mark.parametrize("behaviour", ["none", "double", "raise"])
+@pytest.mark.parametrize("kind", ["result", "arguments"])
+def test_operation_lone_reader_matches_its_hook_in_run_phase(kind: str, behaviour: str) -> None:
+    fast = _reader(kind, behaviour, slow=False)
+    assert fast == _reader(kind, behaviour, slow=True)
+    if behaviour == "raise":  # one note, naming the reader's hook and its point
+        notes = fast[2][2]
+        assert len(notes) == 1
+        assert "Reader" in notes[0]
+        assert "'0:softmax.0'" in notes[0]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from ..adapter import CallContext, Removable
-from ._recipes import Net, Site, swapped, unchanged
+from ._operations import RUN, ArgumentsReader, ResultReader
+from ._recipes import Net, Site, swapped
 from ._user_line import stacklevel_outside_hookbus
 
 __all__ = ["AttentionPattern", "attention_scores"]
@@ -43,6 +44,7 @@ class AttentionPattern(Site):
     def __init__(self, module: nn.Module, heads: int) -> None:
         super().__init__()
         self.module, self.heads = module, heads
+        self.name = ""  # the attention's name on the private attachment, once installed
 
     def install_site(self, net: Net) -> List[Removable]:
         selection = net.operations(self.module, *self.OPERATIONS)
@@ -53,8 +55,11 @@ class AttentionPattern(Site):
             if not any(f"{name}:{operation}.0" in found for operation in self.OPERATIONS):
                 _warn_unseen(name)
 
+        self.name = name
+        # Read straight from the call of the operation (no context of their own) while
+        # they are its only private hooks, as they are unless both names are hooked.
         return [
-            net.pre(f"{name}:scaled_dot_product_attention.0", self._on_sdpa),
+            net.pre(f"{name}:scaled_dot_product_attention.0", ArgumentsReader(self._on_sdpa)),
             net.post(self.module, check_seen, once=True),
             *swapped(selection, *self.OPERATIONS),
         ]
@@ -63,7 +68,8 @@ class AttentionPattern(Site):
         softmax = f"{net.name_of(self.module)}:softmax.0"
         if slot == "scores":
             return [net.pre(softmax, self._on_softmax_input)]
-        return [net.post(softmax, self._on_softmax_output)]
+        # The pattern's emit itself reads the result (its target: this attention).
+        return [net.post(softmax, ResultReader(self.emits[slot]))]
 
     def _on_softmax_input(self, ctx: CallContext) -> None:
         emit = self.emits.get("scores")
@@ -73,19 +79,11 @@ class AttentionPattern(Site):
             if new is not args[0]:
                 ctx.args = (new, *args[1:])
 
-    def _on_softmax_output(self, ctx: CallContext) -> None:
-        emit = self.emits.get("pattern")
-        if emit is not None:
-            pattern = ctx.result
-            new = emit(pattern, self.module)
-            if new is not pattern:
-                ctx.result = new
-
-    def _on_sdpa(self, ctx: CallContext) -> None:
+    def _on_sdpa(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], module: Any) -> Any:
         emits = self.emits
         if not emits:
-            return
-        call = _sdpa_arguments(ctx.args, ctx.kwargs)
+            return RUN
+        call = _sdpa_arguments(args, kwargs)
         q, k, v = call["query"], call["key"], call["value"]
         scores = attention_scores(
             q, k, call["attn_mask"], call["is_causal"], call["scale"], call["enable_gqa"]
@@ -93,23 +91,32 @@ class AttentionPattern(Site):
         shape = scores.shape
         packed = q.dim() == 4 and q.shape[1] != self.heads  # one query, GQA packed by heads
         seen = scores.reshape(shape[0], self.heads, -1, shape[-1]) if packed else scores
-        new_scores = emits.get("scores", unchanged)(seen, self.module)
-        pattern = torch.softmax(new_scores.float(), dim=-1).to(q.dtype)
-        new_pattern = emits.get("pattern", unchanged)(pattern, self.module)
+        on_scores, on_pattern = emits.get("scores"), emits.get("pattern")
+        new_scores = seen if on_scores is None else on_scores(seen, self.module)
+        pattern = _softmax(new_scores, q.dtype)
+        new_pattern = pattern if on_pattern is None else on_pattern(pattern, self.module)
         if new_scores is seen and new_pattern is pattern:
-            return  # read only: sdpa runs as it would have
+            return RUN  # read only: sdpa runs as it would have
         if call["dropout_p"]:
             raise RuntimeError(
                 "hookbus.torch: a hook replaced the attention scores or pattern of "
-                f"{ctx.name.partition(':')[0]!r} under sdpa attention with dropout "
+                f"{self.name!r} under sdpa attention with dropout "
                 f"(training mode): the pattern is computed outside sdpa and cannot drop "
                 f"out as sdpa would. Call model.eval(), or load the model with "
                 f"attn_implementation='eager'"
             )
         if new_pattern is pattern:  # the scores were replaced
-            new_pattern = torch.softmax(new_scores.float(), dim=-1).to(q.dtype)
+            new_pattern = _softmax(new_scores, q.dtype)
         weights = new_pattern.reshape(shape) if packed else new_pattern
-        ctx.skip(weights.to(v.dtype) @ _repeat_heads(v, weights.shape[-3]))
+        return weights.to(v.dtype) @ _repeat_heads(v, weights.shape[-3])
+
+
+def _softmax(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The pattern of ``scores``, computed in float32 and given ``dtype``: the conversions
+    skipped where they change nothing (each is a call through torch's dispatcher)."""
+    if scores.dtype == dtype == torch.float32:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores.float(), dim=-1).to(dtype)
 
 
 def _warn_unseen(name: str) -> None:
@@ -168,9 +175,35 @@ def attention_scores(
     scores = torch.matmul(q, k.transpose(-1, -2)) * factor
     lowest = torch.finfo(scores.dtype).min
     if is_causal:
-        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~keep, lowest)
+        scores = scores.masked_fill(_above_diagonal(q.shape[-2], k.shape[-2], q.device), lowest)
     if mask is not None:
         is_bool = mask.dtype == torch.bool
         scores = scores.masked_fill(~mask, lowest) if is_bool else scores + mask
     return scores
+
+
+# The last causal mask made, ((queries, keys, device), mask): a forward asks each layer
+# for the same one. Only small ones are kept (a long context's would hold memory), and
+# none made under inference mode (autograd refuses to save an inference tensor) or
+# while torch.compile traces (the tensor would be the graph's).
+_last_mask: Optional[Tuple[Tuple[int, int, torch.device], torch.Tensor]] = None
+_KEPT_MASK_SIZE = 1 << 16
+
+
+def _above_diagonal(queries: int, keys: int, device: torch.device) -> torch.Tensor:
+    """The positions ``is_causal`` masks, ``[queries, keys]``: above the diagonal, as
+    ``scaled_dot_product_attention`` aligns it (top left)."""
+    global _last_mask
+    key = (queries, keys, device)
+    last = _last_mask
+    if last is not None and last[0] == key:
+        return last[1]
+    keep = torch.ones(queries, keys, dtype=torch.bool, device=device).tril()
+    above = ~keep
+    if (
+        queries * keys <= _KEPT_MASK_SIZE
+        and not torch.is_inference_mode_enabled()
+        and not torch.compiler.is_compiling()
+    ):
+        _last_mask = (key, above)
+    return above

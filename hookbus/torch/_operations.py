@@ -54,9 +54,11 @@ from ..adapter import (
     PointPlan,
     PostRunner,
     Removable,
+    add_note,
     call_with_hooks,
     check_name,
     compile_post_phase,
+    describe,
     is_pattern,
     layout_of,
     matcher_for,
@@ -75,10 +77,13 @@ _FORWARD = Where.FORWARD  # read per selected operation call: an enum member is 
 
 __all__ = [
     "OPERATION_KINDS",
+    "RUN",
+    "ArgumentsReader",
     "OperationMode",
     "OperationPoint",
     "OperationSelection",
     "OperationSite",
+    "ResultReader",
     "inert_site",
     "operation_name",
 ]
@@ -139,7 +144,8 @@ class OperationMode(TorchFunctionMode):
     """
 
     def __init__(self, site: OperationSite, call: Any) -> None:
-        super().__init__()
+        # No super().__init__(): TorchFunctionMode's does nothing, and one is made per
+        # forward of a selected module.
         self.site = site
         self.selected = site.selected
         self.call = call
@@ -169,6 +175,85 @@ class OperationMode(TorchFunctionMode):
                 return True
             frame = frame.f_back
         return False
+
+
+class ResultReader:
+    """A post hook of an operation point that reads the operation's result and may
+    replace it, and needs nothing else of the call: ``read(result, module)`` returns
+    the result to use (the very object it got to leave it as is).
+
+    On any point it runs as the post hook it is. When it is all the point's hooks have
+    (a private recipe of the names vocabulary, see :mod:`._recipes`), the point calls
+    ``read`` straight from the operation's call, with no context: one context per
+    value (the name's) rather than two.
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Softmax(dim=-1))
+        >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+        >>> _ = net.operations("0", "softmax")
+        >>> _ = net.post("0:softmax.0", ResultReader(lambda result, module: result * 0))
+        >>> model(torch.ones(1, 2))
+        tensor([[0., 0.]])
+    """
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Callable[[Any, Any], Any]) -> None:
+        self.read = read
+
+    def __call__(self, ctx: CallContext) -> None:
+        result = ctx.result
+        new = self.read(result, ctx.target)
+        if new is not result:
+            ctx.result = new
+
+
+class _Run:
+    """The type of :data:`RUN`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RUN"
+
+
+RUN: Any = _Run()
+"""What an :class:`ArgumentsReader`'s ``read`` returns to let the operation run as called."""
+
+
+class ArgumentsReader:
+    """A pre hook of an operation point that reads the operation's arguments and may
+    replace the operation: ``read(args, kwargs, module)`` returns :data:`RUN` to let it
+    run as called, or the value to return instead (``ctx.skip(value)``).
+
+    On any point it runs as the pre hook it is; when it is all the point's hooks have,
+    the point calls ``read`` straight from the operation's call, with no context (as
+    :class:`ResultReader`).
+
+    Example:
+        >>> import hookbus, torch, hookbus.torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Softmax(dim=-1))
+        >>> net = hookbus.torch.attach(model, hookbus.EventBus())
+        >>> _ = net.operations("0", "softmax")
+        >>> def halves(args, kwargs, module):
+        ...     return torch.full_like(args[0], 0.5) if args[0].shape[-1] == 2 else RUN
+        >>> _ = net.pre("0:softmax.0", ArgumentsReader(halves))
+        >>> model(torch.zeros(1, 2)), model(torch.zeros(1, 1))
+        (tensor([[0.5000, 0.5000]]), tensor([[1.]]))
+    """
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Callable[[Tuple[Any, ...], Dict[str, Any], Any], Any]) -> None:
+        self.read = read
+
+    def __call__(self, ctx: CallContext) -> None:
+        value = self.read(ctx.args, ctx.kwargs, ctx.target)
+        if value is not RUN:
+            ctx.skip(value)
 
 
 def _remove_mode(mode: OperationMode) -> None:
@@ -213,9 +298,12 @@ class OperationPoint:
         self.plan: Optional[PointPlan] = None
         # The plan's post (or pre) hooks when they are all it has: the call then runs
         # one phase around the operation, without the whole sequence (call_with_hooks);
-        # post hooks with their generated post phase, when they are plain.
-        self.post_alone: Optional[Tuple[Tuple[Handle, ...], Optional[PostRunner]]] = None
-        self.pre_alone: Optional[Tuple[Handle, ...]] = None
+        # post hooks with their generated post phase, when they are plain; a lone
+        # plain ResultReader (ArgumentsReader) as its bare read, with no context.
+        self.post_alone: Optional[
+            Tuple[Tuple[Handle, ...], Optional[PostRunner], Optional[Callable[[Any, Any], Any]]]
+        ] = None
+        self.pre_alone: Optional[Tuple[Tuple[Handle, ...], Optional[Callable[..., Any]]]] = None
         self._function = function
         self._calls = itertools.count()
 
@@ -241,16 +329,18 @@ class OperationPoint:
             elif hooks != plan.hooks:
                 registry = self.registry
                 plan = PointPlan(hooks, registry.errors == "raise" and registry.tracer is None)
-        post_alone = pre_alone = None
+        post_alone: Any = None
+        pre_alone: Any = None
         if plan is not None and not (plan.around or plan.exception or plan.has_async):
             if not plan.pre:
                 fast = plan.fast.get("post")
-                run = None if not fast else compile_post_phase(
+                read = _lone(fast, ResultReader)
+                run = None if not fast or read is not None else compile_post_phase(
                     fast, plan.post, name=self.name, counter=self._calls
                 )  # fmt: skip
-                post_alone = (plan.post, run)
+                post_alone = (plan.post, run, read)
             elif not plan.post:
-                pre_alone = plan.pre
+                pre_alone = (plan.pre, _lone(plan.fast.get("pre"), ArgumentsReader))
         # A call reads post_alone, then plan, then pre_alone: whichever it finds set
         # describes a whole plan, old or new.
         self.post_alone = self.pre_alone = None
@@ -260,6 +350,14 @@ class OperationPoint:
 
     def __repr__(self) -> str:
         return f"<OperationPoint {self.name!r} {'hooked' if self.plan else 'no hooks'}>"
+
+
+def _lone(hooks: Optional[Tuple[Callable[..., Any], ...]], kind: type) -> Any:
+    """The ``read`` of ``hooks`` when they are one plain hook of type ``kind``, else ``None``."""
+    if hooks is not None and len(hooks) == 1 and type(hooks[0]) is kind:
+        found: Any = hooks[0]
+        return found.read
+    return None
 
 
 class OperationSite:
@@ -455,10 +553,16 @@ class OperationSite:
         post = point.post_alone
         if post is not None:  # the common case (a value read or replaced), kept short
             result = func(*args, **kwargs)
-            handles, run = post
+            handles, run, read = post
             module = self._module()
             thread.in_hooks += 1
             try:
+                if read is not None:  # a lone reader: no context, the same note on error
+                    try:
+                        return read(result, module)
+                    except Exception as error:
+                        add_note(error, describe(handles[0], point.name))
+                        raise
                 if run is not None:  # plain hooks on a plain bus: the generated post phase
                     return run(point, module, args, kwargs, result)
                 ctx = _for_call(
@@ -473,12 +577,22 @@ class OperationSite:
             return func(*args, **kwargs)
         pre = point.pre_alone
         module = self._module()
+        if pre is not None and pre[1] is not None:  # a lone reader: no context
+            thread.in_hooks += 1
+            try:
+                value = pre[1](args, kwargs, module)
+            except Exception as error:
+                add_note(error, describe(pre[0][0], point.name))
+                raise
+            finally:
+                thread.in_hooks -= 1
+            return func(*args, **kwargs) if value is RUN else value
         ctx = _for_call(point.name, module, args, kwargs, next(point._calls), "pre", point)
         thread.in_hooks += 1
         try:
             if pre is None:
                 return call_with_hooks(point.registry, plan, ctx, _Operation(func))
-            run_phase(point.registry, pre, ctx)
+            run_phase(point.registry, pre[0], ctx)
         finally:
             thread.in_hooks -= 1
         if ctx.skipped:
