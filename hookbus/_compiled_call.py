@@ -26,7 +26,9 @@ it for any plan (``tests/test_compiled_call.py``).
 An adapter whose framework calls it after the call (torch's forward hooks) runs the
 post phase alone: :func:`compile_post_phase` generates it for plain post hooks, the
 context built inline and the hooks called one after another, and returns the
-result they leave (``run(point, target, args, kwargs, result)``).
+result they leave (``run(point, target, args, kwargs, result)``). The same lines,
+made by :func:`native_post_hook`, can be the framework's native hook itself, bound
+to the adapter's point: no dispatcher frame between the framework and the hooks.
 
 The source of each shape is registered with :mod:`linecache`, so a traceback through
 a generated call shows its lines, and :func:`explain` returns it for a plan.

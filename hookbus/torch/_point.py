@@ -640,8 +640,8 @@ class ModulePoint:
                 return None
         return self._on_post_full(module, args, kwargs, output)
 
-    # What the generated native post hook (native_post_hook) calls on this point: the
-    # call it does not run, and the output a hook replaced.
+    # What the generated native post hook (native_post_hook) calls on this point, its
+    # NativePostOwner: the call it does not run, and the output a hook replaced.
     post_otherwise = _on_post
 
     def _on_post_full(
