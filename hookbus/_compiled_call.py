@@ -35,7 +35,9 @@ it for any plan (``tests/test_compiled_call.py``).
 An adapter whose framework calls it after the call (torch's forward hooks) runs the
 post phase alone: :func:`compile_post_phase` generates it for plain post hooks, the
 context built inline and the hooks called one after another, and returns the
-result they leave (``run(point, target, args, kwargs, result)``).
+result they leave (``run(point, target, args, kwargs, result)``). The same lines,
+made by :func:`native_post_hook`, can be the framework's native hook itself, bound
+to the adapter's point: no dispatcher frame between the framework and the hooks.
 
 The source of each shape is registered with :mod:`linecache`, so a traceback through
 a generated call shows its lines, and :func:`explain` returns it for a plan.
@@ -44,6 +46,7 @@ a generated call shows its lines, and :func:`explain` returns it for a plan.
 from __future__ import annotations
 
 import linecache
+import sys
 from types import CodeType, FunctionType
 from typing import (
     TYPE_CHECKING,
@@ -58,6 +61,8 @@ from typing import (
     Union,
 )
 
+from typing_extensions import Protocol
+
 from ._arounds import FINISHED, Started, did_not_yield, refusing_a_returned_value, yielded_twice
 from ._context import CallContext, reject_returned
 from ._errors import add_note, describe
@@ -69,12 +74,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_HOOKS",
+    "NativePostOwner",
     "PostRunner",
     "Runner",
     "call_straight_through",
     "compile_call",
     "compile_post_phase",
     "explain",
+    "native_post_hook",
+    "native_post_plan",
     "point_function",
     "run_in_wrapper",
 ]
@@ -121,6 +129,8 @@ _GLOBALS: Dict[str, Any] = {
     "refusing_a_returned_value": refusing_a_returned_value,
     "resume_arounds": resume_arounds,
     "yielded_again": _yielded_again,
+    # The error being handled: sys.exception() from Python 3.11, sys.exc_info() before.
+    "handled_error": getattr(sys, "exception", lambda: sys.exc_info()[1]),
 }
 
 # The factory of each shape compiled so far, with its source. A dict store is atomic:
@@ -576,29 +586,58 @@ PostRunner = Callable[[Any, Any, Tuple[Any, ...], Dict[str, Any], Any], Any]
 """A compiled post phase: ``run(point, target, args, kwargs, result)`` returns the result
 the hooks leave (``result`` itself unless one assigned ``ctx.result``)."""
 
-# The factory of each post phase compiled so far, by its number of hooks, with its source.
-_POST_FACTORIES: Dict[int, Tuple[Callable[..., PostRunner], str]] = {}
+# The factory of each post phase compiled so far, by its number of hooks and whether it is
+# a native hook (native_post_hook), with its source.
+_POST_FACTORIES: Dict[Tuple[int, bool], Tuple[Callable[..., Any], str]] = {}
 
 
-def post_source_of(count: int) -> str:
-    """The Python source of the factory of a post phase of ``count`` plain hooks."""
+def post_source_of(count: int, native: bool = False) -> str:
+    """The Python source of the factory of a post phase of ``count`` plain hooks.
+
+    With ``native``, the factory of :func:`native_post_hook`'s function: the same
+    context and hook lines, but the hooks, the name and the counter read from the
+    owner's :attr:`NativePostOwner.native_post` at each call, the framework's error
+    path handed to the owner, and ``None`` returned for a result left as it was."""
     hooks = [f"post_{i}, post_{i}_handle" for i in range(count)]
-    params = ", ".join(["name", "counter", *hooks])
     body = "        "
-    lines = [f"def make({params}):", "    def run_post(point, target, args, kwargs, result):"]
+    if not native:
+        params = ", ".join(["name", "counter", *hooks])
+        lines = [f"def make({params}):", "    def run_post(point, target, args, kwargs, result):"]
+    else:
+        bound = ", ".join(["name", "counter", *hooks])
+        otherwise = f"{body}    return point.post_otherwise(target, args, kwargs, result)"
+        lines = [
+            "def make():",
+            "    def native_post(point, target, args, kwargs, result):",
+            f"{body}try:",
+            f"{body}    {bound} = point.native_post",
+            f"{body}except (TypeError, ValueError):  # the plan changed shape, or there is none",
+            otherwise,
+            f"{body}if handled_error() is not None:  # the framework's error path, say",
+            otherwise,
+        ]
     lines += _context_lines(body, "post", "result")
     for i in range(count):
         lines += _hook_block("post", i, body, ["raise"])
-    lines += [f"{body}return ctx._result", "    return run_post"]
+    if not native:
+        lines += [f"{body}return ctx._result", "    return run_post"]
+    else:
+        lines += [
+            f"{body}if ctx._result is result:",
+            f"{body}    return None",
+            f"{body}return point.post_replaced(result, ctx._result)",
+            "    return native_post",
+        ]
     return "\n".join(lines) + "\n"
 
 
-def _post_factory(count: int) -> Tuple[Callable[..., PostRunner], str]:
-    made = _POST_FACTORIES.get(count)
+def _post_factory(count: int, native: bool = False) -> Tuple[Callable[..., Any], str]:
+    made = _POST_FACTORIES.get((count, native))
     if made is None:
-        source = post_source_of(count)
-        filename = f"<hookbus compiled post phase: {count} post>"
-        made = _POST_FACTORIES[count] = (_compiled_make(source, filename), source)
+        source = post_source_of(count, native)
+        kind = "native post hook" if native else "post phase"
+        filename = f"<hookbus compiled {kind}: {count} post>"
+        made = _POST_FACTORIES[(count, native)] = (_compiled_make(source, filename), source)
     return made
 
 
@@ -640,4 +679,94 @@ def compile_post_phase(
     bound: List[Any] = []
     for hook, handle in zip(hooks, handles):
         bound += (hook, handle)
-    return make(name, counter, *bound)
+    run: PostRunner = make(name, counter, *bound)
+    return run
+
+
+class NativePostOwner(Protocol):
+    """What a :func:`native_post_hook` function reads of the object it is bound to.
+
+    ``native_post`` is the plan it runs (:func:`native_post_plan`), or ``None`` when
+    there is none; ``post_otherwise`` runs a call the generated code leaves (the
+    plan changed shape or there is none, or an error is being handled: the
+    framework may be calling from its error path), called from the generated
+    code, or by the framework itself: pickled, the bound method comes back as the
+    owner's ``post_otherwise`` (pickle keeps a method's object and name only);
+    ``post_replaced`` checks and returns a result a hook assigned. The owner is
+    also ``ctx._point``.
+    """
+
+    native_post: Optional[Tuple[Any, ...]]
+
+    def post_otherwise(self, target: Any, args: Any, kwargs: Any, result: Any) -> Any: ...
+
+    def post_replaced(self, result: Any, replaced: Any) -> Any: ...
+
+
+def native_post_plan(
+    hooks: Tuple[Callable[..., Any], ...],
+    handles: Tuple[Any, ...],
+    *,
+    name: str,
+    counter: Any,
+) -> Tuple[Any, ...]:
+    """The plan a :func:`native_post_hook` function reads from its owner's ``native_post``:
+    ``name``, ``counter``, then each bare hook with its handle (as :func:`compile_post_phase`
+    takes them). One tuple, stored in one attribute: a plan swap is atomic."""
+    plan: List[Any] = [name, counter]
+    for hook, handle in zip(hooks, handles):
+        plan += (hook, handle)
+    return tuple(plan)
+
+
+def native_post_hook(count: int) -> Optional[Callable[..., Any]]:
+    """The post phase of ``count`` plain hooks, generated to be a framework's native post
+    hook itself, bound to its owner: ``fn(owner, target, args, kwargs, result)``.
+
+    An adapter registers ``types.MethodType(fn, owner)`` with its framework, so the
+    framework's call runs the generated code directly, with no dispatcher frame in
+    between. One function per ``count``, shared by every owner: it binds nothing, and
+    reads the plan from ``owner.native_post`` (:func:`native_post_plan`) at each call,
+    so a copy of the bound method holds nothing of the plan, and a plan of the same
+    shape is swapped by one attribute store. It runs the hooks as
+    :func:`compile_post_phase`'s function does (the same generated lines), and returns
+    ``None`` when they left the result as it was (``ctx.result is result``), else what
+    ``owner.post_replaced(result, new)`` returns. What it cannot run it hands, unrun,
+    to ``owner.post_otherwise(target, args, kwargs, result)``: a plan of another shape
+    (it changed meanwhile, or there is none), or a call while an error is being
+    handled. Returns ``None`` for more than :data:`MAX_HOOKS` hooks.
+
+    Example:
+        >>> import itertools, types
+        >>> from hookbus import adapter
+        >>> bus = adapter.EventBus()
+        >>> def double(ctx):
+        ...     ctx.result = ctx.result * 2
+        >>> handle = adapter.Handle.plain(bus.registry, "post", "job", double)
+        >>> class Owner:
+        ...     native_post = adapter.native_post_plan(
+        ...         (double,), (handle,), name="job", counter=itertools.count()
+        ...     )
+        ...     def post_otherwise(self, target, args, kwargs, result):
+        ...         return "otherwise"
+        ...     def post_replaced(self, result, replaced):
+        ...         return replaced
+        >>> hook = types.MethodType(adapter.native_post_hook(1), Owner())
+        >>> hook(None, (), {}, 21)
+        42
+    """
+    if count > MAX_HOOKS:
+        return None
+    made = _NATIVE_POST_HOOKS.get(count)
+    if made is None:
+        make, _ = _post_factory(count, native=True)
+        made = make()
+        # Pickle stores a bound method as its object and its function's __name__: the
+        # copy gets the owner's post_otherwise, which runs any call (NativePostOwner).
+        made.__name__ = "post_otherwise"
+        made = _NATIVE_POST_HOOKS.setdefault(count, made)
+    return made
+
+
+# The function native_post_hook made for each number of hooks: one, shared by every owner.
+_NATIVE_POST_HOOKS: Dict[int, Callable[..., Any]] = {}

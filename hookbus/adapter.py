@@ -47,7 +47,13 @@ from __future__ import annotations
 
 from ._arounds import Started
 from ._bus import EventBus
-from ._compiled_call import PostRunner, compile_post_phase
+from ._compiled_call import (
+    NativePostOwner,
+    PostRunner,
+    compile_post_phase,
+    native_post_hook,
+    native_post_plan,
+)
 from ._context import CallContext, Layout, layout_of, rebind, reject_returned
 from ._errors import add_note, describe
 from ._handle import Handle, HandleGroup, Removable, where_defined
@@ -74,6 +80,7 @@ __all__ = [
     "HookOptions",
     "Layout",
     "Matcher",
+    "NativePostOwner",
     "Point",
     "PointKind",
     "PointPlan",
@@ -92,6 +99,8 @@ __all__ = [
     "is_pattern",
     "layout_of",
     "matcher_for",
+    "native_post_hook",
+    "native_post_plan",
     "rebind",
     "reject_returned",
     "resume_arounds",

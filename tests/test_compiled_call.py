@@ -11,10 +11,12 @@ what each hook saw, in order, the result, the error and its notes.
 from __future__ import annotations
 
 import inspect
+import pickle
 import sys
 import threading
 import time
 import traceback
+import types
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
 from unittest import mock
@@ -705,9 +707,12 @@ post_phases = st.lists(
 )
 
 
-def _post_outcome(behaviours: List[str], compiled: bool) -> Tuple[List[Any], Any, Any]:
-    """Run one post phase, generated or by ``run_phase``: what the hooks saw, the result
-    left, and the error raised with its notes."""
+def _post_outcome(
+    behaviours: List[str], compiled: bool, native: bool = False
+) -> Tuple[List[Any], Any, Any]:
+    """Run one post phase, generated (as ``compile_post_phase`` or ``native_post_hook``
+    make it) or by ``run_phase``: what the hooks saw, the result left, and the error
+    raised with its notes."""
     import itertools
 
     from hookbus import adapter
@@ -741,7 +746,15 @@ def _post_outcome(behaviours: List[str], compiled: bool) -> Tuple[List[Any], Any
     error: Any = None
     try:
         run = adapter.compile_post_phase(hooks, handles, name="job", counter=counter)
-        if compiled and run is not None:
+        native_hook = adapter.native_post_hook(len(hooks))
+        if native and native_hook is not None:
+            owner = _NativeOwner(
+                adapter.native_post_plan(hooks, handles, name="job", counter=counter)
+            )
+            returned = types.MethodType(native_hook, owner)("target", (1,), {"k": 2}, output)
+            result = output if returned is None else returned
+            assert owner.replaced == ([] if returned is None else [(output, returned)])
+        elif compiled and run is not None:
             result = run(None, "target", (1,), {"k": 2}, output)
         else:
             ctx = CallContext.for_call("job", "target", (1,), {"k": 2}, next(counter), "post")
@@ -757,6 +770,87 @@ def _post_outcome(behaviours: List[str], compiled: bool) -> Tuple[List[Any], Any
 @given(post_phases)
 def test_a_compiled_post_phase_does_what_run_phase_does(behaviours: List[str]) -> None:
     assert _post_outcome(behaviours, compiled=True) == _post_outcome(behaviours, compiled=False)
+
+
+class _NativeOwner:
+    """What a generated native post hook is bound to (``adapter.NativePostOwner``)."""
+
+    def __init__(self, plan: Any) -> None:
+        self.native_post = plan
+        self.otherwise: List[Any] = []
+        self.replaced: List[Any] = []
+
+    def post_otherwise(self, target: Any, args: Any, kwargs: Any, result: Any) -> Any:
+        self.otherwise.append((target, args, kwargs, result))
+        return "otherwise"
+
+    def post_replaced(self, result: Any, replaced: Any) -> Any:
+        self.replaced.append((result, replaced))
+        return replaced
+
+
+@settings(max_examples=200)
+@given(post_phases)
+def test_a_native_post_hook_does_what_run_phase_does(behaviours: List[str]) -> None:
+    assert _post_outcome(behaviours, compiled=True, native=True) == _post_outcome(
+        behaviours, compiled=False
+    )
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_native_post_hook_leaves_what_it_cannot_run_to_its_owner_unrun(count: int) -> None:
+    import itertools
+
+    from hookbus import adapter
+
+    bus = EventBus()
+    ran: List[int] = []
+    hooks = tuple((lambda ctx, i=i: ran.append(i)) for i in range(count))
+    handles = tuple(adapter.Handle.plain(bus.registry, "post", "job", h) for h in hooks)
+    native_hook = adapter.native_post_hook(count)
+    assert native_hook is not None
+    owner = _NativeOwner(None)  # no plan
+    hook = types.MethodType(native_hook, owner)
+    assert hook("target", (1,), {}, "out") == "otherwise"
+    # A plan of another shape (it changed since the framework read the function).
+    owner.native_post = adapter.native_post_plan(
+        hooks + hooks, handles + handles, name="job", counter=itertools.count()
+    )
+    assert hook("target", (1,), {}, "out") == "otherwise"
+    owner.native_post = adapter.native_post_plan(
+        hooks, handles, name="job", counter=itertools.count()
+    )
+    try:
+        raise RuntimeError("being handled")
+    except RuntimeError:  # the framework calling from its error path, say
+        assert hook("target", (2,), {}, "out") == "otherwise"
+    assert ran == []
+    assert owner.otherwise == [("target", (1,), {}, "out")] * 2 + [("target", (2,), {}, "out")]
+    assert hook("target", (3,), {}, "out") is None  # the result left as it was
+    assert ran == list(range(count))
+    assert adapter.native_post_hook(count) is native_hook  # one function per shape
+    assert adapter.native_post_hook(_compiled_call.MAX_HOOKS + 1) is None
+
+
+def test_a_pickled_native_post_hook_comes_back_as_its_owners_post_otherwise() -> None:
+    from hookbus import adapter
+
+    native_hook = adapter.native_post_hook(1)
+    assert native_hook is not None
+    owner = _PicklableOwner()
+    copied = pickle.loads(pickle.dumps(types.MethodType(native_hook, owner)))
+    assert copied.__func__ is _PicklableOwner.post_otherwise
+    assert copied("target", (), {}, "out") == "otherwise"
+
+
+class _PicklableOwner:
+    native_post = None
+
+    def post_otherwise(self, target: Any, args: Any, kwargs: Any, result: Any) -> Any:
+        return "otherwise"
+
+    def post_replaced(self, result: Any, replaced: Any) -> Any:
+        return replaced
 
 
 def test_a_post_phase_longer_than_the_generated_ones_is_left_to_run_phase() -> None:

@@ -55,8 +55,9 @@ handled_error: Callable[[], Optional[BaseException]] = getattr(
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # The ids of the marked functions' code objects (kept alive by those functions): a
-# code object's own hash is computed from its contents at every lookup.
-_HOOK_CODES: Set[int] = set()  # filled at import by runs_hooks, read only afterwards
+# code object's own hash is computed from its contents at every lookup. Filled by
+# runs_hooks: at import, and once per generated native post hook (_point._native_post).
+_HOOK_CODES: Set[int] = set()
 
 
 class Where(enum.Enum):

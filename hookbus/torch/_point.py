@@ -50,9 +50,10 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import types
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch import nn
@@ -63,10 +64,10 @@ from ..adapter import (
     EventBus,
     Handle,
     Layout,
-    PostRunner,
     Started,
-    compile_post_phase,
     layout_of,
+    native_post_hook,
+    native_post_plan,
     rebind,
     resume_arounds,
     run_phase,
@@ -145,7 +146,6 @@ class ModulePoint:
         "_module",
         "_natives",
         "_post",
-        "_post_alone",
         "_post_fast",
         "_pre",
         "_shared",
@@ -153,6 +153,7 @@ class ModulePoint:
         "attached",
         "bus",
         "name",
+        "native_post",
         "on_compiled_miss",
         "on_graph_cut",
         "recompile_on_change",
@@ -187,8 +188,10 @@ class ModulePoint:
         self._pre: _Hooks = ()
         self._post: _Hooks = ()
         self._post_fast: _Fast = None
-        # The post phase compiled (compile_post_phase) when plain post hooks are all there is.
-        self._post_alone: Optional[PostRunner] = None
+        #: When plain post hooks are all there is, what the generated native post hook
+        #: runs (``native_post_plan``); torch then calls that function directly (see
+        #: ``_install_post``). ``None`` otherwise.
+        self.native_post: Optional[Tuple[Any, ...]] = None
         self._exception: _Hooks = ()
         self._backward_pre: _Hooks = ()
         self._backward: _Hooks = ()
@@ -276,13 +279,15 @@ class ModulePoint:
             )
             self._always = bool(exception) or self._shared
             alone = None if self._always or grad else self._post_fast
-            self._post_alone = (
+            native = None if alone is None else _native_post(len(alone))
+            self.native_post = (
                 None
-                if alone is None
-                else compile_post_phase(alone, post, name=self.name, counter=self._calls)
+                if native is None or alone is None
+                else native_post_plan(alone, post, name=self.name, counter=self._calls)
             )
             self._sync(module, "pre", bool(pre or around or held))
             self._sync(module, "post", bool(post or exception or grad or around or held))
+            swapped = self._install_post(native)
             self._sync(module, "backward_pre", bool(self._backward_pre))
             self._sync(module, "backward", bool(self._backward))
             if bool(self._natives) != bool(before):
@@ -291,7 +296,7 @@ class ModulePoint:
                 else:
                     release_script_refusal(module)
             if self.recompile_on_change:
-                if tuple(self._natives) != before:
+                if swapped or tuple(self._natives) != before:
                     self._renew_compile_swap(module)
                 missed = self.on_compiled_miss
                 if (exception or around) and not had_error_hooks and missed is not None:
@@ -334,7 +339,7 @@ class ModulePoint:
             self._local = threading.local()
             self._around = self._pre = self._post = self._exception = ()
             self._backward_pre = self._backward = self._grad = ()
-            self._post_fast = self._post_alone = None
+            self._post_fast = self.native_post = None
 
     def _sync(self, module: Optional[torch.nn.Module], phase: str, want: bool) -> None:
         current = self._natives.get(phase)
@@ -373,6 +378,26 @@ class ModulePoint:
         else:
             handle = module.register_full_backward_hook(self._on_backward)
         self._natives[phase] = handle
+
+    def _install_post(self, native: Optional[Callable[..., Any]]) -> bool:
+        """Make torch call ``native`` (a ``native_post_hook`` function) bound to this point,
+        or ``_on_post`` when it is ``None``, as the post dispatcher; say if it changed.
+
+        The function is put in the dispatcher's own entry of the module's hook dict:
+        it keeps its place among the user's native hooks, its ``with_kwargs`` and
+        ``always_call`` marks, and its removable handle. A forward running meanwhile
+        calls the one it read; either runs the plan it finds then (the generated
+        function hands a plan of another shape to ``_on_post``).
+        """
+        handle: Any = self._natives.get("post")  # torch leaves the hook dicts partly untyped
+        hooks: Optional[Dict[int, Any]] = None if handle is None else handle.hooks_dict_ref()
+        if handle is None or hooks is None or handle.id not in hooks:
+            return False
+        function = ModulePoint._on_post if native is None else native
+        if getattr(hooks[handle.id], "__func__", None) is function:
+            return False
+        hooks[handle.id] = types.MethodType(function, self)
+        return True
 
     def _restore_backward_flag(self, module: torch.nn.Module) -> None:
         # torch marks a module "full backward" for good at the first such hook; put
@@ -601,7 +626,7 @@ class ModulePoint:
             kwargs, output = {}, kwargs
         error = handled_error()
         if error is not None:  # rare: torch's except clause, or a call in an except block
-            caller = sys._getframe(1)
+            caller = _torch_caller(sys._getframe(1))
             if caller.f_code is CALL_FAILED:
                 # The call failed: forward, a pre hook, or a forward hook torch ran
                 # before this one (a plain torch hook's error is the call's too,
@@ -613,11 +638,11 @@ class ModulePoint:
                     # holds the call's arguments: no cycle through the error.
                     del error
                 return None
-        run = self._post_alone
-        if run is not None:  # the common case (plain post hooks only), generated for its plan
-            result = run(self, module, args, kwargs, output)
-            return None if result is output else self._replaced(output, result)
         return self._on_post_full(module, args, kwargs, output)
+
+    # What the generated native post hook (native_post_hook) calls on this point, its
+    # NativePostOwner: the call it does not run, and the output a hook replaced.
+    post_otherwise = _on_post
 
     def _on_post_full(
         self, module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
@@ -625,7 +650,7 @@ class ModulePoint:
         ctx: Optional[CallContext] = None
         started = _NO_STARTED
         if self._shared:
-            entry = self._pop_shared((id(sys._getframe(2)),))  # _on_post's caller
+            entry = self._pop_shared((id(_torch_caller(sys._getframe(2))),))  # _on_post's
             if entry is not None:
                 ctx, started = entry[1], entry[2]
             if not (self._pre or self._around):  # a stored context was pending: back to
@@ -689,6 +714,8 @@ class ModulePoint:
         if self.on_graph_cut is not None and leaves_the_graph(output, result):
             self.on_graph_cut(self)
         return result
+
+    post_replaced = _replaced
 
     def _on_exception(
         self,
@@ -858,6 +885,32 @@ _GRADIENTS = _GradientArguments()
 _WITHOUT_KWARGS_CODE = ModulePoint._on_pre_without_kwargs.__code__
 
 
+# --- the generated native post hook -----------------------------------------------------
+
+# The native_post_hook function of each number of hooks, marked as running hooks, and the
+# ids of their code objects (a code object's hash is computed from its contents).
+_NATIVE_POSTS: Dict[int, Callable[..., Any]] = {}
+_NATIVE_POST_CODES: Set[int] = set()
+
+
+def _native_post(count: int) -> Optional[Callable[..., Any]]:
+    """The generated native post hook of ``count`` plain hooks, or ``None`` for too many."""
+    native = _NATIVE_POSTS.get(count)
+    if native is None:
+        native = native_post_hook(count)
+        if native is None:
+            return None
+        _NATIVE_POST_CODES.add(id(native.__code__))
+        _NATIVE_POSTS[count] = runs_hooks(native)
+    return native
+
+
+def _torch_caller(caller: Any) -> Any:
+    """The frame of torch's that called ``_on_post``: ``caller``, or its caller when
+    ``_on_post`` was called by the generated native post hook, as its way out."""
+    return caller.f_back if id(caller.f_code) in _NATIVE_POST_CODES else caller
+
+
 # --- errors torch raises through a module and swallows ----------------------------------
 
 
@@ -910,7 +963,4 @@ def inert_point(name: str, full_backward_flag: Optional[bool]) -> ModulePoint:
         Handle.plain(_NO_HOOKS.registry, "post", name, remove),
     )
     point._post_fast = (remove,)
-    point._post_alone = compile_post_phase(
-        point._post_fast, point._post, name=name, counter=point._calls
-    )
     return point

@@ -685,3 +685,96 @@ def test_two_threads_run_separate_models_attached_to_one_bus() -> None:
     assert not any(thread.is_alive() for thread in threads)
     assert errors == []
     assert counts == {"m0.fc1": 200, "m1.fc1": 200}
+
+
+def test_a_call_sees_the_post_hooks_of_one_plan_while_another_thread_changes_them() -> None:
+    model = nn.Sequential(nn.Identity())
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    seen: Dict[int, List[str]] = {}
+    lock = threading.Lock()
+
+    def hook(label: str) -> Any:
+        def record(ctx: CallContext) -> None:
+            with lock:
+                seen.setdefault(ctx.call_index, []).append(label)
+
+        return record
+
+    bus.post("0", hook("a"))
+    stop = threading.Event()
+    errors: List[BaseException] = []
+
+    def churn() -> None:  # the plan changes shape: one hook, two, three, one...
+        try:
+            while not stop.is_set():
+                second = bus.post("0", hook("b"))
+                third = bus.post("0", hook("c"))
+                third.remove()
+                second.remove()
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    changer = threading.Thread(target=churn)
+    changer.start()
+    try:
+        for _ in range(300):
+            model(torch.ones(2))
+    finally:
+        stop.set()
+        changer.join(timeout=60)
+    assert not changer.is_alive()
+    assert errors == []
+    assert len(seen) == 300
+    assert {tuple(labels) for labels in seen.values()} <= {("a",), ("a", "b"), ("a", "b", "c")}
+    attached.detach()
+    assert hook_state(model) == hook_state(nn.Sequential(nn.Identity()))
+
+
+def test_bus_post_hooks_keep_their_place_among_the_users_forward_hooks() -> None:
+    model = nn.Sequential(nn.Identity())
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    calls: List[str] = []
+    bus.post("0", lambda ctx: calls.append("bus 1"))
+    model[0].register_forward_hook(lambda m, a, o: calls.append("user"))
+    for change in ("second bus hook", "exception hook", "exception hook gone", "one left"):
+        if change == "second bus hook":
+            second = bus.post("0", lambda ctx: calls.append("bus 2"))
+        elif change == "exception hook":
+            error_hook = bus.exception("0", lambda ctx: None)
+        elif change == "exception hook gone":
+            error_hook.remove()
+        else:
+            second.remove()
+        calls.clear()
+        model(torch.ones(2))
+        assert calls[-1] == "user", change  # the bus's hooks run where they were registered
+    assert calls == ["bus 1", "user"]
+    attached.detach()
+
+
+def test_a_copy_made_before_a_hook_is_removed_does_not_keep_the_hook() -> None:
+    import copy
+
+    model = nn.Sequential(nn.Identity())
+    bus = hookbus.EventBus()
+    attached = hookbus.torch.attach(model, bus)
+
+    class Recorder:
+        def __call__(self, ctx: CallContext) -> None:
+            return None
+
+    recorder = Recorder()
+    handle = bus.post("0", recorder)
+    twin = copy.deepcopy(model)  # its stand-ins leave at its first call, which never comes
+    gone = weakref.ref(recorder)
+    gc.disable()
+    try:
+        handle.remove()
+        del recorder, handle
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert len(twin[0]._forward_hooks) == 1
+    attached.detach()
