@@ -117,6 +117,11 @@ def _yielded_again(
 
 
 # What generated code reads as globals: bound once, the same for every shape.
+# A native post hook's ``result`` when the framework called it without kwargs: torch
+# reads a hook's with_kwargs mark after taking the hook from the module's dict, so a
+# hook removed meanwhile by another thread is called as ``hook(module, args, output)``.
+_NO_KWARGS: Any = object()
+
 _GLOBALS: Dict[str, Any] = {
     "new": object.__new__,
     "CallContext": CallContext,
@@ -131,6 +136,7 @@ _GLOBALS: Dict[str, Any] = {
     "yielded_again": _yielded_again,
     # The error being handled: sys.exception() from Python 3.11, sys.exc_info() before.
     "handled_error": getattr(sys, "exception", lambda: sys.exc_info()[1]),
+    "NO_KWARGS": _NO_KWARGS,
 }
 
 # The factory of each shape compiled so far, with its source. A dict store is atomic:
@@ -608,7 +614,9 @@ def post_source_of(count: int, native: bool = False) -> str:
         otherwise = f"{body}    return point.post_otherwise(target, args, kwargs, result)"
         lines = [
             "def make():",
-            "    def native_post(point, target, args, kwargs, result):",
+            "    def native_post(point, target, args, kwargs, result=NO_KWARGS):",
+            f"{body}if result is NO_KWARGS:  # (module, args, output): the owner sorts it out",
+            f"{body}    return point.post_otherwise(target, args, kwargs)",
             f"{body}try:",
             f"{body}    {bound} = point.native_post",
             f"{body}except (TypeError, ValueError):  # the plan changed shape, or there is none",
@@ -689,8 +697,9 @@ class NativePostOwner(Protocol):
     ``native_post`` is the plan it runs (:func:`native_post_plan`), or ``None`` when
     there is none; ``post_otherwise`` runs a call the generated code leaves (the
     plan changed shape or there is none, or an error is being handled: the
-    framework may be calling from its error path), called from the generated
-    code, or by the framework itself: pickled, the bound method comes back as the
+    framework may be calling from its error path), or a call without kwargs,
+    ``(target, args, result)`` (torch makes one when another thread removes the hook
+    while a forward runs), called from the generated code, or by the framework itself: pickled, the bound method comes back as the
     owner's ``post_otherwise`` (pickle keeps a method's object and name only);
     ``post_replaced`` checks and returns a result a hook assigned. The owner is
     also ``ctx._point``.
@@ -698,7 +707,7 @@ class NativePostOwner(Protocol):
 
     native_post: Optional[Tuple[Any, ...]]
 
-    def post_otherwise(self, target: Any, args: Any, kwargs: Any, result: Any) -> Any: ...
+    def post_otherwise(self, target: Any, args: Any, kwargs: Any, result: Any = ...) -> Any: ...
 
     def post_replaced(self, result: Any, replaced: Any) -> Any: ...
 
@@ -734,7 +743,9 @@ def native_post_hook(count: int) -> Optional[Callable[..., Any]]:
     ``owner.post_replaced(result, new)`` returns. What it cannot run it hands, unrun,
     to ``owner.post_otherwise(target, args, kwargs, result)``: a plan of another shape
     (it changed meanwhile, or there is none), or a call while an error is being
-    handled. Returns ``None`` for more than :data:`MAX_HOOKS` hooks.
+    handled; and a call without kwargs, ``fn(owner, target, args, result)``, as
+    ``owner.post_otherwise(target, args, result)``. Returns ``None`` for more than
+    :data:`MAX_HOOKS` hooks.
 
     Example:
         >>> import itertools, types

@@ -778,3 +778,26 @@ def test_a_copy_made_before_a_hook_is_removed_does_not_keep_the_hook() -> None:
         gc.enable()
     assert len(twin[0]._forward_hooks) == 1
     attached.detach()
+
+
+@pytest.mark.parametrize("with_exception_hook", [False, True])
+def test_the_post_dispatcher_takes_a_call_without_kwargs(with_exception_hook: bool) -> None:
+    # torch reads a hook's with_kwargs mark after taking the hook from the module's dict:
+    # a hook removed by another thread in between is called as hook(module, args, output).
+    model = nn.Sequential(nn.Linear(2, 2))
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus)
+    seen: List[Any] = []
+
+    def double(ctx: CallContext) -> None:
+        seen.append(ctx.result)
+        ctx.result = ctx.result * 2
+
+    bus.post("0", double)
+    if with_exception_hook:
+        bus.exception("0", lambda ctx: None)
+    (dispatcher,) = model[0]._forward_hooks.values()
+    x, output = torch.ones(1, 2), torch.ones(1, 2)
+    replaced = dispatcher(model[0], (x,), output)
+    assert seen == [output]
+    assert torch.equal(replaced, output * 2)
