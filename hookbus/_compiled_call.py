@@ -699,8 +699,9 @@ class NativePostOwner(Protocol):
     plan changed shape or there is none, or an error is being handled: the
     framework may be calling from its error path), or a call without kwargs,
     ``(target, args, result)`` (torch makes one when another thread removes the hook
-    while a forward runs), called from the generated code, or by the framework itself: pickled, the bound method comes back as the
-    owner's ``post_otherwise`` (pickle keeps a method's object and name only);
+    while a forward runs), called from the generated code, or by the framework
+    itself: pickled, the bound method comes back as the owner's ``post_otherwise``
+    (pickle keeps a method's object and name only);
     ``post_replaced`` checks and returns a result a hook assigned. The owner is
     also ``ctx._point``.
     """
