@@ -9,6 +9,7 @@ speed, and the fast constructors, are checked here against their slow twin:
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
   ``Registry.remove``);
+* ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``;
 * the torch module point's post phase (the native post hook torch calls, generated
   by ``native_post_hook``) against ``run_phase``, and the context it builds against
   ``CallContext.__init__`` (these need PyTorch, and are skipped without it);
@@ -27,6 +28,7 @@ its generator against ``call_with_hooks``.)
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Callable, List, Tuple
 
 import pytest
@@ -298,6 +300,46 @@ def _forward(plan: List[str], phase: str, slow: bool) -> Tuple[List[int], Any, A
         error = (type(raised), str(raised), getattr(raised, "__notes__", []))
     attached.detach()
     return calls, None if out is None else out.tolist(), error
+
+
+point_registrations = st.lists(
+    st.tuples(
+        st.sampled_from(["pre", "post", "exception", "around"]),
+        st.sampled_from(["a.b", "a.*", "*", "a.c"]),
+        st.integers(-1, 1),
+        st.booleans(),  # removed again
+    ),
+    max_size=8,
+)
+
+
+def _around(ctx: Any) -> Any:
+    yield
+
+
+def _pre_post_or_exception(ctx: Any) -> None:
+    return None
+
+
+@given(point_registrations)
+def test_plan_finds_the_hooks_matching_locked_finds(registrations: List[Any]) -> None:
+    bus = EventBus()
+    point = bus.wrap(lambda: None, "a.b").__hookbus_point__  # type: ignore[attr-defined]
+    registry = bus.registry
+    for kind, name, priority, removed in registrations:
+        # A new callable each time: the same one twice for a name would be refused.
+        hook = functools.partial(_around if kind == "around" else _pre_post_or_exception)
+        handle = getattr(bus, kind)(name, hook, priority=priority)
+        if removed:
+            handle.remove()
+        plan = registry.plan(point)
+        with registry._lock:
+            expected = {kind: registry._matching_locked(kind, "a.b", True) for kind in point.kinds}
+        if not any(expected.values()):
+            assert plan is None
+        else:
+            assert plan is not None
+            assert plan.hooks == expected
 
 
 @pytest.mark.torch
