@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 from typing_extensions import Protocol
 
 from ._errors import add_note, describe
+from ._handle import hook_name, where_defined
 
 if TYPE_CHECKING:
     from ._context import CallContext
@@ -181,6 +182,13 @@ def note_fast_error(
             if handle.hook is each:
                 add_note(error, describe(handle, event))
                 return
+    # Removed while the event was emitted (by itself, say): no handle knows it any more.
+    raised = wrapped if wrapped is not None else hook
+    add_note(
+        error,
+        f"hookbus: raised by the event hook {hook_name(raised)} ({where_defined(raised)}) on "
+        f"event {event!r}, removed while the event was emitted",
+    )
 
 
 def replace_error(ctx: CallContext, error: Exception) -> None:

@@ -333,3 +333,23 @@ def test_an_error_of_the_full_emit_loop_names_the_hook_once(options: Any) -> Non
     notes = getattr(info.value, "__notes__", [])
     assert len(notes) == 1
     assert "broken" in notes[0]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"tag": "x"}], ids=["positional", "with kwargs"])
+def test_an_error_of_a_hook_that_removed_itself_while_emitted_still_names_it(
+    kwargs: Any,
+) -> None:
+    bus = EventBus()
+    handles: List[Handle] = []
+
+    def leaving(*args: Any, **kwargs: Any) -> None:
+        handles[0].remove()
+        raise ValueError("leaving")
+
+    handles.append(bus.on("saved", leaving))
+    with pytest.raises(ValueError, match="leaving") as info:
+        bus.emit("saved", "db", **kwargs)
+    notes = getattr(info.value, "__notes__", [])
+    assert len(notes) == 1
+    assert "leaving" in notes[0]
+    assert "'saved'" in notes[0]
