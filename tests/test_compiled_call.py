@@ -483,6 +483,36 @@ def test_a_plan_that_lives_for_one_call_compiles_nothing_and_a_kept_one_compiles
         assert [again(1), again(2)] == [1, 2]
 
 
+def _run_against_swaps(
+    swap: Callable[[], None],
+    work: Callable[[int], Any],
+    stop: threading.Event,
+    errors: List[BaseException],
+) -> None:
+    """Run ``swap`` in one thread and two callers of ``work`` until ``stop`` is set, the
+    threads taking turns often (so that swaps land between calls); none may hang or fail."""
+
+    def call() -> None:
+        try:
+            while not stop.is_set():
+                work(1)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=swap), *(threading.Thread(target=call) for _ in range(2))]
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(switching)
+    assert not any(thread.is_alive() for thread in threads)
+    assert not errors
+
+
 def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
     bus = EventBus()
 
@@ -523,25 +553,7 @@ def test_a_concurrent_caller_sees_the_old_plan_or_the_new_one_whole() -> None:
         finally:
             stop.set()
 
-    def call() -> None:
-        try:
-            while not stop.is_set():
-                work(1)
-        except BaseException as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=swap), *(threading.Thread(target=call) for _ in range(2))]
-    switching = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # threads take turns often: swaps land between calls
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-    finally:
-        sys.setswitchinterval(switching)
-    assert not any(thread.is_alive() for thread in threads)
-    assert not errors
+    _run_against_swaps(swap, work, stop, errors)
     assert len(seen) >= 1_200, "the callers made too few calls in 30 s"
     assert {tag for tag, _ in seen} == {"a", "b"}  # calls ran under both plans
     assert all(pre == post for pre, post in seen), {p for p in seen if p[0] != p[1]}
@@ -608,25 +620,7 @@ def test_a_concurrent_caller_sees_one_plan_whole_when_plans_of_other_shapes_swap
         finally:
             stop.set()
 
-    def call() -> None:
-        try:
-            while not stop.is_set():
-                work(1)
-        except BaseException as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=swap), *(threading.Thread(target=call) for _ in range(2))]
-    switching = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # threads take turns often: swaps land between calls
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-    finally:
-        sys.setswitchinterval(switching)
-    assert not any(thread.is_alive() for thread in threads)
-    assert not errors
+    _run_against_swaps(swap, work, stop, errors)
     assert len(seen) >= 1_200, "the callers made too few calls in 30 s"
     assert set(seen) == set(plans), set(seen) - set(plans)  # each call ran one plan, whole
     compiled = {name for name in shapes if name.startswith("<hookbus compiled call")}
