@@ -1054,7 +1054,7 @@ class EventBus:
             >>> print(bus.explain("double"))
             # 'double': a compiled call
             #   post_0 = <Handle post 'double' plus_one active>
-            def make(call, name, target, counter, registry, reference, post_0, post_0_handle):
+            def make(call, name, target, counter, registry, reference, post_0):
                 def hooked_call(point, plan, args, kwargs):
                     ctx = new(CallContext)
                     ctx.name = name
@@ -1064,18 +1064,16 @@ class EventBus:
                     ctx.call_index = next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
-                    ctx._data = None
                     ctx._rare = None
                     ctx._point = point
-                    result = call(*ctx._args, **ctx._kwargs)
+                    ctx._result = call(*ctx._args, **ctx._kwargs)
                     ctx.phase = "post"
-                    ctx._result = result
                     try:
                         returned = post_0(ctx)
                         if returned is not None:
-                            reject_returned(post_0_handle, ctx, returned)
+                            reject_returned(plan.post[0], ctx, returned)
                     except Exception as error:
-                        add_note(error, describe(post_0_handle, name))
+                        add_note(error, describe(plan.post[0], name))
                         raise
                     return ctx._result
                 return hooked_call
@@ -1088,7 +1086,7 @@ class EventBus:
                         return call(*args, **kwargs)
                     if plan.shape != '0 pre, 1 post':
                         return plan.run(point, plan, args, kwargs)
-                    name, counter, target, post_0, post_0_handle = plan.bindings
+                    name, counter, target, post_0 = plan.bindings
                     ctx = new(CallContext)
                     ctx.name = name
                     ctx.target = target
@@ -1097,18 +1095,16 @@ class EventBus:
                     ctx.call_index = next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
-                    ctx._data = None
                     ctx._rare = None
                     ctx._point = point
-                    result = call(*ctx._args, **ctx._kwargs)
+                    ctx._result = call(*ctx._args, **ctx._kwargs)
                     ctx.phase = "post"
-                    ctx._result = result
                     try:
                         returned = post_0(ctx)
                         if returned is not None:
-                            reject_returned(post_0_handle, ctx, returned)
+                            reject_returned(plan.post[0], ctx, returned)
                     except Exception as error:
-                        add_note(error, describe(post_0_handle, name))
+                        add_note(error, describe(plan.post[0], name))
                         raise
                     return ctx._result
                 return call_point

@@ -159,16 +159,22 @@ def shape_of(plan: PointPlan, bound: bool) -> Union[Shape, AroundShape, None]:
     return (pre, post, bool(plan.exception), bound)
 
 
-def _hook_block(kind: str, index: int, indent: str, on_error: List[str]) -> List[str]:
-    """Call one hook on ``ctx``: refuse what it returns, name it in what it raises."""
+def _hook_block(
+    kind: str, index: int, indent: str, on_error: List[str], handle: Optional[str] = None
+) -> List[str]:
+    """Call one hook on ``ctx``: refuse what it returns, name it in what it raises.
+
+    ``handle`` is the expression of the hook's handle, read only then; by default the
+    name ``{kind}_{index}_handle``."""
     hook = f"{kind}_{index}"
+    handle = handle or f"{hook}_handle"
     return [
         f"{indent}try:",
         f"{indent}    returned = {hook}(ctx)",
         f"{indent}    if returned is not None:",
-        f"{indent}        reject_returned({hook}_handle, ctx, returned)",
+        f"{indent}        reject_returned({handle}, ctx, returned)",
         f"{indent}except Exception as error:",
-        f"{indent}    add_note(error, describe({hook}_handle, name))",
+        f"{indent}    add_note(error, describe({handle}, name))",
         *(f"{indent}    {line}" for line in on_error),
     ]
 
@@ -200,7 +206,6 @@ def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> Lis
             ("call_index", "next(counter)"),
             ("phase", f'"{phase}"'),
             ("_result", result),
-            ("_data", "None"),
             ("_rare", "None"),
             ("_point", "point"),
         )
@@ -208,12 +213,24 @@ def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> Lis
     return lines
 
 
+def _hook_names(arounds: int, pre: int, post: int) -> List[str]:
+    """The names a call shape binds its hooks to: each around hook with its handle, then
+    each pre and post hook alone. The pre and post hooks' handles are needed only when a
+    hook fails or returns a value: the code reads them from the plan then
+    (``plan.pre[i]``, :func:`_handle_of`), and a call reads and stores two names less."""
+    names = [f"around_{i}{handle}" for i in range(arounds) for handle in ("", "_handle")]
+    return names + [f"{kind}_{i}" for kind, n in (("pre", pre), ("post", post)) for i in range(n)]
+
+
+def _handle_of(kind: str, index: int) -> str:
+    """The expression of a call shape's pre or post hook's handle: in ``plan``, in hook order."""
+    return f"plan.{kind}[{index}]"
+
+
 def _call_header(arounds: int, pre: int, post: int, bound: bool) -> List[str]:
     """The start of every call shape's factory: ``make`` takes the point's constants and
-    each hook with its handle; ``hooked_call`` runs one call of the plan it is given."""
-    hooks = [f"{kind}_{i}, {kind}_{i}_handle"
-             for kind, n in (("around", arounds), ("pre", pre), ("post", post))
-             for i in range(n)]  # fmt: skip
+    the hooks (:func:`_hook_names`); ``hooked_call`` runs one call of the plan it is given."""
+    hooks = _hook_names(arounds, pre, post)
     params = ", ".join(["call", "name", "target", "counter", "registry", "reference", *hooks])
     return [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
 
@@ -255,10 +272,7 @@ def _binding_names(arounds: int, pre: int, post: int, exception: bool, bound: bo
     names = ["name", "counter", "reference" if bound else "target"]
     if exception:
         names.append("registry")
-    for kind, n in (("around", arounds), ("pre", pre), ("post", post)):
-        for i in range(n):
-            names += (f"{kind}_{i}", f"{kind}_{i}_handle")
-    return names
+    return names + _hook_names(arounds, pre, post)
 
 
 def _both_functions(
@@ -282,17 +296,25 @@ def source_of(shape: Shape) -> str:
     if exception:
         lines.append(f"{body}try:")
     for i in range(pre):
-        lines += _hook_block("pre", i, inner, ["raise"])
+        lines += _hook_block("pre", i, inner, ["raise"], _handle_of("pre", i))
     arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
+    # With post hooks the result goes straight to ctx._result, where a skip left its value.
+    into = "ctx._result" if post else "result"
     if pre:  # only a pre hook can skip the call (ctx.skipped, read inline)
-        lines += [
-            f"{inner}if ctx._rare is not None and ctx._rare.skipped:",
-            f"{inner}    result = ctx._result",
-            f"{inner}else:",
-            f"{inner}    result = call({arguments})",
-        ]
+        if post:
+            lines += [
+                f"{inner}if ctx._rare is None or not ctx._rare.skipped:",
+                f"{inner}    ctx._result = call({arguments})",
+            ]
+        else:
+            lines += [
+                f"{inner}if ctx._rare is not None and ctx._rare.skipped:",
+                f"{inner}    result = ctx._result",
+                f"{inner}else:",
+                f"{inner}    result = call({arguments})",
+            ]
     else:
-        lines.append(f"{inner}result = call({arguments})")
+        lines.append(f"{inner}{into} = call({arguments})")
     if exception:  # a pre hook or the call raised: the exception hooks
         lines += [
             f"{body}except Exception as error:",
@@ -301,11 +323,11 @@ def source_of(shape: Shape) -> str:
     if not post:
         lines.append(f"{body}return result")
     else:
-        lines += [f'{body}ctx.phase = "post"', f"{body}ctx._result = result"]
+        lines.append(f'{body}ctx.phase = "post"')
         recover = "return recover_or_raise(registry, plan, ctx, error, True)"
         on_error = [recover] if exception else ["raise"]
         for i in range(post):
-            lines += _hook_block("post", i, body, on_error)
+            lines += _hook_block("post", i, body, on_error, _handle_of("post", i))
         lines.append(f"{body}return ctx._result")
     names = _binding_names(0, pre, post, exception, bound)
     return _both_functions(_call_header(0, pre, post, bound), lines, key_of(shape), names, bound)
@@ -356,7 +378,7 @@ def around_source_of(shape: AroundShape) -> str:
     if exception:
         lines.append(f"{inner}try:")
     for i in range(pre):
-        lines += _hook_block("pre", i, core, ["raise"])
+        lines += _hook_block("pre", i, core, ["raise"], _handle_of("pre", i))
     arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
     lines += [
         f"{core}if ctx._rare is not None and ctx._rare.skipped:",  # ctx.skipped, inline
@@ -377,7 +399,7 @@ def around_source_of(shape: AroundShape) -> str:
         if exception:  # a post hook raised: the exception hooks, and no post hook after it
             lines.append(f"{core}try:")
         for i in range(post):
-            lines += _hook_block("post", i, posts, ["raise"])
+            lines += _hook_block("post", i, posts, ["raise"], _handle_of("post", i))
         if exception:
             lines += [
                 f"{core}except Exception as error:",
@@ -530,17 +552,16 @@ def compile_call(
     if shape is None:
         return reference
     factory = _factory(shape)
-    hooks: List[Any] = []
     values: Dict[str, Any] = {"name": name, "counter": counter, "target": target,
                               "registry": registry, "reference": reference}  # fmt: skip
     phases = (("around", plan.around_hooks or (), plan.around), ("pre", plan.pre_hooks, plan.pre),
               ("post", plan.post_hooks, plan.post))  # fmt: skip
     for kind, bare, handles in phases:
         for i, (hook, handle) in enumerate(zip(bare, handles)):
-            hooks += (hook, handle)
             values[f"{kind}_{i}"], values[f"{kind}_{i}_handle"] = hook, handle
-    arounds = len(plan.around)
-    names = _binding_names(arounds, len(plan.pre), len(plan.post), bool(plan.exception), bound)
+    arounds, pre, post = len(plan.around), len(plan.pre), len(plan.post)
+    hooks = [values[n] for n in _hook_names(arounds, pre, post)]
+    names = _binding_names(arounds, pre, post, bool(plan.exception), bound)
     plan.bindings = tuple(values[n] for n in names)  # read only once plan.shape says so
     run: Runner = factory.make(call, name, target, counter, registry, reference, *hooks)
     return run

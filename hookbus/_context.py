@@ -99,11 +99,10 @@ class CallContext(Generic[R]):
         31
     """
 
-    # Ten slots, each filled by every call. What few calls need (a skip, a recovery,
-    # the error) shares one: None until a hook needs it (see RareState).
+    # Nine slots, each filled by every call. What few calls need (a skip, a recovery,
+    # the error, ctx.data) shares one: None until a hook needs it (see RareState).
     __slots__ = (
         "_args",
-        "_data",
         "_kwargs",
         "_point",
         "_rare",
@@ -131,7 +130,6 @@ class CallContext(Generic[R]):
         self.call_index = call_index
         self.phase = phase
         self._result: Any = None
-        self._data: Optional[Dict[str, Any]] = None
         self._rare: Optional[RareState] = None
         # The hook point: it gives ctx.arguments its signature, and says whether
         # the call can be skipped. None for a context made by hand.
@@ -178,7 +176,6 @@ class CallContext(Generic[R]):
         ctx.call_index = call_index
         ctx.phase = phase
         ctx._result = result
-        ctx._data = None
         ctx._rare = None
         ctx._point = point
         return ctx
@@ -191,6 +188,7 @@ class CallContext(Generic[R]):
         if rare is None or rare is SKIPPED_ONLY:
             made = RareState()  # every field set here: see RareState
             made.exception = None
+            made.data = None
             made.recovered = False
             made.skipped = rare is not None
             rare = self._rare = made
@@ -292,9 +290,13 @@ class CallContext(Generic[R]):
     @property
     def data(self) -> Dict[str, Any]:
         """A dict private to this call, shared by all its hooks."""
-        if self._data is None:
-            self._data = {}
-        return self._data
+        rare = self._rare  # kept there: a call whose hooks never read ctx.data stores nothing
+        if rare is None or rare is SKIPPED_ONLY:
+            rare = self._rare_state()
+        data = rare.data
+        if data is None:
+            data = rare.data = {}
+        return data
 
     @overload
     def recover(self) -> None: ...
@@ -394,17 +396,19 @@ class CallContext(Generic[R]):
 
 class RareState:
     """What few calls need of their context, apart from it: a call that needs none of
-    it stores one ``None`` (``CallContext._rare``) instead of three fields.
+    it stores one ``None`` (``CallContext._rare``) instead of four fields.
 
     ``skipped`` and ``recovered``: whether a hook called ``ctx.skip()`` or
-    ``ctx.recover()``; ``exception``: the error the exception hooks see. One per call
+    ``ctx.recover()``; ``exception``: the error the exception hooks see; ``data``:
+    ``ctx.data``, made at its first read (``None`` until then). One per call
     that needs it, made by ``CallContext._rare_state``; a call whose only rare state
     is a skip (a cache hit) shares :data:`SKIPPED_ONLY` instead.
     """
 
-    __slots__ = ("exception", "recovered", "skipped")
+    __slots__ = ("data", "exception", "recovered", "skipped")
     # No __init__: CallContext._rare_state sets every field (calling a class with an
-    # __init__ costs twice what the three stores do, on the exception hooks' path).
+    # __init__ costs twice what the stores do, on the exception hooks' path).
+    data: Optional[Dict[str, Any]]
     exception: Optional[BaseException]
     recovered: bool
     skipped: bool
@@ -417,7 +421,8 @@ class _SkippedOnly(RareState):
     __slots__ = ()
 
     def __init__(self) -> None:
-        for field, value in (("exception", None), ("recovered", False), ("skipped", True)):
+        fields = (("data", None), ("exception", None), ("recovered", False), ("skipped", True))
+        for field, value in fields:
             object.__setattr__(self, field, value)
 
     def __setattr__(self, field: str, value: object) -> None:
