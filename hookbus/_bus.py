@@ -1061,7 +1061,10 @@ class EventBus:
                     ctx.target = target
                     ctx._args = args
                     ctx._kwargs = kwargs
-                    ctx.call_index = next(counter)
+                    for ctx.call_index in counter:
+                        break
+                    else:
+                        next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
                     ctx._rare = None
@@ -1092,7 +1095,10 @@ class EventBus:
                     ctx.target = target
                     ctx._args = args
                     ctx._kwargs = kwargs
-                    ctx.call_index = next(counter)
+                    for ctx.call_index in counter:
+                        break
+                    else:
+                        next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
                     ctx._rare = None

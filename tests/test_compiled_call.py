@@ -766,6 +766,25 @@ def test_a_compiled_post_phase_does_what_run_phase_does(behaviours: List[str]) -
     assert _post_outcome(behaviours, compiled=True) == _post_outcome(behaviours, compiled=False)
 
 
+def test_a_compiled_post_phase_numbers_calls_from_its_counter_and_raises_when_it_ends() -> None:
+    from hookbus import adapter
+
+    bus = EventBus()
+    seen: List[int] = []
+
+    def hook(ctx: CallContext) -> None:
+        seen.append(ctx.call_index)
+
+    handle = adapter.Handle.plain(bus.registry, "post", "job", hook)
+    run = adapter.compile_post_phase((hook,), (handle,), name="job", counter=iter([5, 6]))
+    assert run is not None
+    assert [run(None, None, (), {}, 0) for _ in range(2)] == [0, 0]
+    assert seen == [5, 6]
+    with pytest.raises(StopIteration):  # as next(counter) raises: no hook runs
+        run(None, None, (), {}, 0)
+    assert seen == [5, 6]
+
+
 class _NativeOwner:
     """What a generated native post hook is bound to (``adapter.NativePostOwner``)."""
 
