@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
+    "DEFAULT_OPTIONS",
     "MARKED_COROUTINES",
     "NO_SENDER",
     "VALUE_TYPES",
@@ -169,6 +170,9 @@ class _Options:
 
 
 _DEFAULTS = _Options()
+DEFAULT_OPTIONS: Any = _DEFAULTS
+"""What :meth:`Handle.plain` stores as a handle's options: for a registry that builds a
+plain handle inline, on its hot path."""
 
 
 class Handle(Removable):
