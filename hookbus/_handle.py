@@ -268,9 +268,11 @@ class Handle(Removable):
     ) -> Handle:
         """A handle with the default options, as ``Handle(...)`` makes it, only faster.
 
-        Registration's hot path, and adapters that need a handle of their own:
-        calling the class costs twice as much, since CPython can't inline a call
+        Registration of a hook point's hooks, and adapters that need a handle of their
+        own: calling the class costs twice as much, since CPython can't inline a call
         through ``type.__call__`` into ``__init__`` (parity: ``tests/test_fast_copies.py``).
+        An event's registration (``Registry.register_event``) makes the same stores
+        inline, with ``DEFAULT_OPTIONS``, to save this frame too.
 
         Example:
             >>> import hookbus
