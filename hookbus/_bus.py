@@ -508,7 +508,7 @@ class EventBus:
             saw eval.done (0.9,)
         """
         if hook is not None:  # the call form, straight to the hot path
-            return self.registry.register("event", event, hook, options)
+            return self.registry.register_event(event, hook, options)
         return self.registry.decorator("event", event, options)
 
     @overload

@@ -69,14 +69,16 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module;
       same generated post phase. Slow twin: ``run_phase``.
 
 Registration (``_registry.py``; row 2, register + remove, pays for these)
-    * ``Registry.register``'s flat path, for a plain hook on an event's exact
-      name with nothing to check. Slow twin: ``Registry._register_checked``.
+    * ``Registry.register_event``'s flat path (``bus.on``, and ``register`` of an
+      event hook with no scope), for a hook on an event's exact name with nothing
+      to check. Slow twin: ``Registry._register_checked``.
     * ``Registry.unregister``'s inline drop, for an event's exact name. Slow
       twin: ``Registry._drop_locked``, as ``Registry.remove`` runs it.
 
 Constructors
     * ``Handle.plain`` builds what ``Handle.__init__`` builds for the default
-      options; ``CallContext.for_call`` what ``CallContext.__init__`` builds.
+      options, and so does ``Registry.register_event`` inline (no frame of its own);
+      ``CallContext.for_call`` what ``CallContext.__init__`` builds.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
+    "DEFAULT_OPTIONS",
     "MARKED_COROUTINES",
     "NO_SENDER",
     "VALUE_TYPES",
@@ -169,6 +170,9 @@ class _Options:
 
 
 _DEFAULTS = _Options()
+DEFAULT_OPTIONS: Any = _DEFAULTS
+"""What :meth:`Handle.plain` stores as a handle's options: for a registry that builds a
+plain handle inline, on its hot path."""
 
 
 class Handle(Removable):
@@ -264,9 +268,11 @@ class Handle(Removable):
     ) -> Handle:
         """A handle with the default options, as ``Handle(...)`` makes it, only faster.
 
-        Registration's hot path, and adapters that need a handle of their own:
-        calling the class costs twice as much, since CPython can't inline a call
+        Registration of a hook point's hooks, and adapters that need a handle of their
+        own: calling the class costs twice as much, since CPython can't inline a call
         through ``type.__call__`` into ``__init__`` (parity: ``tests/test_fast_copies.py``).
+        An event's registration (``Registry.register_event``) makes the same stores
+        inline, with ``DEFAULT_OPTIONS``, to save this frame too.
 
         Example:
             >>> import hookbus

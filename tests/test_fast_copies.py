@@ -3,7 +3,8 @@
 ``_dispatch.py``'s map lists each loop over hooks; those that exist twice for
 speed, and the fast constructors, are checked here against their slow twin:
 
-* ``Handle.plain`` and ``CallContext.for_call`` against the classes' ``__init__``;
+* ``Handle.plain``, ``Registry.register_event``'s inline handle and
+  ``CallContext.for_call`` against the classes' ``__init__``;
 * ``EventBus.emit``'s inline loop against ``dispatch_event`` (and ``Event.emit``,
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * ``Registry.register``'s flat path against ``_register_checked``, and
@@ -61,6 +62,17 @@ def test_handle_plain_builds_what_handle_init_builds(is_async: bool, match: Any)
     bus = EventBus()
     fast = Handle.plain(bus.registry, "event", "a.b", print, is_async, match)
     slow = Handle(bus.registry, "event", "a.b", print, 0, 0, False, None, False, is_async, match)
+    assert _fields(fast) == _fields(slow)
+    assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
+
+
+def test_an_event_registration_builds_what_handle_init_builds() -> None:
+    # register_event builds a plain handle inline, as Handle.plain does.
+    bus = EventBus()
+    fast = bus.on("a.b", print)
+    registry, seq = bus.registry, fast.seq
+    slow = Handle(registry, "event", "a.b", print, 0, seq, False, None, False, False, None)
+    slow._registered = True
     assert _fields(fast) == _fields(slow)
     assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
 
