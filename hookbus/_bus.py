@@ -1061,10 +1061,7 @@ class EventBus:
                     ctx.target = target
                     ctx._args = args
                     ctx._kwargs = kwargs
-                    for ctx.call_index in counter:
-                        break
-                    else:
-                        next(counter)
+                    ctx.call_index = next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
                     ctx._rare = None
@@ -1095,10 +1092,7 @@ class EventBus:
                     ctx.target = target
                     ctx._args = args
                     ctx._kwargs = kwargs
-                    for ctx.call_index in counter:
-                        break
-                    else:
-                        next(counter)
+                    ctx.call_index = next(counter)
                     ctx.phase = "pre"
                     ctx._result = None
                     ctx._rare = None

@@ -195,22 +195,22 @@ def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> Lis
     Every shape (and the post phase alone) fills the context here, from ``name``,
     ``target``, ``args``, ``kwargs``, ``counter`` and ``point``; it starts in
     ``phase``, its result the expression ``result``."""
-    return [
-        f"{indent}ctx = new(CallContext)",
-        f"{indent}ctx.name = name",
-        f"{indent}ctx.target = target",
-        f"{indent}ctx._args = args",
-        f"{indent}ctx._kwargs = kwargs",
-        # next(counter), without a builtin's call; an ended counter raises as next() would.
-        f"{indent}for ctx.call_index in counter:",
-        f"{indent}    break",
-        f"{indent}else:",
-        f"{indent}    next(counter)",
-        f'{indent}ctx.phase = "{phase}"',
-        f"{indent}ctx._result = {result}",
-        f"{indent}ctx._rare = None",
-        f"{indent}ctx._point = point",
+    lines = [f"{indent}ctx = new(CallContext)"]
+    lines += [
+        f"{indent}ctx.{field} = {value}"
+        for field, value in (
+            ("name", "name"),
+            ("target", "target"),
+            ("_args", "args"),
+            ("_kwargs", "kwargs"),
+            ("call_index", "next(counter)"),
+            ("phase", f'"{phase}"'),
+            ("_result", result),
+            ("_rare", "None"),
+            ("_point", "point"),
+        )
     ]
+    return lines
 
 
 def _hook_names(arounds: int, pre: int, post: int) -> List[str]:
