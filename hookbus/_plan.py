@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_HOOKS", "DispatchSettings", "EventPlan", "Point", "PointPlan", "PointSource",
-    "event_plan", "fast_hooks",
+    "event_plan", "fast_hooks", "point_plan",
 ]  # fmt: skip
 
 Hooks = Tuple["Handle", ...]
@@ -143,11 +143,13 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
         return None
     # Loops, not all(...) or a generator: plans are worked out at each hook change, and
     # a plan that changes at every call is a benchmark row.
+    # A handle's fields, not its properties (``bare``, ``hook``): a property is a call
+    # through C that Python 3.11 cannot inline, a tenth of a plan's build per read.
     hooks: List[Callable[..., Any]] = []
     for h in handles:
-        if not h.bare:
+        if h.is_async or not h._options.bare:
             return None
-        hooks.append(h.hook)  # type: ignore[arg-type]  # never None: none is weak
+        hooks.append(h._hook)  # the hook itself: a bare handle holds it strongly
     return tuple(hooks)
 
 
@@ -219,39 +221,72 @@ class PointPlan:
     )  # fmt: skip
 
     run: Callable[[Any, PointPlan, Tuple[Any, ...], Dict[str, Any]], Any]
+    hooks: Dict[str, Hooks]
+    fast: Dict[str, FastHooks]
+    pre: Hooks
+    post: Hooks
+    exception: Hooks
+    around: Hooks
+    around_hooks: FastHooks
+    has_async: bool
+    direct: bool
+    pre_hooks: Tuple[Callable[..., Any], ...]
+    post_hooks: Tuple[Callable[..., Any], ...]
+    shape: str
+    bindings: Tuple[Any, ...]
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
-        self.hooks = hooks
-        self.shape = ""
-        self.bindings: Tuple[Any, ...] = ()
-        # One loop over the kinds (no generator): a plan that changes at every call is a
-        # benchmark row. A kind's bare callables exist only if none of its hooks is async.
-        fast: Dict[str, FastHooks] = {}
-        has_async = False
-        for kind, handles in hooks.items():
-            if not handles:  # fast_hooks' first case, without the call
-                fast[kind] = () if plain else None
-                continue
-            bare = fast[kind] = fast_hooks(handles, plain)
-            if bare is None and not has_async:
-                for h in handles:
-                    if h.is_async:
-                        has_async = True
-                        break
-        self.fast = fast
-        self.pre: Hooks = hooks.get("pre", ())
-        self.post: Hooks = hooks.get("post", ())
-        self.exception: Hooks = hooks.get("exception", ())
-        self.around: Hooks = hooks.get("around", ())
-        # The around hooks' bare callables when none has a rare option, else None.
-        self.around_hooks: FastHooks = fast.get("around") if self.around else None
-        self.has_async = has_async
-        pre_hooks, post_hooks = fast.get("pre", ()), fast.get("post", ())
-        self.direct = (
-            not self.has_async
-            and (not self.around or self.around_hooks is not None)
-            and pre_hooks is not None
-            and post_hooks is not None
-        )
-        self.pre_hooks: Tuple[Callable[..., Any], ...] = pre_hooks or ()
-        self.post_hooks: Tuple[Callable[..., Any], ...] = post_hooks or ()
+        _fill(self, hooks, plain)
+
+
+_new_plan = object.__new__
+
+
+def point_plan(hooks: Dict[str, Hooks], plain: bool) -> PointPlan:
+    """``PointPlan(hooks, plain)``, without the call through the class.
+
+    ``Registry.plan`` builds a point's plan at the first call after each change of its
+    hooks; a call through ``type.__call__`` into ``__init__`` is one CPython can't
+    inline, and costs as much as half the plan's fields (one body: :func:`_fill`).
+    """
+    plan: PointPlan = _new_plan(PointPlan)
+    _fill(plan, hooks, plain)
+    return plan
+
+
+def _fill(plan: PointPlan, hooks: Dict[str, Hooks], plain: bool) -> None:
+    """Set every field of ``plan`` (see :class:`PointPlan`) from ``hooks``."""
+    plan.hooks = hooks
+    plan.shape = ""
+    plan.bindings = ()
+    # One loop over the kinds (no generator): a plan that changes at every call is a
+    # benchmark row. A kind's bare callables exist only if none of its hooks is async.
+    fast: Dict[str, FastHooks] = {}
+    has_async = False
+    for kind, handles in hooks.items():
+        if not handles:  # fast_hooks' first case, without the call
+            fast[kind] = () if plain else None
+            continue
+        bare = fast[kind] = fast_hooks(handles, plain)
+        if bare is None and not has_async:
+            for h in handles:
+                if h.is_async:
+                    has_async = True
+                    break
+    plan.fast = fast
+    plan.pre = hooks.get("pre", ())
+    plan.post = hooks.get("post", ())
+    plan.exception = hooks.get("exception", ())
+    around = plan.around = hooks.get("around", ())
+    # The around hooks' bare callables when none has a rare option, else None.
+    around_hooks = plan.around_hooks = fast.get("around") if around else None
+    plan.has_async = has_async
+    pre_hooks, post_hooks = fast.get("pre", ()), fast.get("post", ())
+    plan.direct = (
+        not has_async
+        and (not around or around_hooks is not None)
+        and pre_hooks is not None
+        and post_hooks is not None
+    )
+    plan.pre_hooks = pre_hooks or ()
+    plan.post_hooks = post_hooks or ()
