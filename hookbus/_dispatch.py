@@ -77,6 +77,9 @@ Registration (``_registry.py``; row 2, register + remove, pays for these)
 Constructors
     * ``Handle.plain`` builds what ``Handle.__init__`` builds for the default
       options; ``CallContext.for_call`` what ``CallContext.__init__`` builds.
+    * ``_plan.point_plan`` is ``PointPlan(hooks, plain)`` without the call through the
+      class (``Registry.plan``, at the first call after each change of a point's
+      hooks); not a copy: both run one body, ``_plan._fill``.
 """
 
 from __future__ import annotations
