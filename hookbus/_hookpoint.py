@@ -140,17 +140,13 @@ class HookPoint:
         "_wrapper",
         "is_async",
         "kind",
+        "kinds",
         "module_name",
         "name",
         "plan",
         "registry",
         "where",
     )
-
-    @property
-    def kinds(self) -> Tuple[str, ...]:
-        """The hook kinds that apply to this point: its kind's row of the table."""
-        return point_kind(self.kind).runs
 
     skip_refusal: Optional[str] = None  # the call can always be skipped (Point protocol)
     """Why ``ctx.skip()`` can't work at this point, or ``None`` when it can."""
@@ -173,6 +169,10 @@ class HookPoint:
         self.is_async = is_async
         self.kind = kind
         """What the point wraps: ``"function"`` or ``"method"``."""
+        # Read once: a kind's row never changes, and the plan's build at the first call
+        # after each change of hooks reads it (a property would cost a call through C).
+        self.kinds: Tuple[str, ...] = point_kind(kind).runs
+        """The hook kinds that apply to this point: its kind's row of the table."""
         self.where = where
         """Where the wrapped callable is defined, as ``file:line`` (``"?"`` if unknown)."""
         self.module_name = module_name

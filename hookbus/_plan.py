@@ -143,11 +143,13 @@ def fast_hooks(handles: Hooks, plain: bool) -> FastHooks:
         return None
     # Loops, not all(...) or a generator: plans are worked out at each hook change, and
     # a plan that changes at every call is a benchmark row.
+    # A handle's fields, not its properties (``bare``, ``hook``): a property is a call
+    # through C that Python 3.11 cannot inline, a tenth of a plan's build per read.
     hooks: List[Callable[..., Any]] = []
     for h in handles:
-        if not h.bare:
+        if h.is_async or not h._options.bare:
             return None
-        hooks.append(h.hook)  # type: ignore[arg-type]  # never None: none is weak
+        hooks.append(h._hook)  # the hook itself: a bare handle holds it strongly
     return tuple(hooks)
 
 
@@ -219,11 +221,24 @@ class PointPlan:
     )  # fmt: skip
 
     run: Callable[[Any, PointPlan, Tuple[Any, ...], Dict[str, Any]], Any]
+    hooks: Dict[str, Hooks]
+    fast: Dict[str, FastHooks]
+    pre: Hooks
+    post: Hooks
+    exception: Hooks
+    around: Hooks
+    around_hooks: FastHooks
+    has_async: bool
+    direct: bool
+    pre_hooks: Tuple[Callable[..., Any], ...]
+    post_hooks: Tuple[Callable[..., Any], ...]
+    shape: str
+    bindings: Tuple[Any, ...]
 
     def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
         self.hooks = hooks
         self.shape = ""
-        self.bindings: Tuple[Any, ...] = ()
+        self.bindings = ()
         # One loop over the kinds (no generator): a plan that changes at every call is a
         # benchmark row. A kind's bare callables exist only if none of its hooks is async.
         fast: Dict[str, FastHooks] = {}
@@ -239,19 +254,19 @@ class PointPlan:
                         has_async = True
                         break
         self.fast = fast
-        self.pre: Hooks = hooks.get("pre", ())
-        self.post: Hooks = hooks.get("post", ())
-        self.exception: Hooks = hooks.get("exception", ())
-        self.around: Hooks = hooks.get("around", ())
+        self.pre = hooks.get("pre", ())
+        self.post = hooks.get("post", ())
+        self.exception = hooks.get("exception", ())
+        around = self.around = hooks.get("around", ())
         # The around hooks' bare callables when none has a rare option, else None.
-        self.around_hooks: FastHooks = fast.get("around") if self.around else None
+        around_hooks = self.around_hooks = fast.get("around") if around else None
         self.has_async = has_async
         pre_hooks, post_hooks = fast.get("pre", ()), fast.get("post", ())
         self.direct = (
-            not self.has_async
-            and (not self.around or self.around_hooks is not None)
+            not has_async
+            and (not around or around_hooks is not None)
             and pre_hooks is not None
             and post_hooks is not None
         )
-        self.pre_hooks: Tuple[Callable[..., Any], ...] = pre_hooks or ()
-        self.post_hooks: Tuple[Callable[..., Any], ...] = post_hooks or ()
+        self.pre_hooks = pre_hooks or ()
+        self.post_hooks = post_hooks or ()

@@ -638,8 +638,13 @@ class Registry:
             finally:
                 self._lock.release()
             return
-        with self._changing:
+        # Not ``with self._changing``: its __enter__ and __exit__ are two calls through C,
+        # and a hook point's hook added and removed per call is a benchmark row.
+        self._lock.acquire()
+        try:
             self._drop_locked(handle)
+        finally:
+            self._unlock()
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""
@@ -1384,7 +1389,10 @@ class Registry:
                 hooks[kind] = handles
             plain = self.errors == "raise" and self.tracer is None
         finally:
-            self._unlock()
+            if self._stale or self._dropped:  # a weak hook swept: tell, let go
+                self._unlock()
+            else:
+                self._lock.release()  # _unlock's common case, without the call
         return PointPlan(hooks, plain) if found else None
 
     def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
