@@ -65,6 +65,11 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module;
       ``scaled_dot_product_attention``, row 13) has its ``read`` called with no
       context, its error noted as ``run_phase`` notes it. Slow twin: the reader
       itself (its ``__call__``) through ``run_phase``.
+    * ``torch/_function_swap.py``'s dispatcher: with one mode on the thread's list (one
+      hooked attention running), it tests what the mode's ``__torch_function__`` tests
+      (the name selected, no site's hook running) and calls ``OperationSite.run``
+      itself (row 13). Slow twin: the mode's ``__torch_function__``, as torch calls it
+      when the function is not swapped.
     * ``NamePoint.emit`` (``torch/_value_point.py``): a name's plain post hooks, the
       same generated post phase. Slow twin: ``run_phase``.
 

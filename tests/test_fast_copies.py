@@ -18,7 +18,9 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``NamePoint.emit``, the same generated code) against ``run_phase``;
 * an operation point's lone reader (``ResultReader``, ``ArgumentsReader``: the names
   vocabulary's private hooks), read with no context, against its hook run by
-  ``run_phase``.
+  ``run_phase``;
+* a function swap's dispatcher handing its one mode's call straight to the site,
+  against the same site seeing the call through a torch function mode.
 
 An open trace sends every call to the slow twin, so each test runs the same hooks
 both ways and compares what a user sees: the calls, the result, the error and its
@@ -482,6 +484,69 @@ def test_operation_lone_reader_matches_its_hook_in_run_phase(kind: str, behaviou
         assert len(notes) == 1
         assert "Reader" in notes[0]
         assert "'0:softmax.0'" in notes[0]
+
+
+class _CallsSoftmax(nn.Module):
+    """A forward that calls ``F.softmax`` through the module attribute, as attentions do."""
+
+    def forward(self, x: Any) -> Any:
+        return torch.nn.functional.softmax(x, dim=-1) + 1
+
+
+def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, Any, List[str]]:
+    from hookbus.torch._function_swap import THREAD
+    from hookbus.torch._recipes import swapped
+
+    functional = torch.nn.functional
+    model = nn.Sequential(_CallsSoftmax())
+    bus = EventBus()
+    attached = hookbus.torch.attach(model, bus)
+    undo = swapped(attached.operations("0", "softmax"), "softmax")
+    x = torch.tensor([[0.0, 1.0]])
+    model(x)  # the discovery forward makes the point
+    seen: List[str] = []
+
+    def make(index: int, behaviour: str) -> Any:
+        def hook(ctx: CallContext) -> None:
+            assert [mode.swap for mode in THREAD.modes] == [not through_mode]  # the path taken
+            seen.append(f"{index} {ctx.name} {ctx.phase} {type(ctx.target).__name__}")
+            if behaviour == "double":
+                ctx.result = ctx.result * 2
+            elif behaviour == "args":
+                ctx.args = (ctx.args[0] * 3, *ctx.args[1:])
+            elif behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            elif behaviour == "calls":  # a hook's own softmax is no call of the forward
+                seen.append(str(functional.softmax(torch.ones(2), dim=-1).tolist()))
+
+        return hook
+
+    for index, behaviour in enumerate(plan):
+        phase = attached.pre if behaviour == "args" else attached.post
+        phase("0:softmax.0", make(index, behaviour))
+    dispatcher = functional.softmax
+    if through_mode:  # code that put back what it saved: the site falls back to a mode
+        functional.softmax = dispatcher.__wrapped__
+    try:
+        out: Any = model(x).tolist()
+        error: Any = None
+    except ValueError as raised:
+        out, error = None, (str(raised), getattr(raised, "__notes__", []))
+    finally:
+        functional.softmax = dispatcher
+    points = sorted(p.name for p in bus.registry.points() if p.name.startswith("0:"))
+    for each in undo:
+        each.remove()
+    attached.detach()
+    return seen, out, error, points
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["none", "double", "args", "raise", "calls"]), max_size=4))
+def test_swap_dispatcher_direct_call_matches_the_mode(plan: List[str]) -> None:
+    assert _swapped_site(plan, through_mode=False) == _swapped_site(plan, through_mode=True)
 
 
 @pytest.fixture(scope="module")

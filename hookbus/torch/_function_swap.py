@@ -7,10 +7,10 @@ for a hook on its one ``softmax``). The hand-written way costs nothing of the ki
 ``F.softmax`` replaced by a wrapper while the attention runs. A *function swap*
 does that for a site that asks for it (the names vocabulary's attention pattern):
 while some site holds it (:func:`acquire`), ``torch.nn.functional.<name>`` is a
-dispatcher that hands each call to the operation modes this thread entered
-(:func:`enter`, innermost first, each seeing what the one inside it passes on),
-and passes every other call (another thread's, one outside those forwards, one
-made by a hook) straight to the original. It sees only calls made through the
+dispatcher that hands each call to the swapped operation modes on this thread's
+list (:data:`THREAD`, innermost first, each seeing what the one inside it passes
+on), and passes every other call (another thread's, one outside those forwards,
+one made by a hook) straight to the original. It sees only calls made through the
 module attribute (``nn.functional.softmax(...)``, as every Hugging Face
 attention calls it), not ``torch.softmax`` or ``x.softmax()``.
 
@@ -29,6 +29,7 @@ back to a mode for that call.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Tuple
@@ -37,18 +38,28 @@ import torch.nn.functional as F
 
 from ..adapter import Removable
 
-__all__ = ["Hold", "acquire", "enter", "in_place", "leave", "release", "swappable"]
+__all__ = ["THREAD", "Hold", "ThreadState", "acquire", "in_place", "release", "swappable"]
 
 
-class _ThreadState(threading.local):
-    """This thread's entered modes (innermost last), and whether a dispatch is under way."""
+class ThreadState(threading.local):
+    """This thread's operation modes, innermost last: one list for those pushed on
+    torch's function stack and those seen through the swaps (``mode.swap``), which the
+    operation sites keep (one append and one removal per forward of a selected module).
+
+    A mode is what the dispatchers hand a call to: ``mode.swap``, ``mode.selected``
+    (the names it takes), ``mode.site.run(mode, func, args, kwargs, caller)`` (the
+    call, ``caller`` the frame that made it) and ``mode.__torch_function__``.
+    """
 
     def __init__(self) -> None:
         self.modes: List[Any] = []
         self.depth = 0  # > 0 inside a dispatch: calls from hooks and from modes pass through
+        # > 0 while an operation site runs hooks: torch calls they make are not the forward's.
+        self.in_hooks = 0
 
 
-_THREAD = _ThreadState()
+THREAD = ThreadState()
+"""The one :class:`ThreadState` (a ``threading.local``)."""
 _lock = threading.Lock()  # not reentrant: a finalizer never waits for it (see _release_later)
 # name -> (the original function, its dispatcher, how many holders)
 _swaps: Dict[str, Tuple[Callable[..., Any], Callable[..., Any], int]] = {}
@@ -83,16 +94,26 @@ class _Through:
 def _dispatcher(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def dispatch(*args: Any, **kwargs: Any) -> Any:
-        state = _THREAD
+        state = THREAD
         modes = state.modes
         if not modes or state.depth:
             return original(*args, **kwargs)
+        if len(modes) == 1:  # the common case: one hooked attention runs, straight to its site
+            mode = modes[0]
+            if not mode.swap or state.in_hooks or name not in mode.selected:
+                return original(*args, **kwargs)
+            state.depth += 1
+            try:
+                return mode.site.run(mode, original, args, kwargs, sys._getframe(1))
+            finally:
+                state.depth -= 1
+        swapped = [mode for mode in modes if mode.swap]  # the others see it as torch calls it
+        if not swapped:
+            return original(*args, **kwargs)
         state.depth += 1
         try:
-            if len(modes) == 1:  # the common case: one hooked attention runs
-                return modes[0].__torch_function__(original, (), args, kwargs)
             call: Callable[..., Any] = original
-            for mode in modes:  # the innermost handles the call first, as with torch's modes
+            for mode in swapped:  # the innermost handles the call first, as with torch's modes
                 call = _Through(mode, call, name)
             return call(*args, **kwargs)
         finally:
@@ -237,18 +258,3 @@ def in_place(names: Iterable[str]) -> bool:
         if held is None or getattr(F, name, None) is not held[1]:
             return False
     return True
-
-
-def enter(mode: Any) -> None:
-    """From now on in this thread, swapped functions' calls go through ``mode`` (an
-    operation mode: ``mode.__torch_function__(func, types, args, kwargs)``)."""
-    _THREAD.modes.append(mode)
-
-
-def leave(mode: Any) -> None:
-    """``mode`` sees no more calls in this thread (wherever it is in the list)."""
-    modes = _THREAD.modes
-    for position in range(len(modes) - 1, -1, -1):
-        if modes[position] is mode:
-            del modes[position]
-            return

@@ -121,16 +121,9 @@ def operation_name(function: Any) -> str:
     return name
 
 
-class _ThreadState(threading.local):
-    """This thread's live operation modes (innermost last) and hook depth."""
-
-    def __init__(self) -> None:
-        self.modes: List[OperationMode] = []
-        # > 0 while our hooks run: torch calls they make are not the forward's.
-        self.in_hooks = 0
-
-
-_THREAD = _ThreadState()
+# This thread's operation modes (innermost last) and hook depth, shared with the
+# function swaps' dispatchers, which read the same list.
+_THREAD = _function_swap.THREAD
 
 
 class OperationMode(TorchFunctionMode):
@@ -164,7 +157,7 @@ class OperationMode(TorchFunctionMode):
     ) -> Any:
         if getattr(func, "__name__", None) not in self.selected or _THREAD.in_hooks:
             return func(*args) if kwargs is None else func(*args, **kwargs)
-        return self.site.run(self, func, args, kwargs or {})
+        return self.site.run(self, func, args, kwargs or {}, sys._getframe(1))
 
     def running(self) -> bool:
         """Whether the module call that pushed this mode is still running."""
@@ -257,10 +250,9 @@ class ArgumentsReader:
 
 
 def _remove_mode(mode: OperationMode) -> None:
-    """Take ``mode`` off this thread's torch function stack (or its function swaps),
-    wherever it is."""
+    """Take ``mode`` off this thread's torch function stack, wherever it is (a mode seen
+    through the function swaps is on no stack: taking it off the thread's list is all)."""
     if mode.swap:
-        _function_swap.leave(mode)
         return
     length = _stack_length()
     if length and _mode_at(length - 1) is mode:
@@ -463,10 +455,8 @@ class OperationSite:
         mode = OperationMode(self, sys._getframe(1))  # torch's frame of this call
         with self._lock:
             self._in_flight += 1
-        modes.append(mode)
-        if mode.swap:
-            _function_swap.enter(mode)
-        else:
+        modes.append(mode)  # the function swaps' dispatchers see it there
+        if not mode.swap:
             _push_mode(mode)
 
     def _on_interrupt(self, caller: Any, error: BaseException) -> None:
@@ -498,9 +488,7 @@ class OperationSite:
                 break
         if mode is None:
             return  # our pre hook was added during this call: no mode to pop
-        if mode.swap:
-            _function_swap.leave(mode)
-        else:
+        if not mode.swap:
             _remove_mode(mode)
         raised = output is None and forward_raised(sys._getframe(1))
         with self._lock:
@@ -528,18 +516,25 @@ class OperationSite:
     # --- one selected operation call ------------------------------------------------
 
     def run(
-        self, mode: OperationMode, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+        self,
+        mode: OperationMode,
+        func: Any,
+        args: Tuple[Any, ...],
+        kwargs: Dict[str, Any],
+        caller: Any,
     ) -> Any:
-        """Run the call of ``func`` that ``mode`` intercepted, through its point's hooks.
+        """Run the call of ``func`` that ``mode`` intercepted, through its point's hooks;
+        ``caller`` is the frame of the code that called it.
 
         Only the forward's own calls count: not those of a hook of hookbus's on a
         submodule (a logging hook's ``torch.tanh`` must not become ``tanh.0``), nor
-        those under a mode left by an interrupted call.
+        those under a mode left by an interrupted call. The callers (the mode and the
+        function swaps' dispatchers) have already passed on the calls of the
+        operation sites' own hooks (``in_hooks``).
         """
-        # The code that called the operation (run <- __torch_function__ <- it): in the
-        # forward of the call that pushed the mode, in a hook of hookbus's inside it, or
-        # under a mode left by a call that ended.
-        if where_called(sys._getframe(2), mode.call) is not _FORWARD:
+        # The code that called the operation: in the forward of the call that pushed the
+        # mode, in a hook of hookbus's inside it, or under a mode left by a call that ended.
+        if where_called(caller, mode.call) is not _FORWARD:
             return func(*args, **kwargs)
         name: str = func.__name__
         index = mode.counts.get(name, 0)
