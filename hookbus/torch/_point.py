@@ -122,7 +122,9 @@ class ModulePoint:
     installed, by phase. The post dispatcher is always installed with
     ``always_call=True``, whether or not exception hooks exist: switching that
     option would mean removing and re-adding the native hook, and a forward running
-    in another thread in between would miss its post hooks.
+    in another thread in between would miss its post hooks. The mark costs a call
+    nothing: torch's bookkeeping of an ``always_call`` hook weighs what the lookups
+    it skips would (counted per call, with and without the mark).
     """
 
     __slots__ = (
