@@ -486,19 +486,19 @@ def test_operation_lone_reader_matches_its_hook_in_run_phase(kind: str, behaviou
         assert "'0:softmax.0'" in notes[0]
 
 
-class _CallsSoftmax(nn.Module):
-    """A forward that calls ``F.softmax`` through the module attribute, as attentions do."""
-
-    def forward(self, x: Any) -> Any:
-        return torch.nn.functional.softmax(x, dim=-1) + 1
-
-
 def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, Any, List[str]]:
     from hookbus.torch._function_swap import THREAD
     from hookbus.torch._recipes import swapped
 
     functional = torch.nn.functional
-    model = nn.Sequential(_CallsSoftmax())
+
+    class CallsSoftmax(nn.Module):
+        """A forward that calls ``F.softmax`` through the module attribute, as attentions do."""
+
+        def forward(self, x: Any) -> Any:
+            return functional.softmax(x, dim=-1) + 1
+
+    model = nn.Sequential(CallsSoftmax())
     bus = EventBus()
     attached = hookbus.torch.attach(model, bus)
     undo = swapped(attached.operations("0", "softmax"), "softmax")
