@@ -175,6 +175,37 @@ def test_writing_the_pattern_under_sdpa_with_dropout_is_refused_naming_eager() -
         model(tokens())
 
 
+class _LayerNormWithoutRsqrt(nn.Module):
+    """A norm of a Llama-like model that is no ``nn.LayerNorm`` and calls no ``rsqrt``
+    (OLMo's parameter-free LayerNorm is built so)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.normalized_shape = (width,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, self.normalized_shape, None, None, 1e-5)
+
+
+@pytest.mark.parametrize("slot", ["hook_scale", "hook_normalized"])
+def test_a_norm_whose_value_cannot_be_read_is_refused_naming_the_norm(slot: str) -> None:
+    model = tiny_model("llama")
+    norm = _LayerNormWithoutRsqrt(32)
+    model.model.layers[0].input_layernorm = norm
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, names="transformer")
+    seen: List[str] = []
+    with (
+        bus.post(f"blocks.0.ln1.{slot}", lambda ctx: seen.append(ctx.name)),
+        pytest.raises(
+            ValueError,
+            match=r"'model\.layers\.0\.input_layernorm' \(_LayerNormWithoutRsqrt\).*rsqrt",
+        ),
+    ):
+        model(tokens())  # the hook would never run: refused, not silent
+    assert seen == []
+
+
 # --- cost and cleanup --------------------------------------------------------------------
 
 
