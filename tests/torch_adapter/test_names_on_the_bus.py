@@ -208,6 +208,25 @@ def test_a_norm_whose_value_cannot_be_read_is_refused_naming_the_norm(slot: str)
     assert seen == []
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_a_resid_mid_write_by_a_hook_removed_in_its_call_is_whole_and_not_carried_over(
+    arch: str,
+) -> None:
+    model, bus, _ = named(arch, "eager")
+    with torch.no_grad():
+        plain = model(tokens()).logits
+    shift = replacing(lambda value: value + 1)
+    with torch.no_grad(), bus.post("blocks.0.hook_resid_mid", shift):
+        written = model(tokens()).logits
+    bus.post("blocks.*.hook_resid_mid", shift, once=True)  # removed as block 0 runs it
+    with torch.no_grad():
+        once = model(tokens()).logits
+    torch.testing.assert_close(once, written, **TOLERANCE)
+    with torch.no_grad(), bus.post("blocks.0.hook_resid_mid", lambda ctx: None):
+        read_only = model(tokens()).logits  # no change left over from the call before
+    torch.testing.assert_close(read_only, plain, **TOLERANCE)
+
+
 # --- two vocabularies on one model ---------------------------------------------------------
 
 
