@@ -153,6 +153,20 @@ def test_a_name_takes_post_hooks_only(kind: str) -> None:
     assert bus.hooks() == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "advice"),
+    [
+        ("pre", "for a pre hook"),
+        ("around", "for an around hook"),
+        ("exception", "for an exception hook"),
+    ],
+)
+def test_the_refusal_of_a_hook_kind_on_a_name_reads_as_english(kind: str, advice: str) -> None:
+    _, bus, _ = named("gpt2", "eager")
+    with pytest.raises(ValueError, match=f"{advice} on a module, use the module's name"):
+        getattr(bus, kind)("blocks.0.attn.hook_z", _around if kind == "around" else print)
+
+
 def test_a_replacement_of_another_shape_is_refused_naming_both_shapes() -> None:
     model, bus, _ = named("gpt2", "eager")
     with (
