@@ -114,6 +114,19 @@ def test_a_model_of_no_known_layout_is_refused_naming_the_layouts_and_the_docs()
         )
 
 
+def test_a_llama_like_model_with_query_and_key_norms_of_no_table_is_refused() -> None:
+    # Gemma 3: Gemma 2's four norms and Qwen3's q_norm and k_norm, whose operations
+    # come before the rotary embedding's, where no table counts them
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Gemma3TextConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, vocab_size=100, max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.Gemma3ForCausalLM(config)
+    with pytest.raises(ValueError, match="Gemma3ForCausalLM has none of the layouts"):
+        hookbus.torch.attach(model, hookbus.EventBus(), names="transformer")
+
+
 def test_a_typo_of_a_name_is_refused_with_close_names() -> None:
     _, bus, _ = named("gpt2", "eager")
     with pytest.raises(
