@@ -83,7 +83,7 @@ LAYERS: List[List[str]] = [
         "torch/_tables/llama.py",
         "torch/_tables/opt.py",
     ],
-    ["torch/_tables/gemma2.py", "torch/_tables/phi3.py"],
+    ["torch/_tables/gemma2.py", "torch/_tables/phi3.py", "torch/_tables/qwen3.py"],
     ["torch/_table_detection.py", "torch/_recipes.py"],
     ["torch/_attention_pattern.py", "torch/_norm_scale.py", "torch/_value_point.py"],
     ["torch/_vocabulary.py"],

@@ -505,7 +505,14 @@ class Capture:
 
     def _record_value(self, name: str, ctx: CallContext) -> None:
         """The post hook of a name of the vocabulary: its value, stored as an output."""
-        self._record_call(name, None, None, ctx.result)
+        value = ctx.result
+        if self._grads and type(value) is torch.Tensor and value._base is not None:
+            # A view of a forward tensor (hook_z splits the projection's input by head) is
+            # on no gradient's path: handing the forward the recorded view puts it there.
+            # A value computed for the hooks alone is left unwritten: a write would
+            # recompute the call from it, over another bus's edit of that value.
+            value = ctx.result = value.view_as(value)
+        self._record_call(name, None, None, value)
 
     def _end(self) -> None:
         self._state = "ended"

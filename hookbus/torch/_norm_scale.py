@@ -8,13 +8,14 @@ scale, the first ``mul`` the normalized value (operation points).
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+import threading
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..adapter import CallContext, Removable
+from ..adapter import CallContext, Handle, Removable
 from ._recipes import Net, Site, quiet, unchanged
 
 __all__ = ["NormScale"]
@@ -34,11 +35,30 @@ class NormScale(Site):
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
+        self._read = threading.local()  # whether this thread's norm call held the value
+        self._check: Optional[Handle] = None
 
     def install_site(self, net: Net) -> List[Removable]:
         if isinstance(self.module, nn.LayerNorm):
             return [net.post(self.module, self._on_layer_norm)]
-        return [quiet(net.operations(self.module, "rsqrt", "mul"))]
+        # A norm that calls no rsqrt (OLMo's LayerNorm without affine) would leave the
+        # names' hooks silent: its first call that held no value is refused.
+        self._check = net.post(self.module, self._check_read)
+        return [quiet(net.operations(self.module, "rsqrt", "mul")), self._check]
+
+    def _check_read(self, ctx: CallContext) -> None:
+        if getattr(self._read, "held", False):
+            self._read.held = False
+            if self._check is not None:
+                self._check.remove()  # a norm that held it once holds it on every call
+            return
+        raise ValueError(
+            f"the norm {ctx.name!r} ({type(self.module).__name__}) holds no "
+            f"{' or '.join('hook_' + slot for slot in self.emits)} value: the names "
+            "vocabulary reads it from an nn.LayerNorm, or from an RMSNorm's torch.rsqrt "
+            "and the first mul after it, and this norm is neither; read its input and "
+            "output (its module name) instead"
+        )
 
     def install_slot(self, net: Net, slot: str) -> List[Removable]:
         if isinstance(self.module, nn.LayerNorm):
@@ -70,6 +90,7 @@ class NormScale(Site):
                 ctx.result = _affine(norm, new)
 
     def _on_rsqrt(self, ctx: CallContext) -> None:
+        self._read.held = True
         emit = self.emits.get("scale")
         if emit is not None:
             inverse = ctx.result
@@ -79,6 +100,7 @@ class NormScale(Site):
                 ctx.result = 1 / new
 
     def _on_normalized(self, ctx: CallContext) -> None:
+        self._read.held = True
         emit = self.emits.get("normalized")
         if emit is not None:
             normalized = ctx.result

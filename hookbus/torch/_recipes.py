@@ -18,7 +18,7 @@ to the block's output too (:class:`ResidMid`).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -68,6 +68,16 @@ class Net(Protocol):
         self, selector: Union[str, nn.Module], hook: Hook, /, **options: Unpack[HookOptions]
     ) -> Handle:
         """A post hook on a module or an operation point."""
+        ...
+
+    def around(
+        self,
+        selector: Union[str, nn.Module],
+        hook: Callable[[CallContext], Iterator[None]],
+        /,
+        **options: Unpack[HookOptions],
+    ) -> Handle:
+        """An around hook on a module."""
         ...
 
     def operations(self, selector: Any, *functions: Any) -> OperationSelection:
@@ -280,10 +290,22 @@ class ResidMid:
                 first = first_item(output)
                 ctx.result = with_first_item(output, first + change.view(first.shape))
 
+        def around_block(ctx: CallContext) -> Iterator[None]:
+            # A hook removed as it writes (once=True) takes on_block with it in that very
+            # call: an around hook's teardown still runs for it, so the change is added
+            # all the same, and none is left to the next call.
+            local.change = None
+            try:
+                yield
+                on_block(ctx)
+            finally:
+                local.change = None
+
         return [
             net.pre(self.mid, on_mid),
             # before the block's other post hooks: hook_resid_post sees the written sum
             net.post(self.block, on_block, priority=1_000_000),
+            net.around(self.block, around_block),
         ]
 
 

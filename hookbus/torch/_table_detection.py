@@ -13,10 +13,11 @@ from ._tables.gpt_neox import GPT_NEOX
 from ._tables.llama import LLAMA
 from ._tables.opt import OPT
 from ._tables.phi3 import PHI3
+from ._tables.qwen3 import QWEN3
 
 __all__ = ["DOCS", "TABLES", "Found", "find_architecture"]
 
-TABLES: Tuple[Architecture, ...] = (GPT2, GPT_NEOX, OPT, GEMMA2, PHI3, LLAMA)
+TABLES: Tuple[Architecture, ...] = (GPT2, GPT_NEOX, OPT, GEMMA2, PHI3, LLAMA, QWEN3)
 """Every table, tried in this order: a layout that extends another comes first
 (Gemma 2's four norms before Llama's two)."""
 

@@ -153,7 +153,8 @@ class Vocabulary(Removable):
             raise ValueError(
                 f"{kind} hooks do not apply to {name!r}: a name of the vocabulary is a "
                 f"value, read and replaced by post hooks (bus.post(name, hook), "
-                f"ctx.result); for a {kind} hook on a module, use the module's name"
+                f"ctx.result); for {'an' if kind[0] in 'aeiou' else 'a'} {kind} hook on a "
+                f"module, use the module's name"
             )
         self._make(names)
         return True

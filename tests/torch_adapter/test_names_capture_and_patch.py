@@ -8,6 +8,8 @@ from torch import nn
 from torch_helpers import native_hooks
 from transformer_models import (
     TOLERANCE,
+    block_module,
+    layout,
     logits,
     reference,
     tiny_model,
@@ -36,6 +38,42 @@ def test_capture_takes_names_and_patterns_of_names() -> None:
         model(tokens(batch=1))
     assert cache["blocks.0.attn.hook_z"].count == 2
     assert cache["blocks.0.attn.hook_z"].output.shape == (1, 7, 4, 8)
+
+
+@pytest.mark.parametrize(("arch", "impl"), [("llama", "sdpa"), ("gpt2", "eager")])
+def test_capture_with_grads_records_the_gradient_of_every_name_the_forward_uses(
+    arch: str, impl: str
+) -> None:
+    model = tiny_model(arch, impl)
+    names = hookbus.torch.attach(model, hookbus.EventBus(), names="transformer").vocabulary
+    assert names is not None
+    ids = tokens()
+    plain = logits(model, ids)
+    with hookbus.torch.capture(model, names.names, grads=True) as cache:
+        out = model(ids).logits
+        out.sum().backward()
+    torch.testing.assert_close(out, plain, **TOLERANCE)  # the capture changes no value
+    # Values computed for the hooks alone, which the forward never uses, get none.
+    computed = ("hook_scale", "hook_normalized") if arch == "gpt2" else ("hook_scale",)
+    computed += ("hook_attn_scores", "hook_pattern") if impl == "sdpa" else ()
+    missing = [n for n in names.names if cache[n].grad is None]
+    assert missing == [n for n in names.names if n.endswith(computed)]
+    for name in names.names:
+        if name not in missing:
+            assert cache[name].grad.shape == cache[name].output.shape, name
+    # hook_z's gradient is the output projection's input's, split by head, as by hand
+    seen = {}
+    o = block_module(model, arch, 0, layout(arch)["o"])
+    hook = o.register_forward_pre_hook(
+        lambda _, args: args[0].register_hook(lambda g: seen.setdefault("z", g)) and None
+    )
+    try:
+        model(ids).logits.sum().backward()
+    finally:
+        hook.remove()
+    torch.testing.assert_close(
+        cache["blocks.0.attn.hook_z"].grad, seen["z"].unflatten(-1, (4, 8)), **TOLERANCE
+    )
 
 
 def test_capture_refuses_a_typo_of_a_name_and_inputs_of_a_value() -> None:

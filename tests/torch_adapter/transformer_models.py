@@ -18,7 +18,9 @@ import pytest
 import torch
 from torch import nn
 
-ARCHITECTURES = ("gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "gemma2", "phi3")
+ARCHITECTURES = (
+    "gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3",
+)  # fmt: skip
 IMPLEMENTATIONS = ("eager", "sdpa")
 CASES = [(arch, impl) for arch in ARCHITECTURES for impl in IMPLEMENTATIONS]
 TOLERANCE: Dict[str, Any] = dict(atol=1e-5, rtol=1e-5)
@@ -59,6 +61,8 @@ def _config(arch: str) -> Any:
             **gqa, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                     "partial_rotary_factor": 0.5},
         )  # fmt: skip
+    if arch == "qwen3":  # Llama's layout with a norm on each head's queries and keys
+        return transformers.Qwen3Config(**gqa, head_dim=8)
     kind = {"llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config"}[arch]
     return getattr(transformers, kind)(**gqa)
 
@@ -192,7 +196,7 @@ _LAYOUT["opt"] = dict(
     rotary=None,
     flat=True,  # the block runs its MLP on [batch * pos, d_model]
 )
-for _arch in ("llama", "mistral", "qwen2", "gemma2"):
+for _arch in ("llama", "mistral", "qwen2", "qwen3", "gemma2"):
     _LAYOUT[_arch] = dict(
         blocks="model.layers",
         embed="model.embed_tokens",

@@ -7,14 +7,14 @@ import dataclasses
 from torch import nn
 
 from .._architecture import Architecture, has_modules
-from .llama import LAYER, LLAMA_BLOCK, llama_dims
+from .llama import LAYER, LLAMA_BLOCK, QK_NORMS, llama_dims
 
 
 def _is_gemma2(body: nn.Module) -> bool:
     return has_modules(
         body, "embed_tokens", "norm", *LAYER,
         "layers.0.pre_feedforward_layernorm", "layers.0.post_feedforward_layernorm",
-    )  # fmt: skip
+    ) and not has_modules(body, QK_NORMS[0])  # fmt: skip
 
 
 GEMMA2 = Architecture(

@@ -17,8 +17,13 @@ LAYER = (
 )  # fmt: skip
 
 
+QK_NORMS = ("layers.0.self_attn.q_norm", "layers.0.self_attn.k_norm")
+"""Norms of the queries and keys (Qwen3, Gemma 3): their operations come before the
+rotary embedding's, so a layout with them has tables of its own."""
+
+
 def _is_llama_like(body: nn.Module) -> bool:
-    return has_modules(body, "embed_tokens", "norm", *LAYER)
+    return has_modules(body, "embed_tokens", "norm", *LAYER) and not has_modules(body, QK_NORMS[0])
 
 
 def llama_dims(config: Any) -> Dims:
