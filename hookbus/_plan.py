@@ -239,20 +239,28 @@ class PointPlan:
         self.hooks = hooks
         self.shape = ""
         self.bindings = ()
-        # One loop over the kinds (no generator): a plan that changes at every call is a
-        # benchmark row. A kind's bare callables exist only if none of its hooks is async.
+        # One loop over the kinds (no generator, no call for a kind's lone hook): a plan
+        # that changes at every call is a benchmark row. A kind's bare callables exist
+        # only if none of its hooks is async.
         fast: Dict[str, FastHooks] = {}
+        none = () if plain else None
         has_async = False
         for kind, handles in hooks.items():
             if not handles:  # fast_hooks' first case, without the call
-                fast[kind] = () if plain else None
-                continue
-            bare = fast[kind] = fast_hooks(handles, plain)
-            if bare is None and not has_async:
-                for h in handles:
-                    if h.is_async:
-                        has_async = True
-                        break
+                fast[kind] = none
+            elif len(handles) == 1:  # fast_hooks' loop for one hook, without the call
+                h = handles[0]
+                if h.is_async:
+                    fast[kind], has_async = None, True
+                else:
+                    fast[kind] = (h._hook,) if plain and h._options.bare else None
+            else:
+                bare = fast[kind] = fast_hooks(handles, plain)
+                if bare is None and not has_async:
+                    for h in handles:
+                        if h.is_async:
+                            has_async = True
+                            break
         self.fast = fast
         self.pre = hooks.get("pre", ())
         self.post = hooks.get("post", ())

@@ -9,7 +9,8 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
-  ``Registry.remove``);
+  ``Registry.remove``); and its flat path for a hook point's plain pre, post and
+  exception hooks against ``_register_checked``;
 * ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``;
 * the torch module point's post phase (the native post hook torch calls, generated
   by ``native_post_hook``) against ``run_phase``, and the context it builds against
@@ -270,6 +271,101 @@ def test_the_fast_registration_paths_are_the_ones_taken() -> None:
     assert taken == ["checked"]
     registry.unregister(handle)
     assert not handle.active
+
+
+# One step on a hook point: ("add", kind, hook, name), ("remove", kind, hook, name) or
+# ("call", ...): the points "p" (two of them) and "q", their calls' hooks seen.
+point_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "call"]),
+        st.sampled_from(["pre", "post", "exception"]),
+        st.integers(0, 2),
+        st.sampled_from(["p", "q", "r"]),
+    ),
+    max_size=14,
+)
+
+
+def _point_registrations(plan: List[Tuple[str, str, int, str]], slow: bool) -> List[Any]:
+    bus = EventBus("parity")
+    registry = bus.registry
+    calls: List[Any] = []
+
+    def make(index: int) -> Callable[..., Any]:
+        def hook(ctx: CallContext) -> None:
+            calls.append((index, ctx.name, ctx.phase))
+            if index == 2 and ctx.phase == "pre":
+                raise KeyError(index)  # the call fails: the exception hooks run
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    hooks = [make(index) for index in range(3)]
+    points = {
+        "p": [bus.wrap(lambda x: x, "p"), bus.wrap(lambda x: -x, "p")],
+        "q": [bus.wrap(lambda x: x, "q")],
+        "r": [],  # no point: a name a point may take later
+    }
+    handles: dict = {}
+    seen: List[Any] = []
+    for action, kind, index, name in plan:
+        outcome: Any = None
+        try:
+            if action == "add":
+                if slow:
+                    handle = registry.register(kind, name, hooks[index], {}, scope=_NoScope())
+                else:
+                    handle = registry.register(kind, name, hooks[index], {})
+                handles[(kind, index, name)] = handle
+            elif action == "remove" and (kind, index, name) in handles:
+                handle = handles[(kind, index, name)]
+                if slow:
+                    registry.remove([handle])
+                else:
+                    registry.unregister(handle)
+                outcome = handle.active
+            elif action == "call":
+                outcome = [point(index) for point in points[name]]
+        except (ValueError, KeyError) as error:  # a second registration; a failed call
+            outcome = (type(error).__name__, str(error), getattr(error, "__notes__", []))
+        hooks_now = [
+            (h.kind, h.name, h.hook.__qualname__, h.seq, h.active)  # type: ignore[union-attr]
+            for h in bus.hooks()
+        ]
+        seen.append((outcome, hooks_now, list(calls)))
+    return seen
+
+
+@given(point_steps)
+def test_the_flat_point_registration_matches_its_slow_twin(
+    plan: List[Tuple[str, str, int, str]],
+) -> None:
+    assert _point_registrations(plan, slow=False) == _point_registrations(plan, slow=True)
+
+
+def test_the_flat_point_registration_is_the_one_taken() -> None:
+    # Guards the test above: a point's plain hook must not already take the checked path.
+    bus = EventBus()
+    point = bus.wrap(lambda x: x, "p")
+    taken: List[str] = []
+    registry = bus.registry
+    original = registry._register_checked
+
+    def checked(*args: Any) -> Any:
+        taken.append("checked")
+        return original(*args)
+
+    registry._register_checked = checked  # type: ignore[method-assign]
+    handles = [registry.register(kind, "p", print, {}) for kind in ("pre", "post", "exception")]
+    assert taken == []
+    assert point.__hookbus_point__.current_plan() is not None  # type: ignore[attr-defined]
+    registry.register("pre", "p", repr, {}, scope=_NoScope())
+    registry.register("post", "p", repr, {"priority": 1})
+    registry.register("around", "p", _around, {})
+    assert taken == ["checked"] * 3
+    for handle in handles:
+        registry.unregister(handle)
+    assert not any(handle.active for handle in handles)
 
 
 # --- the module point's generated post phase against run_phase, its slow twin ---------
