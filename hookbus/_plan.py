@@ -235,26 +235,28 @@ class PointPlan:
     shape: str
     bindings: Tuple[Any, ...]
 
-    def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
+    def __init__(
+        self,
+        hooks: Dict[str, Hooks],
+        plain: bool,
+        fast: Optional[Dict[str, FastHooks]] = None,
+        has_async: bool = False,
+    ) -> None:
+        """``fast`` and ``has_async``, when given, are what this works out from ``hooks``
+        and ``plain`` (``Registry.plan`` finds them in its own loop over the kinds)."""
         self.hooks = hooks
         self.shape = ""
         self.bindings = ()
-        # One loop over the kinds (no generator, no call for a kind's lone hook): a plan
-        # that changes at every call is a benchmark row. A kind's bare callables exist
-        # only if none of its hooks is async.
-        fast: Dict[str, FastHooks] = {}
-        none = () if plain else None
-        has_async = False
-        for kind, handles in hooks.items():
-            if not handles:  # fast_hooks' first case, without the call
-                fast[kind] = none
-            elif len(handles) == 1:  # fast_hooks' loop for one hook, without the call
-                h = handles[0]
-                if h.is_async:
-                    fast[kind], has_async = None, True
-                else:
-                    fast[kind] = (h._hook,) if plain and h._options.bare else None
-            else:
+        if fast is None:
+            # One loop over the kinds (no generator): a plan that changes at every call is
+            # a benchmark row. A kind's bare callables exist only if none of its hooks is
+            # async.
+            fast = {}
+            has_async = False
+            for kind, handles in hooks.items():
+                if not handles:  # fast_hooks' first case, without the call
+                    fast[kind] = () if plain else None
+                    continue
                 bare = fast[kind] = fast_hooks(handles, plain)
                 if bare is None and not has_async:
                     for h in handles:

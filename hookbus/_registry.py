@@ -121,7 +121,7 @@ from ._live_points import LivePoints
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._open_scopes import OpenScope, innermost_scope, open_scopes, opened_anywhere
 from ._options import method_name, parse_options
-from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
+from ._plan import EventPlan, FastHooks, Point, PointPlan, PointSource, event_plan, fast_hooks
 from ._spec import context_mismatch
 from ._sync_dispatch import dispatch_event
 from ._trace import Trace, Tracer, tracer_for
@@ -1447,7 +1447,8 @@ class Registry:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
         name, kinds = point.name, point.kinds  # read before the lock: the point's own code
         hooks: Dict[str, Tuple[Handle, ...]] = {}
-        found = False
+        fast: Dict[str, FastHooks] = {}
+        found = has_async = False
         self._lock.acquire()  # not ``with``: this runs for each point whose hooks changed
         try:
             if self._collected:
@@ -1457,26 +1458,40 @@ class Registry:
             if self._pauses and self._paused_locked(name):
                 return None
             exact, patterns = self._exact, self._patterns
-            # A loop, not a comprehension: a plan may change per call (a benchmark row).
-            # _matching_locked's common cases inline: no pattern of the kind, and a
-            # name's lone hook kept as the handle itself.
+            plain = self.errors == "raise" and self.tracer is None
+            none: FastHooks = () if plain else None
+            # One loop, not a comprehension, for each kind's hooks and their bare callables
+            # (what PointPlan works out from the hooks alone): a plan may change per call
+            # (a benchmark row). _matching_locked's and fast_hooks' common cases inline:
+            # no pattern of the kind, and a name's lone hook kept as the handle itself.
             for kind in kinds:
                 names = exact.get(kind)
                 bucket = None if names is None else names.get(name)
-                if (patterns and patterns.get(kind)) or bucket.__class__ is list:
+                if (patterns and patterns.get(kind)) or isinstance(bucket, list):
                     handles = hooks[kind] = self._matching_locked(kind, name, True)
-                    found = found or bool(handles)
+                    if not handles:
+                        fast[kind] = none
+                        continue
+                    found = True
+                    bare = fast[kind] = fast_hooks(handles, plain)
+                    if bare is None and not has_async:
+                        has_async = any(handle.is_async for handle in handles)
                 elif bucket is None:
                     hooks[kind] = ()
+                    fast[kind] = none
                 else:
-                    hooks[kind], found = (bucket,), True  # type: ignore[assignment]
-            plain = self.errors == "raise" and self.tracer is None
+                    hooks[kind] = (bucket,)
+                    found = True
+                    if bucket.is_async:
+                        fast[kind], has_async = None, True
+                    else:
+                        fast[kind] = (bucket._hook,) if plain and bucket._options.bare else None
         finally:
             if self._stale or self._dropped:  # a weak hook swept: tell, let go
                 self._unlock()
             else:
                 self._lock.release()  # _unlock's common case, without the call
-        return PointPlan(hooks, plain) if found else None
+        return PointPlan(hooks, plain, fast, has_async) if found else None
 
     def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Forget the plans that a change of hooks for ``name`` (or a pattern) affects."""

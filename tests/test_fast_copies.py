@@ -11,7 +11,9 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
   ``Registry.remove``); and its flat path for a hook point's plain pre, post and
   exception hooks against ``_register_checked``;
-* ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``;
+* ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``, and
+  the bare callables it finds in the same loop against what ``PointPlan`` works out
+  from the hooks alone;
 * the torch module point's post phase (the native post hook torch calls, generated
   by ``native_post_hook``) against ``run_phase``, and the context it builds against
   ``CallContext.__init__`` (these need PyTorch, and are skipped without it);
@@ -32,6 +34,7 @@ its generator against ``call_with_hooks``.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from typing import Any, Callable, List, Tuple
 
@@ -42,6 +45,7 @@ from hypothesis import strategies as st
 from hookbus import CallContext, EventBus
 from hookbus._handle import Handle
 from hookbus._names import matcher_for
+from hookbus._plan import PointPlan
 
 try:
     import torch
@@ -366,6 +370,56 @@ def test_the_flat_point_registration_is_the_one_taken() -> None:
     for handle in handles:
         registry.unregister(handle)
     assert not any(handle.active for handle in handles)
+
+
+plan_registrations = st.lists(
+    st.tuples(
+        st.sampled_from(["pre", "post", "exception", "around"]),
+        st.sampled_from(["a.b", "a.*", "a.c"]),
+        st.sampled_from(["plain", "priority", "once", "async"]),
+    ),
+    max_size=6,
+)
+
+
+async def _async_hook(ctx: Any) -> None:
+    return None
+
+
+async def _async_around(ctx: Any) -> Any:
+    yield
+
+
+@given(plan_registrations, st.sampled_from(["raise", "collect"]), st.booleans())
+def test_plan_finds_the_bare_callables_point_plan_works_out(
+    registrations: List[Any], policy: str, traced: bool
+) -> None:
+    bus = EventBus()
+    sync_point = bus.wrap(lambda: None, "a.b").__hookbus_point__  # type: ignore[attr-defined]
+
+    async def job() -> None:
+        return None
+
+    async_point = bus.wrap(job, "a.c").__hookbus_point__  # type: ignore[attr-defined]
+    for kind, name, option in registrations:
+        if option == "async":
+            hook: Any = _async_around if kind == "around" else _async_hook
+            hook = functools.partial(hook)
+        else:
+            hook = functools.partial(_around if kind == "around" else _pre_post_or_exception)
+        options = {"priority": {"priority": 1}, "once": {"once": True}}.get(option, {})
+        with contextlib.suppress(TypeError):  # an async hook where the sync point runs it
+            getattr(bus, kind)(name, hook, **options)
+    bus.errors = policy  # type: ignore[assignment]
+    for point in (sync_point, async_point):
+        with bus.trace() if traced else contextlib.nullcontext():
+            plan = bus.registry.plan(point)
+        if plan is None:
+            continue
+        plain = policy == "raise" and not traced
+        expected = PointPlan(plan.hooks, plain)
+        worked_out = [s for s in PointPlan.__slots__ if s not in ("run", "shape", "bindings")]
+        assert [getattr(plan, s) for s in worked_out] == [getattr(expected, s) for s in worked_out]
 
 
 # --- the module point's generated post phase against run_phase, its slow twin ---------
