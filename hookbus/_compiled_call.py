@@ -282,6 +282,10 @@ def _binding_names(arounds: int, pre: int, post: int, exception: bool, bound: bo
     return names + _hook_names(arounds, pre, post)
 
 
+# Where the source of a call shape defines ``make_first`` (:func:`_both_functions`).
+_FIRST_CALL_START = "\n\n\ndef make_first():"
+
+
 def _both_functions(
     header: List[str], body: List[str], key: str, names: List[str], bound: bool
 ) -> str:
@@ -302,7 +306,7 @@ def _both_functions(
         )
     ]
     first = [
-        "def make_first():",
+        _FIRST_CALL_START.lstrip("\n"),
         "    def first_call(point, plan, args, kwargs, call, name, counter, target, registry,",
         "                   reference):",
         *(f"        ({', '.join(group)},) = {source}" for source, group in hooks if group),
@@ -496,6 +500,9 @@ def _factory(shape: Union[Shape, AroundShape]) -> Factory:
             source = source_of((pre, post, exception, bound))
         key = key_of(shape)
         namespace = _compiled(source, f"<hookbus compiled call: {key}>")
+        # What explain shows: the runner and the point's function (a plan's first call
+        # runs the same lines, in make_first's function, defined after them).
+        source = source[: source.index(_FIRST_CALL_START)] + "\n"
         make, wrapper_code = namespace["make"], namespace["make_wrapper"](None, None).__code__
         # The wrapper code's own constant: ``plan.shape != key`` is then an identity test.
         key = next(c for c in wrapper_code.co_consts if c == key)
