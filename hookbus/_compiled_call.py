@@ -10,9 +10,11 @@ value): no loop, no per-hook test, the context filled inline (:func:`source_of`
 without around hooks, :func:`around_source_of` with them). Each shape is compiled
 once and cached; the plan's hooks and the point's constants are bound as closure
 cells, so a plan is swapped whole (one attribute store). A hook point compiles a
-plan at its second call (the first runs the reference), so a plan that lives for
-one call (a hook added and removed around each call) costs no compile and no
-closure. The point and the plan are passed in, ``run(point, plan, args, kwargs)``:
+plan at its second call; the first runs the same lines in the shape's
+``first_call``, which reads the hooks from the plan and takes the point's constants
+as arguments (:func:`first_call_of`), so a plan that lives for one call (a hook
+added and removed around each call) costs no compile, no closure and no reference
+loop. The point and the plan are passed in, ``run(point, plan, args, kwargs)``:
 a plan kept by its point holds its code, and the code holds neither, so no
 reference cycle keeps a removed hook alive until the garbage collector runs.
 
@@ -81,6 +83,7 @@ __all__ = [
     "compile_call",
     "compile_post_phase",
     "explain",
+    "first_call_of",
     "native_post_hook",
     "native_post_plan",
     "point_function",
@@ -92,6 +95,10 @@ MAX_HOOKS = 8
 
 Runner = Callable[[Any, Any, Tuple[Any, ...], Dict[str, Any]], Any]
 """What a point's wrapper calls for one call: ``run(point, plan, args, kwargs)``."""
+
+FirstCall = Callable[..., Any]
+"""A plan's first call, generated: ``first(point, plan, args, kwargs, call, name, counter,
+target, registry, reference)`` (see :func:`first_call_of`)."""
 
 Shape = Tuple[int, int, bool, bool]  # pre hooks, post hooks, exception hooks, bound
 # Plans with around hooks: whether each around hook's returned value is refused (one
@@ -275,15 +282,39 @@ def _binding_names(arounds: int, pre: int, post: int, exception: bool, bound: bo
     return names + _hook_names(arounds, pre, post)
 
 
+# Where the source of a call shape defines ``make_first`` (:func:`_both_functions`).
+_FIRST_CALL_START = "\n\n\ndef make_first():"
+
+
 def _both_functions(
     header: List[str], body: List[str], key: str, names: List[str], bound: bool
 ) -> str:
     """The source of a call shape: ``make`` (the runner, ``hooked_call``), then
-    ``make_wrapper`` (the same call in the point's own function), one body for both."""
+    ``make_wrapper`` (the same call in the point's own function), then ``make_first``
+    (the same call for a plan's first call, :func:`first_call_of`), one body for all."""
     start = _call_start(bound)
     runner = [*header, *start, *body, "    return hooked_call"]
     wrapper = [*_wrapper_lines((key, names)), *start, *body, "    return call_point"]
-    return "\n".join([*runner, "", "", *wrapper]) + "\n"
+    # The hooks, read from the plan itself: a plan's first call makes no bindings.
+    hooks = [
+        (source, [n for n in names if n.startswith(prefix) and n.endswith("_handle") == handle])
+        for source, prefix, handle in (
+            ("plan.around_hooks", "around_", False),
+            ("plan.around", "around_", True),
+            ("plan.pre_hooks", "pre_", False),
+            ("plan.post_hooks", "post_", False),
+        )
+    ]
+    first = [
+        _FIRST_CALL_START.lstrip("\n"),
+        "    def first_call(point, plan, args, kwargs, call, name, counter, target, registry,",
+        "                   reference):",
+        *(f"        ({', '.join(group)},) = {source}" for source, group in hooks if group),
+        *start,
+        *body,
+        "    return first_call",
+    ]
+    return "\n".join([*runner, "", "", *wrapper, "", "", *first]) + "\n"
 
 
 def source_of(shape: Shape) -> str:
@@ -455,6 +486,7 @@ class Factory(NamedTuple):
     source: str
     key: str
     wrapper_code: CodeType
+    first_call: FirstCall
 
 
 def _factory(shape: Union[Shape, AroundShape]) -> Factory:
@@ -468,10 +500,13 @@ def _factory(shape: Union[Shape, AroundShape]) -> Factory:
             source = source_of((pre, post, exception, bound))
         key = key_of(shape)
         namespace = _compiled(source, f"<hookbus compiled call: {key}>")
+        # What explain shows: the runner and the point's function (a plan's first call
+        # runs the same lines, in make_first's function, defined after them).
+        source = source[: source.index(_FIRST_CALL_START)] + "\n"
         make, wrapper_code = namespace["make"], namespace["make_wrapper"](None, None).__code__
         # The wrapper code's own constant: ``plan.shape != key`` is then an identity test.
         key = next(c for c in wrapper_code.co_consts if c == key)
-        made = Factory(make, source, key, wrapper_code)
+        made = Factory(make, source, key, wrapper_code, namespace["make_first"]())
         runner_code = make(*[None] * make.__code__.co_argcount).__code__
         _BY_RUNNER[runner_code] = made  # before _FACTORIES: a factory found is complete
         _FACTORIES[shape] = made
@@ -565,6 +600,23 @@ def compile_call(
     plan.bindings = tuple(values[n] for n in names)  # read only once plan.shape says so
     run: Runner = factory.make(call, name, target, counter, registry, reference, *hooks)
     return run
+
+
+def first_call_of(plan: PointPlan, bound: bool) -> Optional[FirstCall]:
+    """What runs ``plan``'s first call: its shape's generated code, with no closure made.
+
+    ``None`` when the reference must run the plan (:func:`shape_of`). Otherwise the
+    shape's ``first(point, plan, args, kwargs, call, name, counter, target, registry,
+    reference)``: the lines of the compiled call, which read the plan's hooks from the
+    plan itself and take the point's constants (:func:`compile_call`'s) as arguments.
+    A plan that lives for one call (a hook added and removed around each call) then
+    pays neither the reference loop nor a closure of a dozen cells; a shape compiles
+    once, at the first plan that takes it.
+    """
+    shape = shape_of(plan, bound)
+    if shape is None:
+        return None
+    return _factory(shape).first_call
 
 
 def run_in_wrapper(wrapper: FunctionType, plan: PointPlan, run: Runner) -> None:

@@ -80,6 +80,11 @@ Registration (``_registry.py``; row 2, register + remove, pays for these)
     * ``Registry.unregister``'s inline drop, for an event's exact name. Slow
       twin: ``Registry._drop_locked``, as ``Registry.remove`` runs it.
 
+Registration at hook points (``_registry.py``; the row of a plan changed per call pays)
+    * ``Registry._register_point_hook``, ``register``'s flat path for a plain pre, post
+      or exception hook on a point's exact name with nothing to check: one lock, the
+      name's points told after it. Slow twin: ``Registry._register_checked``.
+
 Constructors
     * ``Handle.plain`` builds what ``Handle.__init__`` builds for the default
       options, and so does ``Registry.register_event`` inline (no frame of its own);

@@ -44,6 +44,7 @@ from ._compiled_call import (
     call_straight_through,
     compile_call,
     explain,
+    first_call_of,
     point_function,
     run_in_wrapper,
 )
@@ -177,8 +178,9 @@ class HookPoint:
         """Where the wrapped callable is defined, as ``file:line`` (``"?"`` if unknown)."""
         self.module_name = module_name
         """The module that defined the wrapped callable (its ``__module__``), or ``""``."""
-        # ``plan.run(point, plan, args, kwargs)`` runs a call: the reference at a plan's
-        # first call, then the code compiled for it (``compile_call``). One attribute
+        # ``plan.run(point, plan, args, kwargs)`` runs a call: the shape's first_call (or
+        # the reference) at a plan's first call, then the code compiled for it
+        # (``compile_call``). One attribute
         # store swaps the plan and its code together, for any thread's caller.
         self.plan: Optional[PointPlan] = UNRESOLVED
         self._calls = itertools.count()
@@ -219,13 +221,21 @@ class HookPoint:
         return plan
 
     def _run_first(self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        """A plan's first call: the reference runs it, and the next call compiles.
+        """A plan's first call: its shape's code reading the plan's hooks (``first_call_of``),
+        or the reference; the next call compiles.
 
         So a plan that lives for one call (a hook added and removed around each
-        call) pays no compile, and a plan that stays compiles once.
+        call) pays no closure and no compile (a shape compiles once, whatever the
+        plan), and a plan that stays compiles once.
         """
         plan.run = HookPoint._run_compiling
-        return self._run_reference(plan, args, kwargs)
+        first = first_call_of(plan, self._bound)
+        if first is None:
+            return self._run_reference(plan, args, kwargs)
+        return first(
+            self, plan, args, kwargs, self._fn, self.name, self._calls, self._target,
+            self.registry, HookPoint._run_reference,
+        )  # fmt: skip
 
     def _run_compiling(
         self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]

@@ -235,24 +235,34 @@ class PointPlan:
     shape: str
     bindings: Tuple[Any, ...]
 
-    def __init__(self, hooks: Dict[str, Hooks], plain: bool) -> None:
+    def __init__(
+        self,
+        hooks: Dict[str, Hooks],
+        plain: bool,
+        fast: Optional[Dict[str, FastHooks]] = None,
+        has_async: bool = False,
+    ) -> None:
+        """``fast`` and ``has_async``, when given, are what this works out from ``hooks``
+        and ``plain`` (``Registry.plan`` finds them in its own loop over the kinds)."""
         self.hooks = hooks
         self.shape = ""
         self.bindings = ()
-        # One loop over the kinds (no generator): a plan that changes at every call is a
-        # benchmark row. A kind's bare callables exist only if none of its hooks is async.
-        fast: Dict[str, FastHooks] = {}
-        has_async = False
-        for kind, handles in hooks.items():
-            if not handles:  # fast_hooks' first case, without the call
-                fast[kind] = () if plain else None
-                continue
-            bare = fast[kind] = fast_hooks(handles, plain)
-            if bare is None and not has_async:
-                for h in handles:
-                    if h.is_async:
-                        has_async = True
-                        break
+        if fast is None:
+            # One loop over the kinds (no generator): a plan that changes at every call is
+            # a benchmark row. A kind's bare callables exist only if none of its hooks is
+            # async.
+            fast = {}
+            has_async = False
+            for kind, handles in hooks.items():
+                if not handles:  # fast_hooks' first case, without the call
+                    fast[kind] = () if plain else None
+                    continue
+                bare = fast[kind] = fast_hooks(handles, plain)
+                if bare is None and not has_async:
+                    for h in handles:
+                        if h.is_async:
+                            has_async = True
+                            break
         self.fast = fast
         self.pre = hooks.get("pre", ())
         self.post = hooks.get("post", ())

@@ -32,6 +32,12 @@ drop, and 1.07x releasing through ``_unlock()``; ``Handle.plain`` (bound once, a
 ``_plain_handle``) builds the handle in half the time ``Handle(...)`` takes, and
 ``register_event`` makes the same stores inline (a frame less: about 3% of the row).
 
+A hook point's plan changed per call (a pre hook added and removed around each call) is a
+row too: a plain pre, post or exception hook for a point's exact name, with nothing to
+check, takes one more flat path, :meth:`Registry._register_point_hook` (the twin:
+``_register_checked``), which reads the name's points under the lock and tells them
+after it, as ``_unlock`` would, without noting them.
+
 Memory per hook is a benchmark row too (row 4): a name's only hook of a kind is kept
 as the handle itself, not in a list (a ``Bucket``), and a handle shares one options
 object with every handle that has no rare option (``_handle._Options``).
@@ -103,6 +109,7 @@ from ._kinds import (
     EVENT_RUNS,
     GENERATOR,
     HOOK_KINDS,
+    PLAIN,
     hook_kind,
     known_names,
     methods,
@@ -114,7 +121,7 @@ from ._live_points import LivePoints
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._open_scopes import OpenScope, innermost_scope, open_scopes, opened_anywhere
 from ._options import method_name, parse_options
-from ._plan import EventPlan, Point, PointPlan, PointSource, event_plan
+from ._plan import EventPlan, FastHooks, Point, PointPlan, PointSource, event_plan, fast_hooks
 from ._spec import context_mismatch
 from ._sync_dispatch import dispatch_event
 from ._trace import Trace, Tracer, tracer_for
@@ -173,6 +180,15 @@ _SHAPED_CODE = CO_COROUTINE | _GENERATOR_CODE
 # The hook kinds an event's dispatch runs around its event hooks (an around hook wraps
 # the whole emission): the plan of an emission resolves these, as the table says.
 _WRAPPING_EVENTS = tuple(kind for kind in EVENT.runs if kind != "event")
+
+# The hook kinds register's flat point path takes (``Registry._register_point_hook``):
+# plain hooks, called with the call's context, that run at hook points and never at an
+# event (so a change of them forgets no event plan): the core's pre, post and exception.
+_FLAT_POINT_KINDS = frozenset(
+    kind
+    for kind, row in HOOK_KINDS.items()
+    if row.shape == PLAIN and row.takes_context and kind in AT_POINTS and kind not in EVENT_RUNS
+)
 
 
 def _hook_function(hook: Any) -> Any:
@@ -439,9 +455,73 @@ class Registry:
                 self, kind, name, hook, priority, 0, once, target, weak, is_async, match,
                 with_name, optional,
             )  # fmt: skip
+        elif kind in _FLAT_POINT_KINDS and match is None and scope is None and not is_async:
+            return self._register_point_hook(kind, name, hook)
         else:
             handle = _plain_handle(self, kind, name, hook, is_async, match)
         return self._register_checked(handle, scope)
+
+    def _register_point_hook(self, kind: str, name: str, hook: Any) -> Handle:
+        """:meth:`register` of a plain sync hook of a kind in ``_FLAT_POINT_KINDS`` (pre,
+        post, exception) for an exact name, with no option and no scope.
+
+        The hot path of a hook point's plan changed per call (``benchmarks/run.py``): when
+        there is nothing to check (no declaration or strict bus, no point source, no open
+        scope, no weak hook to sweep), it takes the lock once and tells the name's points
+        after it, as ``_unlock`` would, without noting them. :meth:`_register_checked`
+        takes every other case, and is its slow twin (``tests/test_fast_copies.py``).
+        """
+        handle = _plain_handle(self, kind, name, hook, False, None)
+        if (
+            self.checking
+            or self._sources
+            or (opened_anywhere and open_scopes.get())
+            or context_mismatch(hook) is not None  # the checked path says what is wrong
+        ):
+            return self._register_checked(handle, None)
+        duplicate: Optional[Handle] = None
+        self._lock.acquire()
+        try:
+            # A declaration or a source came meanwhile, or a weak hook's object died: the
+            # checked path, which takes the lock the full way.
+            if self.checking or self._sources or self._collected:
+                refs = None
+            else:
+                names = self._exact.get(kind)
+                if names is None:
+                    names = self._exact[kind] = {}
+                bucket = names.setdefault(name, handle)
+                if bucket is not handle:  # the name has hooks of this kind already
+                    duplicate = _same_registration(_members(bucket), handle)
+                    if duplicate is None:
+                        if isinstance(bucket, list):
+                            bucket.append(handle)
+                        else:
+                            names[name] = [bucket, handle]
+                if duplicate is None:
+                    handle.seq = next(self._seq)
+                    handle._registered = True
+                # _invalidate_locked() for a point kind's exact name: the points named so,
+                # told once the lock is released (a tuple, never changed in place).
+                refs = self._points.refs(name)
+        finally:
+            self._lock.release()  # nothing was noted for after the lock
+        if refs is None:
+            return self._register_checked(handle, None)
+        if duplicate is not None:  # raised here: the message reads the user's hook
+            raise _duplicate_error(handle, duplicate)
+        failure: Optional[BaseException] = None
+        for ref in refs:  # as _unlock tells them: every point, then the first error
+            point = ref()
+            if point is not None:
+                try:
+                    point.invalidate()
+                except BaseException as error:  # rare: a point refused its plan
+                    failure = failure or error
+        if failure is not None:
+            self.unregister(handle)  # all or nothing, as _register_checked
+            raise failure
+        return handle
 
     def register_event(self, event: str, hook: Any, options: Mapping[str, Any]) -> Handle:
         """``bus.on(event, hook, **options)``: :meth:`register` of an event hook, no scope.
@@ -1367,7 +1447,8 @@ class Registry:
         """The plan of ``point`` as the hooks are now; ``None`` when no hook applies."""
         name, kinds = point.name, point.kinds  # read before the lock: the point's own code
         hooks: Dict[str, Tuple[Handle, ...]] = {}
-        found = False
+        fast: Dict[str, FastHooks] = {}
+        found = has_async = False
         self._lock.acquire()  # not ``with``: this runs for each point whose hooks changed
         try:
             if self._collected:
@@ -1377,23 +1458,40 @@ class Registry:
             if self._pauses and self._paused_locked(name):
                 return None
             exact, patterns = self._exact, self._patterns
-            for kind in kinds:  # a loop, not a comprehension: a plan may change per call
-                bucket = exact.get(kind, _NO_NAMES).get(name)
-                if patterns.get(kind) or isinstance(bucket, list):
-                    handles = self._matching_locked(kind, name, True)
-                    found = found or bool(handles)
-                elif bucket is None:  # _matching_locked's common cases, without the call
-                    handles = ()
-                else:
-                    handles, found = (bucket,), True
-                hooks[kind] = handles
             plain = self.errors == "raise" and self.tracer is None
+            none: FastHooks = () if plain else None
+            # One loop, not a comprehension, for each kind's hooks and their bare callables
+            # (what PointPlan works out from the hooks alone): a plan may change per call
+            # (a benchmark row). _matching_locked's and fast_hooks' common cases inline:
+            # no pattern of the kind, and a name's lone hook kept as the handle itself.
+            for kind in kinds:
+                names = exact.get(kind)
+                bucket = None if names is None else names.get(name)
+                if (patterns and patterns.get(kind)) or isinstance(bucket, list):
+                    handles = hooks[kind] = self._matching_locked(kind, name, True)
+                    if not handles:
+                        fast[kind] = none
+                        continue
+                    found = True
+                    bare = fast[kind] = fast_hooks(handles, plain)
+                    if bare is None and not has_async:
+                        has_async = any(handle.is_async for handle in handles)
+                elif bucket is None:
+                    hooks[kind] = ()
+                    fast[kind] = none
+                else:
+                    hooks[kind] = (bucket,)
+                    found = True
+                    if bucket.is_async:
+                        fast[kind], has_async = None, True
+                    else:
+                        fast[kind] = (bucket._hook,) if plain and bucket._options.bare else None
         finally:
             if self._stale or self._dropped:  # a weak hook swept: tell, let go
                 self._unlock()
             else:
                 self._lock.release()  # _unlock's common case, without the call
-        return PointPlan(hooks, plain) if found else None
+        return PointPlan(hooks, plain, fast, has_async) if found else None
 
     def _invalidate_locked(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Forget the plans that a change of hooks for ``name`` (or a pattern) affects."""
@@ -1439,8 +1537,11 @@ class Registry:
             del dropped[:]  # the last references to the user's objects may go here
         if not stale:
             return
+        if len(stale) == 1:  # the common case: its error propagates as the loop's would
+            stale[0].invalidate()
+            return
         failure: Optional[BaseException] = None
-        for point in stale if len(stale) == 1 else dict.fromkeys(stale):
+        for point in dict.fromkeys(stale):
             try:
                 point.invalidate()
             except BaseException as error:  # rare: a point refused its plan

@@ -305,6 +305,45 @@ def test_a_compiled_call_with_around_hooks_does_what_call_with_hooks_does(plan: 
     assert all(compiled)
 
 
+@contextmanager
+def reference_from_the_first_call() -> Iterator[None]:
+    """No generated code at all: a plan's first call runs the reference, and so do the
+    calls after it (the compiler is off)."""
+    with reference_only(), mock.patch.object(_hookpoint, "first_call_of", return_value=None):
+        yield
+
+
+@settings(max_examples=300)
+@given(st.one_of(plans, around_plans))
+def test_a_plans_first_call_does_what_call_with_hooks_does(plan: Plan) -> None:
+    # The first call runs the shape's first_call (the plan's hooks read from the plan),
+    # the second the compiled call: both against the reference alone.
+    with reference_from_the_first_call():
+        expected = _outcome(plan)
+    assert _outcome(plan) == expected
+
+
+def test_a_plans_first_call_runs_its_shapes_code_and_compiles_nothing() -> None:
+    bus = EventBus()
+
+    @bus.hookable("load")
+    def load(path: str) -> str:
+        return path
+
+    @load.post
+    def check(ctx: CallContext) -> None:
+        raise ValueError("bad file")
+
+    compile_call = _hookpoint.compile_call
+    with mock.patch.object(_hookpoint, "compile_call", wraps=compile_call) as compiling:
+        with pytest.raises(ValueError, match="bad file") as raised:
+            load("a.txt")  # the plan's first call
+        assert compiling.call_count == 0
+    text = "".join(traceback.format_exception(raised.type, raised.value, raised.tb))
+    assert '<hookbus compiled call: 0 pre, 1 post>", line' in text
+    assert "returned = post_0(ctx)" in text
+
+
 @given(plans)
 def test_plans_of_plain_pre_and_post_hooks_run_compiled_and_the_rest_the_reference(
     plan: Plan,

@@ -9,8 +9,11 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
-  ``Registry.remove``);
-* ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``;
+  ``Registry.remove``); and its flat path for a hook point's plain pre, post and
+  exception hooks against ``_register_checked``;
+* ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``, and
+  the bare callables it finds in the same loop against what ``PointPlan`` works out
+  from the hooks alone;
 * the torch module point's post phase (the native post hook torch calls, generated
   by ``native_post_hook``) against ``run_phase``, and the context it builds against
   ``CallContext.__init__`` (these need PyTorch, and are skipped without it);
@@ -31,6 +34,7 @@ its generator against ``call_with_hooks``.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from typing import Any, Callable, List, Tuple
 
@@ -41,6 +45,7 @@ from hypothesis import strategies as st
 from hookbus import CallContext, EventBus
 from hookbus._handle import Handle
 from hookbus._names import matcher_for
+from hookbus._plan import PointPlan
 
 try:
     import torch
@@ -270,6 +275,151 @@ def test_the_fast_registration_paths_are_the_ones_taken() -> None:
     assert taken == ["checked"]
     registry.unregister(handle)
     assert not handle.active
+
+
+# One step on a hook point: ("add", kind, hook, name), ("remove", kind, hook, name) or
+# ("call", ...): the points "p" (two of them) and "q", their calls' hooks seen.
+point_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "call"]),
+        st.sampled_from(["pre", "post", "exception"]),
+        st.integers(0, 2),
+        st.sampled_from(["p", "q", "r"]),
+    ),
+    max_size=14,
+)
+
+
+def _point_registrations(plan: List[Tuple[str, str, int, str]], slow: bool) -> List[Any]:
+    bus = EventBus("parity")
+    registry = bus.registry
+    calls: List[Any] = []
+
+    def make(index: int) -> Callable[..., Any]:
+        def hook(ctx: CallContext) -> None:
+            calls.append((index, ctx.name, ctx.phase))
+            if index == 2 and ctx.phase == "pre":
+                raise KeyError(index)  # the call fails: the exception hooks run
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    hooks = [make(index) for index in range(3)]
+    points = {
+        "p": [bus.wrap(lambda x: x, "p"), bus.wrap(lambda x: -x, "p")],
+        "q": [bus.wrap(lambda x: x, "q")],
+        "r": [],  # no point: a name a point may take later
+    }
+    handles: dict = {}
+    seen: List[Any] = []
+    for action, kind, index, name in plan:
+        outcome: Any = None
+        try:
+            if action == "add":
+                if slow:
+                    handle = registry.register(kind, name, hooks[index], {}, scope=_NoScope())
+                else:
+                    handle = registry.register(kind, name, hooks[index], {})
+                handles[(kind, index, name)] = handle
+            elif action == "remove" and (kind, index, name) in handles:
+                handle = handles[(kind, index, name)]
+                if slow:
+                    registry.remove([handle])
+                else:
+                    registry.unregister(handle)
+                outcome = handle.active
+            elif action == "call":
+                outcome = [point(index) for point in points[name]]
+        except (ValueError, KeyError) as error:  # a second registration; a failed call
+            outcome = (type(error).__name__, str(error), getattr(error, "__notes__", []))
+        hooks_now = [
+            (h.kind, h.name, h.hook.__qualname__, h.seq, h.active)  # type: ignore[union-attr]
+            for h in bus.hooks()
+        ]
+        seen.append((outcome, hooks_now, list(calls)))
+    return seen
+
+
+@given(point_steps)
+def test_the_flat_point_registration_matches_its_slow_twin(
+    plan: List[Tuple[str, str, int, str]],
+) -> None:
+    assert _point_registrations(plan, slow=False) == _point_registrations(plan, slow=True)
+
+
+def test_the_flat_point_registration_is_the_one_taken() -> None:
+    # Guards the test above: a point's plain hook must not already take the checked path.
+    bus = EventBus()
+    point = bus.wrap(lambda x: x, "p")
+    taken: List[str] = []
+    registry = bus.registry
+    original = registry._register_checked
+
+    def checked(*args: Any) -> Any:
+        taken.append("checked")
+        return original(*args)
+
+    registry._register_checked = checked  # type: ignore[method-assign]
+    handles = [registry.register(kind, "p", print, {}) for kind in ("pre", "post", "exception")]
+    assert taken == []
+    assert point.__hookbus_point__.current_plan() is not None  # type: ignore[attr-defined]
+    registry.register("pre", "p", repr, {}, scope=_NoScope())
+    registry.register("post", "p", repr, {"priority": 1})
+    registry.register("around", "p", _around, {})
+    assert taken == ["checked"] * 3
+    for handle in handles:
+        registry.unregister(handle)
+    assert not any(handle.active for handle in handles)
+
+
+plan_registrations = st.lists(
+    st.tuples(
+        st.sampled_from(["pre", "post", "exception", "around"]),
+        st.sampled_from(["a.b", "a.*", "a.c"]),
+        st.sampled_from(["plain", "priority", "once", "async"]),
+    ),
+    max_size=6,
+)
+
+
+async def _async_hook(ctx: Any) -> None:
+    return None
+
+
+async def _async_around(ctx: Any) -> Any:
+    yield
+
+
+@given(plan_registrations, st.sampled_from(["raise", "collect"]), st.booleans())
+def test_plan_finds_the_bare_callables_point_plan_works_out(
+    registrations: List[Any], policy: str, traced: bool
+) -> None:
+    bus = EventBus()
+    sync_point = bus.wrap(lambda: None, "a.b").__hookbus_point__  # type: ignore[attr-defined]
+
+    async def job() -> None:
+        return None
+
+    async_point = bus.wrap(job, "a.c").__hookbus_point__  # type: ignore[attr-defined]
+    for kind, name, option in registrations:
+        if option == "async":
+            hook: Any = _async_around if kind == "around" else _async_hook
+            hook = functools.partial(hook)
+        else:
+            hook = functools.partial(_around if kind == "around" else _pre_post_or_exception)
+        options = {"priority": {"priority": 1}, "once": {"once": True}}.get(option, {})
+        with contextlib.suppress(TypeError):  # an async hook where the sync point runs it
+            getattr(bus, kind)(name, hook, **options)
+    bus.errors = policy  # type: ignore[assignment]
+    for point in (sync_point, async_point):
+        with bus.trace() if traced else contextlib.nullcontext():
+            plan = bus.registry.plan(point)
+        if plan is None:
+            continue
+        plain = policy == "raise" and not traced
+        expected = PointPlan(plan.hooks, plain)
+        worked_out = [s for s in PointPlan.__slots__ if s not in ("run", "shape", "bindings")]
+        assert [getattr(plan, s) for s in worked_out] == [getattr(expected, s) for s in worked_out]
 
 
 # --- the module point's generated post phase against run_phase, its slow twin ---------
