@@ -113,12 +113,19 @@ def compiled_from_the_first_call() -> Iterator[None]:
 
 @contextmanager
 def reference_only() -> Iterator[None]:
-    """Every plan worked out meanwhile runs ``call_with_hooks`` (the compiler is off)."""
+    """Every plan worked out meanwhile runs ``call_with_hooks`` (the compiler is off, and
+    so is the generated code of a plan's first call)."""
 
     def reference(plan: Any, **point: Any) -> Any:
         return point["reference"]
 
-    with mock.patch.object(_hookpoint, "compile_call", reference):
+    def no_first_call(plan: Any, bound: bool) -> None:
+        return None
+
+    with (
+        mock.patch.object(_hookpoint, "compile_call", reference),
+        mock.patch.object(_hookpoint, "first_call_of", no_first_call),
+    ):
         yield
 
 
