@@ -1062,12 +1062,12 @@ class EventBus:
                     ctx._args = args
                     ctx._kwargs = kwargs
                     ctx.call_index = next(counter)
-                    ctx.phase = "pre"
-                    ctx._result = None
-                    ctx._rare = None
-                    ctx._point = point
-                    ctx._result = call(*ctx._args, **ctx._kwargs)
                     ctx.phase = "post"
+                    ctx._rare = point
+                    if ctx._kwargs:
+                        ctx._result = call(*ctx._args, **ctx._kwargs)
+                    else:
+                        ctx._result = call(*ctx._args)
                     try:
                         returned = post_0(ctx)
                         if returned is not None:
@@ -1093,12 +1093,12 @@ class EventBus:
                     ctx._args = args
                     ctx._kwargs = kwargs
                     ctx.call_index = next(counter)
-                    ctx.phase = "pre"
-                    ctx._result = None
-                    ctx._rare = None
-                    ctx._point = point
-                    ctx._result = call(*ctx._args, **ctx._kwargs)
                     ctx.phase = "post"
+                    ctx._rare = point
+                    if ctx._kwargs:
+                        ctx._result = call(*ctx._args, **ctx._kwargs)
+                    else:
+                        ctx._result = call(*ctx._args)
                     try:
                         returned = post_0(ctx)
                         if returned is not None:

@@ -196,12 +196,14 @@ def _target_lines(indent: str) -> List[str]:
     ]
 
 
-def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> List[str]:
+def _context_lines(indent: str, phase: str = "pre", result: Optional[str] = "None") -> List[str]:
     """Build the call's context, ``ctx``: what ``CallContext.for_call`` builds, inline.
 
     Every shape (and the post phase alone) fills the context here, from ``name``,
     ``target``, ``args``, ``kwargs``, ``counter`` and ``point``; it starts in
-    ``phase``, its result the expression ``result``."""
+    ``phase``, its result the expression ``result``. With ``result`` ``None`` the
+    result is left unset: for a shape whose code stores it before any hook can see
+    the context (no pre, around or exception hook), so that no call stores it twice."""
     lines = [f"{indent}ctx = new(CallContext)"]
     lines += [
         f"{indent}ctx.{field} = {value}"
@@ -213,9 +215,9 @@ def _context_lines(indent: str, phase: str = "pre", result: str = "None") -> Lis
             ("call_index", "next(counter)"),
             ("phase", f'"{phase}"'),
             ("_result", result),
-            ("_rare", "None"),
-            ("_point", "point"),
+            ("_rare", "point"),  # the point, until a hook needs a RareState
         )
+        if value is not None
     ]
     return lines
 
@@ -242,9 +244,26 @@ def _call_header(arounds: int, pre: int, post: int, bound: bool) -> List[str]:
     return [f"def make({params}):", "    def hooked_call(point, plan, args, kwargs):"]
 
 
-def _call_start(bound: bool) -> List[str]:
-    """What every call shape does first: find the target, build the context."""
-    return [*(_target_lines("        ") if bound else []), *_context_lines("        ")]
+def _call_start(bound: bool, result: Optional[str]) -> List[str]:
+    """What every call shape does first: find the target, build the context (its result
+    ``result``; with ``None``, in the post phase, see :func:`_context_lines`)."""
+    phase = "pre" if result is not None else "post"
+    target = _target_lines("        ") if bound else []
+    return [*target, *_context_lines("        ", phase, result)]
+
+
+def _call_lines(indent: str, into: str, bound: bool) -> List[str]:
+    """Call the wrapped callable with the context's arguments, the result into ``into``.
+
+    Without keyword arguments (most calls) it passes none: ``f(*args, **{})`` builds
+    and merges a dict for nothing, which costs about as much as two slot stores."""
+    target = "target, " if bound else ""
+    return [
+        f"{indent}if ctx._kwargs:",
+        f"{indent}    {into} = call({target}*ctx._args, **ctx._kwargs)",
+        f"{indent}else:",
+        f"{indent}    {into} = call({target}*ctx._args)",
+    ]
 
 
 def _wrapper_lines(check: Optional[Tuple[str, List[str]]]) -> List[str]:
@@ -287,12 +306,18 @@ _FIRST_CALL_START = "\n\n\ndef make_first():"
 
 
 def _both_functions(
-    header: List[str], body: List[str], key: str, names: List[str], bound: bool
+    header: List[str],
+    body: List[str],
+    key: str,
+    names: List[str],
+    bound: bool,
+    result: Optional[str] = "None",
 ) -> str:
     """The source of a call shape: ``make`` (the runner, ``hooked_call``), then
     ``make_wrapper`` (the same call in the point's own function), then ``make_first``
-    (the same call for a plan's first call, :func:`first_call_of`), one body for all."""
-    start = _call_start(bound)
+    (the same call for a plan's first call, :func:`first_call_of`), one body for all;
+    the context's first result is ``result`` (see :func:`_context_lines`)."""
+    start = _call_start(bound, result)
     runner = [*header, *start, *body, "    return hooked_call"]
     wrapper = [*_wrapper_lines((key, names)), *start, *body, "    return call_point"]
     # The hooks, read from the plan itself: a plan's first call makes no bindings.
@@ -328,40 +353,41 @@ def source_of(shape: Shape) -> str:
         lines.append(f"{body}try:")
     for i in range(pre):
         lines += _hook_block("pre", i, inner, ["raise"], _handle_of("pre", i))
-    arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
     # With post hooks the result goes straight to ctx._result, where a skip left its value.
     into = "ctx._result" if post else "result"
     if pre:  # only a pre hook can skip the call (ctx.skipped, read inline)
         if post:
-            lines += [
-                f"{inner}if ctx._rare is None or not ctx._rare.skipped:",
-                f"{inner}    ctx._result = call({arguments})",
-            ]
+            lines.append(f"{inner}if ctx._rare is point or not ctx._rare.skipped:")
         else:
             lines += [
-                f"{inner}if ctx._rare is not None and ctx._rare.skipped:",
+                f"{inner}if ctx._rare is not point and ctx._rare.skipped:",
                 f"{inner}    result = ctx._result",
                 f"{inner}else:",
-                f"{inner}    result = call({arguments})",
             ]
+        lines += _call_lines(inner + "    ", into, bound)
     else:
-        lines.append(f"{inner}{into} = call({arguments})")
+        lines += _call_lines(inner, into, bound)
     if exception:  # a pre hook or the call raised: the exception hooks
         lines += [
             f"{body}except Exception as error:",
             f"{body}    return recover_or_raise(registry, plan, ctx, error)",
         ]
+    # Without pre or exception hooks no hook sees the context before the call's result:
+    # it is built in the post phase, its result unset until the call's is stored.
+    first = "None" if pre or exception else None
     if not post:
         lines.append(f"{body}return result")
     else:
-        lines.append(f'{body}ctx.phase = "post"')
+        if first is not None:
+            lines.append(f'{body}ctx.phase = "post"')
         recover = "return recover_or_raise(registry, plan, ctx, error, True)"
         on_error = [recover] if exception else ["raise"]
         for i in range(post):
             lines += _hook_block("post", i, body, on_error, _handle_of("post", i))
         lines.append(f"{body}return ctx._result")
     names = _binding_names(0, pre, post, exception, bound)
-    return _both_functions(_call_header(0, pre, post, bound), lines, key_of(shape), names, bound)
+    header = _call_header(0, pre, post, bound)
+    return _both_functions(header, lines, key_of(shape), names, bound, first)
 
 
 def around_source_of(shape: AroundShape) -> str:
@@ -410,12 +436,11 @@ def around_source_of(shape: AroundShape) -> str:
         lines.append(f"{inner}try:")
     for i in range(pre):
         lines += _hook_block("pre", i, core, ["raise"], _handle_of("pre", i))
-    arguments = "target, *ctx._args, **ctx._kwargs" if bound else "*ctx._args, **ctx._kwargs"
     lines += [
-        f"{core}if ctx._rare is not None and ctx._rare.skipped:",  # ctx.skipped, inline
+        f"{core}if ctx._rare is not point and ctx._rare.skipped:",  # ctx.skipped, inline
         f"{core}    result = ctx._result",
         f"{core}else:",
-        f"{core}    result = call({arguments})",
+        *_call_lines(core + "    ", "result", bound),
     ]
     if exception:  # a pre hook or the call raised: the exception hooks
         lines += [

@@ -99,12 +99,12 @@ class CallContext(Generic[R]):
         31
     """
 
-    # Nine slots, each filled by every call. What few calls need (a skip, a recovery,
-    # the error, ctx.data) shares one: None until a hook needs it (see RareState).
+    # Eight slots, each filled by every call. What few calls need (a skip, a recovery,
+    # the error, ctx.data) shares one with the hook point: ``_rare`` is the point until
+    # a hook needs rare state, then a RareState that holds the point (see ``_point``).
     __slots__ = (
         "_args",
         "_kwargs",
-        "_point",
         "_rare",
         "_result",
         "call_index",
@@ -130,10 +130,8 @@ class CallContext(Generic[R]):
         self.call_index = call_index
         self.phase = phase
         self._result: Any = None
-        self._rare: Optional[RareState] = None
-        # The hook point: it gives ctx.arguments its signature, and says whether
-        # the call can be skipped. None for a context made by hand.
-        self._point = point
+        # The hook point (see _point), until a hook needs a RareState.
+        self._rare: Any = point
         # for_call() below builds the same fields, faster, for dispatchers.
 
     @classmethod
@@ -176,21 +174,29 @@ class CallContext(Generic[R]):
         ctx.call_index = call_index
         ctx.phase = phase
         ctx._result = result
-        ctx._rare = None
-        ctx._point = point
+        ctx._rare = point
         return ctx
+
+    @property
+    def _point(self) -> Any:
+        """The hook point: it gives ctx.arguments its signature, and says whether the
+        call can be skipped; ``None`` for a context made by hand. Kept in ``_rare``
+        (one store less per call), or in the RareState that replaced it there."""
+        rare = self._rare
+        return rare.point if type(rare) is RareState else rare
 
     def _rare_state(self) -> RareState:
         """This call's own :class:`RareState`, to write to: made at the first need (a
         context belongs to one call, whose hooks run one at a time: no two threads make
-        it at once), skipped if the shared :data:`SKIPPED_ONLY` stood for it."""
+        it at once), in place of the point it then holds."""
         rare = self._rare
-        if rare is None or rare is SKIPPED_ONLY:
+        if type(rare) is not RareState:
             made = RareState()  # every field set here: see RareState
+            made.point = rare
             made.exception = None
             made.data = None
             made.recovered = False
-            made.skipped = rare is not None
+            made.skipped = False
             rare = self._rare = made
         return rare
 
@@ -273,25 +279,25 @@ class CallContext(Generic[R]):
     def skipped(self) -> bool:
         """Whether a pre hook called :meth:`skip`: the callable did not run."""
         rare = self._rare
-        return rare is not None and rare.skipped
+        return type(rare) is RareState and rare.skipped
 
     @property
     def exception(self) -> Optional[BaseException]:
         """The error the call raised (exception hooks only), else ``None``."""
         rare = self._rare
-        return None if rare is None else rare.exception
+        return rare.exception if type(rare) is RareState else None
 
     @property
     def recovered(self) -> bool:
         """Whether an exception hook called :meth:`recover`."""
         rare = self._rare
-        return rare is not None and rare.recovered
+        return type(rare) is RareState and rare.recovered
 
     @property
     def data(self) -> Dict[str, Any]:
         """A dict private to this call, shared by all its hooks."""
         rare = self._rare  # kept there: a call whose hooks never read ctx.data stores nothing
-        if rare is None or rare is SKIPPED_ONLY:
+        if type(rare) is not RareState:
             rare = self._rare_state()
         data = rare.data
         if data is None:
@@ -325,9 +331,7 @@ class CallContext(Generic[R]):
             raise RuntimeError(
                 f"ctx.recover() is for exception hooks; this is a {self.phase!r} hook"
             )
-        rare = self._rare  # made when the error was set, unless the context was made by hand
-        if rare is None or rare is SKIPPED_ONLY:
-            rare = self._rare_state()
+        rare = self._rare_state()  # made when the error was set, unless made by hand
         rare.recovered = True
         self._result = value
 
@@ -375,10 +379,7 @@ class CallContext(Generic[R]):
         refusal = None if point is None else point.skip_refusal
         if refusal is not None:
             raise RuntimeError(refusal)
-        if self._rare is None:
-            self._rare = SKIPPED_ONLY  # the common case: no allocation
-        else:
-            self._rare_state().skipped = True
+        self._rare_state().skipped = True
         self._result = value
 
     def __repr__(self) -> str:
@@ -396,43 +397,24 @@ class CallContext(Generic[R]):
 
 class RareState:
     """What few calls need of their context, apart from it: a call that needs none of
-    it stores one ``None`` (``CallContext._rare``) instead of four fields.
+    it stores its hook point in ``CallContext._rare`` instead of five fields.
 
     ``skipped`` and ``recovered``: whether a hook called ``ctx.skip()`` or
     ``ctx.recover()``; ``exception``: the error the exception hooks see; ``data``:
-    ``ctx.data``, made at its first read (``None`` until then). One per call
-    that needs it, made by ``CallContext._rare_state``; a call whose only rare state
-    is a skip (a cache hit) shares :data:`SKIPPED_ONLY` instead.
+    ``ctx.data``, made at its first read (``None`` until then); ``point``: the hook
+    point it replaced in ``_rare`` (``ctx._point``). One per call that needs it, made
+    by ``CallContext._rare_state``. Tested by ``type(rare) is RareState`` (a point is
+    never one), so no subclass.
     """
 
-    __slots__ = ("data", "exception", "recovered", "skipped")
+    __slots__ = ("data", "exception", "point", "recovered", "skipped")
     # No __init__: CallContext._rare_state sets every field (calling a class with an
     # __init__ costs twice what the stores do, on the exception hooks' path).
     data: Optional[Dict[str, Any]]
     exception: Optional[BaseException]
+    point: Any
     recovered: bool
     skipped: bool
-
-
-class _SkippedOnly(RareState):
-    """The rare state of a call that was skipped and nothing else: one, shared, that
-    refuses writes (``CallContext._rare_state`` replaces it with a call's own first)."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        fields = (("data", None), ("exception", None), ("recovered", False), ("skipped", True))
-        for field, value in fields:
-            object.__setattr__(self, field, value)
-
-    def __setattr__(self, field: str, value: object) -> None:
-        raise AttributeError(
-            f"SKIPPED_ONLY is shared by every call that was skipped and nothing else: "
-            f"write to CallContext._rare_state(), never set {field!r} on it"
-        )
-
-
-SKIPPED_ONLY = _SkippedOnly()
 
 
 def rebind(
@@ -459,7 +441,7 @@ def rebind(
     ctx.target = target
     ctx._args = args
     ctx._kwargs = kwargs
-    if exception is not None or ctx._rare is not None:
+    if exception is not None or type(ctx._rare) is RareState:
         ctx._rare_state().exception = exception
 
 

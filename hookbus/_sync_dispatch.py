@@ -9,7 +9,7 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ._arounds import FINISHED, Started, did_not_yield, refusing_a_returned_value, yielded_twice
-from ._context import CallContext, reject_returned
+from ._context import CallContext, RareState, reject_returned
 from ._dispatch import (
     NOT_COLLECTED,
     check_event_result,
@@ -133,7 +133,7 @@ def run_phase(
                 if tracer is not None:
                     tracer._record(ctx.name, phase, handle, perf_counter_ns() - start)
             # ctx.recovered, read inline: the post hooks run on the value
-            if phase == "exception" and ctx._rare is not None and ctx._rare.recovered:
+            if phase == "exception" and type(ctx._rare) is RareState and ctx._rare.recovered:
                 break
     except BaseException:
         errors.clear()  # collected before a BaseException: their tracebacks hold this frame
@@ -209,7 +209,7 @@ def call_with_hooks(
         try:
             if plan.pre:  # 2.
                 run_phase(registry, plan.pre, ctx)
-            if ctx._rare is not None and ctx._rare.skipped:  # 3. (ctx.skipped, inline)
+            if type(ctx._rare) is RareState and ctx._rare.skipped:  # 3. (ctx.skipped, inline)
                 result = ctx._result
             elif bound:
                 result = fn(ctx.target, *ctx._args, **ctx._kwargs)

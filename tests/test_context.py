@@ -157,6 +157,39 @@ def make_point(bus: EventBus) -> Any:
     return square, calls
 
 
+def test_hooks_that_skip_or_keep_data_still_see_the_arguments_by_name() -> None:
+    # ctx.skip and ctx.data give a call state of its own; ctx.arguments still finds
+    # the point's signature after them, on the first call (the reference sequence) and
+    # the next ones (the compiled call), with keyword arguments and without.
+    bus = EventBus()
+    seen: List[Any] = []
+
+    @bus.hookable("scale")
+    def scale(x: int, factor: int = 2) -> int:
+        return x * factor
+
+    def pre(ctx: CallContext) -> None:
+        if ctx.args[0] < 0:
+            ctx.skip(0)
+        ctx.data["x"] = ctx.arguments["x"]
+
+    def post(ctx: CallContext) -> None:
+        seen.append((ctx.data["x"], dict(ctx.arguments), ctx.skipped, ctx.result))
+
+    bus.pre("scale", pre)
+    bus.post("scale", post)
+    for _ in range(3):
+        assert scale(3) == 6
+        assert scale(-1, factor=5) == 0
+        assert scale(4, factor=3) == 12
+    each = [
+        (3, {"x": 3, "factor": 2}, False, 6),
+        (-1, {"x": -1, "factor": 5}, True, 0),
+        (4, {"x": 4, "factor": 3}, False, 12),
+    ]
+    assert seen == each * 3
+
+
 def test_skip_returns_the_value_without_calling() -> None:
     bus = EventBus()
     square, calls = make_point(bus)
