@@ -383,7 +383,9 @@ class OperationSite:
         # Installed with the pre hook: torch runs no post hook for a KeyboardInterrupt,
         # and the swap sees it leave forward (see _on_interrupt).
         self._swap: Optional[ForwardSwap] = None
-        self._in_flight = 0  # forward calls that pushed a mode and await their post hook
+        # One item per forward call that pushed a mode and awaits its post hook: appended
+        # and popped without the lock (list.append and list.pop are atomic), read under it.
+        self._in_flight: List[None] = []
         self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
 
     @property
@@ -453,8 +455,7 @@ class OperationSite:
         if modes:
             _drop_ended(modes)
         mode = OperationMode(self, sys._getframe(1))  # torch's frame of this call
-        with self._lock:
-            self._in_flight += 1
+        self._in_flight.append(None)
         modes.append(mode)  # the function swaps' dispatchers see it there
         if not mode.swap:
             _push_mode(mode)
@@ -470,7 +471,7 @@ class OperationSite:
                 del modes[position]
                 _remove_mode(mode)
                 with self._lock:
-                    self._in_flight -= 1
+                    self._in_flight.pop()
                     self._release_post()
                 return
 
@@ -482,17 +483,24 @@ class OperationSite:
             return
         modes = _THREAD.modes
         mode: Optional[OperationMode] = None
-        for position in range(len(modes) - 1, -1, -1):
-            if modes[position].site is self:
-                mode = modes.pop(position)
-                break
-        if mode is None:
-            return  # our pre hook was added during this call: no mode to pop
+        if modes and modes[-1].site is self:  # the common case: ours is the innermost
+            mode = modes.pop()
+        else:
+            for position in range(len(modes) - 1, -1, -1):
+                if modes[position].site is self:
+                    mode = modes.pop(position)
+                    break
+            if mode is None:
+                return  # our pre hook was added during this call: no mode to pop
         if not mode.swap:
             _remove_mode(mode)
+        self._in_flight.pop()
+        # Popped first, then read: a disarm that set _pre to None after this read saw
+        # the pop (it releases the post hook itself); one before it is seen here.
+        if not self.discovering and self._pre is not None:
+            return  # the common case: armed, discovered, nothing to release
         raised = output is None and forward_raised(sys._getframe(1))
         with self._lock:
-            self._in_flight -= 1
             finished = self.discovering and not raised
             if finished:
                 self.discovering = False
@@ -716,7 +724,7 @@ def _drop_ended(modes: List[OperationMode]) -> None:
         _remove_mode(mode)
         site = mode.site
         with site._lock:
-            site._in_flight -= 1
+            site._in_flight.pop()
             site._release_post()
 
 
