@@ -70,6 +70,12 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module;
       (the name selected, no site's hook running) and calls ``OperationSite.run``
       itself (row 13). Slow twin: the mode's ``__torch_function__``, as torch calls it
       when the function is not swapped.
+    * ``OperationSite._around`` (``torch/_operations.py``): a site seen through the
+      function swaps (the names' attention pattern, row 13) keeps its mode on the
+      thread's list from a bracket in the module's forward swap, around the forward
+      itself, rather than from native hooks: no hook left on the module, so torch
+      takes its short call path, and a ``finally`` pops the mode however the forward
+      ends. Slow twin: the native hooks ``OperationSite._on_pre`` and ``_on_post``.
     * ``NamePoint.emit`` (``torch/_value_point.py``): a name's plain post hooks, the
       same generated post phase. Slow twin: ``run_phase``.
 

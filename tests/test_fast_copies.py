@@ -636,9 +636,13 @@ def test_operation_lone_reader_matches_its_hook_in_run_phase(kind: str, behaviou
         assert "'0:softmax.0'" in notes[0]
 
 
-def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, Any, List[str]]:
+def _swapped_site(
+    plan: List[str], through_mode: bool, *, native: bool = False
+) -> Tuple[List[str], Any, Any, List[str]]:
+    """``native``: the same site without the swaps (a plain selection: native hooks push
+    its mode on torch's stack), against which the forward swap's bracket is checked."""
     from hookbus.torch._function_swap import THREAD
-    from hookbus.torch._recipes import swapped
+    from hookbus.torch._recipes import quiet, swapped
 
     functional = torch.nn.functional
 
@@ -651,7 +655,8 @@ def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, 
     model = nn.Sequential(CallsSoftmax())
     bus = EventBus()
     attached = hookbus.torch.attach(model, bus)
-    undo = swapped(attached.operations("0", "softmax"), "softmax")
+    selection = attached.operations("0", "softmax")
+    undo = [quiet(selection)] if native else swapped(selection, "softmax")
     x = torch.tensor([[0.0, 1.0]])
     model(x)  # the discovery forward makes the point
     seen: List[str] = []
@@ -675,7 +680,7 @@ def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, 
         phase = attached.pre if behaviour == "args" else attached.post
         phase("0:softmax.0", make(index, behaviour))
     dispatcher = functional.softmax
-    if through_mode:  # code that put back what it saved: the site falls back to a mode
+    if through_mode and not native:  # code that put back what it saved: a mode sees it
         functional.softmax = dispatcher.__wrapped__
     try:
         out: Any = model(x).tolist()
@@ -685,6 +690,8 @@ def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, 
     finally:
         functional.softmax = dispatcher
     points = sorted(p.name for p in bus.registry.points() if p.name.startswith("0:"))
+    assert THREAD.modes == []  # no mode left behind
+    assert torch._C._len_torch_function_stack() == 0
     for each in undo:
         each.remove()
     attached.detach()
@@ -697,6 +704,17 @@ def _swapped_site(plan: List[str], through_mode: bool) -> Tuple[List[str], Any, 
 @given(st.lists(st.sampled_from(["none", "double", "args", "raise", "calls"]), max_size=4))
 def test_swap_dispatcher_direct_call_matches_the_mode(plan: List[str]) -> None:
     assert _swapped_site(plan, through_mode=False) == _swapped_site(plan, through_mode=True)
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(torch is None, reason=NO_TORCH)
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(["none", "double", "args", "raise", "calls"]), max_size=4))
+def test_forward_swap_bracket_matches_the_native_hooks(plan: List[str]) -> None:
+    # A swapped site brackets the forward in its forward swap (OperationSite._around);
+    # a plain site pushes its mode from native pre and post hooks (_on_pre, _on_post).
+    bracketed = _swapped_site(plan, through_mode=True)
+    assert bracketed == _swapped_site(plan, through_mode=True, native=True)
 
 
 @pytest.fixture(scope="module")

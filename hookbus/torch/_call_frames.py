@@ -85,17 +85,15 @@ def where_called(frame: Any, call: Any) -> Where:
     """Where ``frame`` runs relative to the module call whose hooks run from ``call``
     (torch's frame, as the pre hooks saw it): walks up from ``frame`` to ``call``."""
     hooks = _HOOK_CODES
-    if frame.f_back is call and id(frame.f_code) not in hooks:
-        return _FORWARD  # the common case: called by the module's forward itself
-    while frame is not None:
-        if frame is call:
-            return _FORWARD
+    while frame is not call:
+        if frame is None:
+            return _ENDED
         if id(frame.f_code) in hooks:
             while frame is not None and frame is not call:  # inside the call, or ended?
                 frame = frame.f_back
             return _ENDED if frame is None else _HOOKS
         frame = frame.f_back
-    return _ENDED
+    return _FORWARD
 
 
 def call_keys(caller: Any, error: Optional[BaseException]) -> Tuple[int, ...]:

@@ -28,6 +28,13 @@ torch runs no hook when a ``BaseException`` that is no ``Exception``
 place that sees it go by, and tells its watchers (:meth:`ForwardSwap.watch`):
 a module point resumes the around hooks that the call started.
 
+A *bracket* (:meth:`ForwardSwap.add_bracket`) runs around the forward itself,
+``bracket(run, module, *args, **kwargs)`` calling ``run(module, *args, **kwargs)``:
+the swapped forward calls the brackets, composed once per change, instead of the
+class's forward. It sees the forward start and end however it ends (a ``finally``),
+and costs the module no native hook: torch's call of a module without hooks takes
+its short path.
+
 Copies carry no skip, as they carry no hook: ``copy.deepcopy`` and pickle
 (``torch.save``) copy the swapped forward as a stand-in that removes itself
 from the copy at its first call and runs the class's forward.
@@ -51,6 +58,7 @@ from torch import nn
 from ._call_frames import running_calls
 
 __all__ = [
+    "Bracket",
     "ForwardSwap",
     "Replacement",
     "Watcher",
@@ -62,6 +70,9 @@ __all__ = [
 
 Replacement = Callable[[nn.Module, Tuple[Any, ...], Dict[str, Any]], Any]
 """``replacement(module, args, kwargs)``: what a swapped forward returns instead of running."""
+Bracket = Callable[..., Any]
+"""``bracket(run, module, *args, **kwargs)``: runs around the forward, which it calls as
+``run(module, *args, **kwargs)`` (see :meth:`ForwardSwap.add_bracket`)."""
 
 _MODULE_CLASS: Any = nn.Module  # partly untyped in torch
 _SLOW_FORWARD: Any = _MODULE_CLASS._slow_forward.__code__  # forward's caller while tracing
@@ -92,8 +103,8 @@ class ForwardSwap:
     """
 
     __slots__ = (
-        "_bound", "_busy", "_local", "_lock", "_module", "_own_forward", "_replacements", "_users",
-        "_watchers",
+        "_bound", "_brackets", "_busy", "_local", "_lock", "_module", "_own_forward",
+        "_replacements", "_users", "_watchers",
     )  # fmt: skip
 
     def __init__(self, module: nn.Module) -> None:
@@ -106,12 +117,20 @@ class ForwardSwap:
         self._busy = [0]
         self._own_forward: Any = vars(module).get("forward")  # a user's own, put back at the end
         self._replacements: List[Replacement] = []  # the last one wins
-        self._bound: Any = None
+        # The swapped forward in place, held weakly: the module's __dict__ holds it, and
+        # through its brackets (an operation site's bound method) the bus, so a strong
+        # reference from this swap, a value of the weak-keyed _swaps, would keep the
+        # module alive for the process.
+        self._bound: Callable[[], Any] = _nothing
         # Replaced whole on change: read unlocked. Held weakly where a watcher is a bound
         # method (a point or site of a bus): the swap lives as long as its module (a weak
         # key of _swaps), so a strong reference would keep the bus, and through what its
         # hooks hold, the module itself, alive for the process.
         self._watchers: Tuple[Callable[[], Optional[Watcher]], ...] = ()
+        # The brackets, held as the watchers are (the composed forward in the module's
+        # __dict__ holds them strongly, as a native hook would be held); changed under
+        # _swaps_lock, which also guards _bound.
+        self._brackets: Tuple[Callable[[], Optional[Bracket]], ...] = ()
 
     @classmethod
     def acquire(cls, module: nn.Module) -> ForwardSwap:
@@ -137,12 +156,13 @@ class ForwardSwap:
             if _swaps.get(module) is self:
                 del _swaps[module]
             attributes = vars(module)
-            if attributes.get("forward") is self._bound:  # else the user replaced it since
+            bound = self._bound()
+            if bound is not None and attributes.get("forward") is bound:  # else replaced since
                 if self._own_forward is not None:
                     attributes["forward"] = self._own_forward
                 else:
                     del attributes["forward"]
-            self._bound = None
+            self._bound = _nothing
             self._local = threading.local()  # no held frame outlives the swap
 
     def renew(self) -> None:
@@ -158,9 +178,11 @@ class ForwardSwap:
             if module is None or self._users <= 0:
                 return
             attributes = vars(module)
-            if attributes.get("forward") is self._bound:  # else the user replaced it since
-                self._bound = _SwappedForward(self, module)
-                attributes["forward"] = self._bound
+            bound = self._bound()
+            if bound is not None and attributes.get("forward") is bound:  # else replaced since
+                bound = _SwappedForward(self, module)
+                self._bound = weakref.ref(bound)
+                attributes["forward"] = bound
 
     def add_replacement(self, replacement: Replacement) -> None:
         """Make every call return ``replacement(module, args, kwargs)`` until it is removed."""
@@ -190,6 +212,53 @@ class ForwardSwap:
             self._watchers = tuple(
                 each for each in self._watchers if each() not in (None, watcher)
             )
+
+    def add_bracket(self, bracket: Bracket) -> None:
+        """Run every call of the forward through ``bracket(run, module, *args, **kwargs)``,
+        which calls ``run(module, *args, **kwargs)``; the first added runs innermost.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> layer = nn.Identity()
+            >>> def doubled(run, module, *args, **kwargs):
+            ...     return run(module, *args, **kwargs) * 2
+            >>> swap = ForwardSwap.acquire(layer)
+            >>> swap.add_bracket(doubled)
+            >>> layer(torch.ones(1))
+            tensor([2.])
+            >>> swap.remove_bracket(doubled)
+            >>> swap.release()
+        """
+        held: Callable[[], Optional[Bracket]] = (
+            weakref.WeakMethod(bracket) if inspect.ismethod(bracket) else _Strong(bracket)
+        )
+        with _swaps_lock:
+            self._brackets = (*self._brackets, held)
+            self._rebracket()
+
+    def remove_bracket(self, bracket: Bracket) -> None:
+        """Undo :meth:`add_bracket` (a bracket not added is ignored)."""
+        with _swaps_lock:
+            self._brackets = tuple(
+                each for each in self._brackets if each() not in (None, bracket)
+            )
+            self._rebracket()
+
+    def _bracketed(self, run: Callable[..., Any]) -> Callable[..., Any]:
+        """``run(module, *args, **kwargs)`` called through the brackets."""
+        for held in self._brackets:
+            bracket = held()
+            if bracket is not None:
+                run = functools.partial(bracket, run)
+        return run
+
+    def _rebracket(self) -> None:
+        """Give the swapped forward in place the brackets' composed run (_swaps_lock held)."""
+        bound = self._bound()
+        module = self._module()
+        if bound is not None and module is not None and self._own_forward is None:
+            bound._run = self._bracketed(type(module).forward)
 
     def _interrupted(self, caller: Any, error: BaseException) -> None:
         try:
@@ -229,8 +298,9 @@ class ForwardSwap:
             self._busy[0] += 1
 
     def _install(self, module: nn.Module) -> None:
-        self._bound = _SwappedForward(self, module)
-        vars(module)["forward"] = self._bound
+        bound = _SwappedForward(self, module)
+        self._bound = weakref.ref(bound)
+        vars(module)["forward"] = bound
 
     def _call(self, caller: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """A call while a skip is pending or a replacement is set (or of a user's forward)."""
@@ -254,14 +324,19 @@ class ForwardSwap:
             _, replica, value = found
             if replica is None:
                 return value
-            return type(replica).forward(replica, *args, **kwargs)
+            return self._bracketed(type(replica).forward)(replica, *args, **kwargs)
         replacements = self._replacements
+        run: Callable[..., Any]
         if replacements:
-            return replacements[-1](module, args, kwargs)
-        own = self._own_forward
-        if own is not None:
-            return own(*args, **kwargs)
-        return type(module).forward(module, *args, **kwargs)
+            run = functools.partial(_replaced, replacements[-1])
+        else:
+            own = self._own_forward
+            run = type(module).forward if own is None else functools.partial(_own, own)
+        return (
+            self._bracketed(run)(module, *args, **kwargs)
+            if self._brackets
+            else run(module, *args, **kwargs)
+        )
 
     def __repr__(self) -> str:
         module = self._module()
@@ -287,7 +362,7 @@ class _SwappedForward:
         self._busy = swap._busy
         # None: a forward the user set on the instance runs (through swap._call).
         self._run: Optional[Callable[..., Any]] = (
-            type(module).forward if swap._own_forward is None else None
+            swap._bracketed(type(module).forward) if swap._own_forward is None else None
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -379,6 +454,21 @@ def release_swaps(swaps: List[ForwardSwap]) -> None:
     for swap in swaps:
         swap.renew()  # code compiled while the capture's hooks were there goes with it
         swap.release()
+
+
+def _replaced(replacement: Replacement, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """A replacement called as the forward it replaces (inside the brackets)."""
+    return replacement(module, args, kwargs)
+
+
+def _own(forward: Callable[..., Any], module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """A forward the user set on the instance, called as the class's (inside the brackets)."""
+    return forward(*args, **kwargs)
+
+
+def _nothing() -> None:
+    """A dead weak reference's answer: no swapped forward is in place."""
+    return None
 
 
 class _Strong:

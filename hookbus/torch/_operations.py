@@ -370,7 +370,9 @@ class OperationSite:
         self.warn_missing = True
         # Whether the calls are seen through a function swap rather than a mode (only
         # torch.nn.functional's functions, called through its attributes): see
-        # _function_swap. Set by the names vocabulary for the attention's softmax.
+        # _function_swap. Set by the names vocabulary for the attention's softmax, with
+        # see_through_swaps(): such a site brackets the forward (_around) in its forward
+        # swap instead of native hooks.
         self.swap = False
         # A copy's stand-in (see inert_site): copying a bound method binds the same
         # function to a copy of its object, so a copy's hooks are this class's methods.
@@ -383,7 +385,10 @@ class OperationSite:
         # Installed with the pre hook: torch runs no post hook for a KeyboardInterrupt,
         # and the swap sees it leave forward (see _on_interrupt).
         self._swap: Optional[ForwardSwap] = None
-        self._in_flight = 0  # forward calls that pushed a mode and await their post hook
+        self._bracket: Optional[ForwardSwap] = None  # the swap holding _around, while armed
+        # One item per forward call that pushed a mode and awaits its post hook: appended
+        # and popped without the lock (list.append and list.pop are atomic), read under it.
+        self._in_flight: List[None] = []
         self._lock = threading.RLock()  # reentrant: invalidate() may run inside refresh()
 
     @property
@@ -398,7 +403,9 @@ class OperationSite:
                 self.discovering or any(p.plan is not None for p in self._points.values())
             )
             module = self._module()
-            if want and module is not None:
+            if self.swap:
+                self._refresh_bracket(want, module)
+            elif want and module is not None:
                 if self._post is None:  # first: pops the mode before other post hooks run
                     self._post = module.register_forward_hook(
                         self._on_post, with_kwargs=True, always_call=True, prepend=True
@@ -416,6 +423,38 @@ class OperationSite:
                 self._release_post()
                 if module is not None:
                     release_script_refusal(module)
+
+    def _refresh_bracket(self, want: bool, module: Optional[nn.Module]) -> None:
+        """Add or remove the bracket of a site seen through function swaps (lock held)."""
+        if want and module is not None and self._bracket is None:
+            swap = ForwardSwap.acquire(module)
+            swap.add_bracket(self._around)
+            self._bracket = swap
+            hold_script_refusal(module)  # torch.jit.script refuses clearly
+        elif not want and self._bracket is not None:
+            swap, self._bracket = self._bracket, None
+            swap.remove_bracket(self._around)
+            swap.release()
+            if module is not None:
+                release_script_refusal(module)
+
+    def see_through_swaps(self) -> None:
+        """See the calls through the function swaps, bracketing the forward in its forward
+        swap (:meth:`_around`) rather than with native hooks: a module with no other hook
+        then takes torch's short call path, and a ``finally`` pops the call's mode however
+        the forward ends. Calls that pushed a mode finish with their native post hook."""
+        with self._lock:
+            if self.swap:
+                return
+            if self._pre is not None:
+                self._pre.remove()
+                self._pre = None
+                self._release_post()
+                module = self._module()
+                if module is not None:
+                    release_script_refusal(module)
+            self.swap = True
+            self.refresh()
 
     def _release_post(self) -> None:
         """Remove the post hook and the swap once disarmed and no call awaits them (lock
@@ -453,8 +492,7 @@ class OperationSite:
         if modes:
             _drop_ended(modes)
         mode = OperationMode(self, sys._getframe(1))  # torch's frame of this call
-        with self._lock:
-            self._in_flight += 1
+        self._in_flight.append(None)
         modes.append(mode)  # the function swaps' dispatchers see it there
         if not mode.swap:
             _push_mode(mode)
@@ -470,9 +508,63 @@ class OperationSite:
                 del modes[position]
                 _remove_mode(mode)
                 with self._lock:
-                    self._in_flight -= 1
+                    self._in_flight.pop()
                     self._release_post()
                 return
+
+    def _around(
+        self, run: Callable[..., Any], module: nn.Module, *args: Any, **kwargs: Any
+    ) -> Any:
+        """The forward of a site seen through the function swaps: its mode is on this
+        thread's list from the forward's start to its end (its frame is the mode's call)."""
+        modes = _THREAD.modes
+        if modes:
+            _drop_ended(modes)
+        mode = OperationMode(self, sys._getframe(0))
+        modes.append(mode)
+        if not mode.swap:  # a function was put back by hand: a mode sees its calls
+            _push_mode(mode)
+        raised = True
+        try:
+            result = run(module, *args, **kwargs)
+            raised = False
+            return result
+        finally:
+            if modes and modes[-1] is mode:
+                modes.pop()
+            elif mode in modes:
+                modes.remove(mode)
+            if not mode.swap:
+                _remove_mode(mode)
+            # The mode holds this frame (its call): dropped here, so that no cycle keeps the
+            # frame, and the call's arguments with it, alive until the collector runs.
+            del mode
+            if self.discovering:
+                self._discovered(raised)
+
+    def _discovered(self, raised: bool) -> None:
+        """The end of a call while discovering: the first that did not raise ends it."""
+        with self._lock:
+            finished = self.discovering and not raised
+            if finished:
+                self.discovering = False
+        if finished:
+            self._warn_missing()
+            self.refresh()
+
+    def _warn_missing(self) -> None:
+        missing = sorted(self.selected - self._seen)
+        if missing and self.warn_missing:
+            warnings.warn(
+                f"hookbus.torch: the forward of {self.name!r} called no "
+                f"{', '.join(missing)}{_close_functions(missing)}: it has no operation "
+                f"point by that name. Select "
+                f"the name the code calls (torch.matmul and a @ b are 'matmul', a * b "
+                f"is 'mul', a + b is 'add'; an attention implementation may call other "
+                f"functions)",
+                RuntimeWarning,
+                stacklevel=_stacklevel_outside_torch(),
+            )
 
     def _on_post(
         self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any
@@ -482,35 +574,31 @@ class OperationSite:
             return
         modes = _THREAD.modes
         mode: Optional[OperationMode] = None
-        for position in range(len(modes) - 1, -1, -1):
-            if modes[position].site is self:
-                mode = modes.pop(position)
-                break
+        if modes and modes[-1].site is self:  # the common case: ours is the innermost
+            mode = modes.pop()
+        else:
+            for position in range(len(modes) - 1, -1, -1):
+                if modes[position].site is self:
+                    mode = modes.pop(position)
+                    break
         if mode is None:
             return  # our pre hook was added during this call: no mode to pop
         if not mode.swap:
             _remove_mode(mode)
+        self._in_flight.pop()
+        # Popped first, then read: a disarm that set _pre to None after this read saw
+        # the pop (it releases the post hook itself); one before it is seen here.
+        if not self.discovering and self._pre is not None:
+            return  # the common case: armed, discovered, nothing to release
         raised = output is None and forward_raised(sys._getframe(1))
         with self._lock:
-            self._in_flight -= 1
             finished = self.discovering and not raised
             if finished:
                 self.discovering = False
             if self._pre is None:  # disarmed while this call ran: the last one out
                 self._release_post()  # removes the post hook
         if finished:
-            missing = sorted(self.selected - self._seen)
-            if missing and self.warn_missing:
-                warnings.warn(
-                    f"hookbus.torch: the forward of {self.name!r} called no "
-                    f"{', '.join(missing)}{_close_functions(missing)}: it has no operation "
-                    f"point by that name. Select "
-                    f"the name the code calls (torch.matmul and a @ b are 'matmul', a * b "
-                    f"is 'mul', a + b is 'add'; an attention implementation may call other "
-                    f"functions)",
-                    RuntimeWarning,
-                    stacklevel=_stacklevel_outside_torch(),
-                )
+            self._warn_missing()
             self.refresh()
 
     # --- one selected operation call ------------------------------------------------
@@ -716,7 +804,7 @@ def _drop_ended(modes: List[OperationMode]) -> None:
         _remove_mode(mode)
         site = mode.site
         with site._lock:
-            site._in_flight -= 1
+            site._in_flight.pop()
             site._release_post()
 
 

@@ -147,7 +147,7 @@ def swapped(selection: OperationSelection, *names: str) -> List[Removable]:
     swaps (:mod:`._function_swap`), not a mode: what undoes both (the swaps' hold also
     lets go of them when collected, with a model and bus dropped with their hooks on)."""
     for site in quiet(selection).sites:
-        site.swap = True
+        site.see_through_swaps()
     return [selection, Hold(names)]
 
 

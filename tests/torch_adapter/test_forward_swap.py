@@ -492,3 +492,48 @@ def test_a_skip_computed_from_the_input_is_traced_as_that_computation() -> None:
     y = torch.randn(4, 2)
     assert torch.allclose(traced(y), model[1](y * 3), atol=1e-6, rtol=0)
     assert not torch.allclose(model(y), model[1](y * 3))  # the hook is gone: not skipped
+
+
+def test_brackets_run_around_the_forward_however_it_ends_and_go_when_removed() -> None:
+    from hookbus.torch._forward_swap import ForwardSwap
+
+    log: List[str] = []
+
+    class Stops(nn.Module):
+        def forward(self, x: Any) -> Any:
+            log.append("forward")
+            if x == "interrupt":
+                raise KeyboardInterrupt
+            return x
+
+    def bracket(tag: str) -> Any:
+        def around(run: Any, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            log.append(f"{tag} in")
+            try:
+                return run(module, *args, **kwargs)
+            finally:
+                log.append(f"{tag} out")
+
+        return around
+
+    module = Stops()
+    inner, outer = bracket("inner"), bracket("outer")
+    swap = ForwardSwap.acquire(module)
+    swap.add_bracket(inner)
+    swap.add_bracket(outer)  # added later: runs outside the first
+    assert module("x") == "x"
+    assert log == ["outer in", "inner in", "forward", "inner out", "outer out"]
+    log.clear()
+    with pytest.raises(KeyboardInterrupt):  # torch runs no hook for it; brackets see it go
+        module("interrupt")
+    assert log == ["outer in", "inner in", "forward", "inner out", "outer out"]
+    log.clear()
+    swap.remove_bracket(outer)
+    module("x")
+    assert log == ["inner in", "forward", "inner out"]
+    log.clear()
+    swap.remove_bracket(inner)
+    swap.release()
+    module("x")
+    assert log == ["forward"]
+    assert "forward" not in vars(module)

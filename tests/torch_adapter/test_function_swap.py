@@ -225,3 +225,30 @@ def test_a_hold_collected_while_the_swap_lock_is_taken_is_let_go_of_after() -> N
             thread.join(timeout=30)
         F.softmax = ORIGINAL_SOFTMAX  # type: ignore[assignment]
         F.relu = original_relu
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_a_hooked_attention_lets_go_of_its_arguments_when_its_call_returns(
+    implementation: str,
+) -> None:
+    """Nothing of the pattern's machinery keeps the attention call's frame, and so its
+    arguments, alive after the call: not even a reference cycle (the collector is off)."""
+    import gc
+    import weakref
+
+    model, bus, _ = named("gpt2", implementation)
+    attention = model.transformer.h[0].attn  # type: ignore[union-attr]
+    seen: List[str] = []
+    with bus.post("blocks.0.attn.hook_pattern", lambda ctx: seen.append(ctx.name)):
+        gc.disable()
+        try:
+            for _ in range(2):  # the forward that finds the calls, then a plain one
+                hidden = torch.randn(1, 3, model.config.n_embd)
+                alive = weakref.ref(hidden)
+                with torch.no_grad():
+                    attention(hidden)
+                del hidden
+                assert alive() is None, "the argument of a finished call is still held"
+        finally:
+            gc.enable()
+    assert seen == ["blocks.0.attn.hook_pattern"] * 2
