@@ -228,7 +228,6 @@ class EventBus:
             plan = self.registry.plan_event(event)
         if plan is NO_HOOKS:  # no hooks: return before the loop's set-up
             return
-        hook = None
         try:
             # Results are dropped, but a dropped coroutine would never be awaited.
             if kwargs:
@@ -236,6 +235,11 @@ class EventBus:
                     result = hook(*args, **kwargs)
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
+            elif len(plan) == 1:  # no loop for a lone hook: its iterator was 1/9 of that emit
+                hook = plan[0]
+                result = hook(*args)
+                if result is not None and result.__class__ is CoroutineType:
+                    check_event_result(result, event)
             else:
                 for hook in plan:
                     result = hook(*args)
@@ -243,7 +247,16 @@ class EventBus:
                         check_event_result(result, event)
         except Exception as error:
             if plan.__class__ is tuple:  # else the full loop named the hook itself
-                note_fast_error(self.registry, error, event, hook, args, kwargs)
+                # No ``hook = None`` before the loop (2% of a 1-hook emit): only an error
+                # raised between two bytecodes (a signal handler's) comes before the first
+                # hook is bound, and then no hook is named. (Not ``locals()``: its dict
+                # would hold the error, and the arguments, in a cycle with the traceback.)
+                try:
+                    raised_by = hook  # pyright: ignore[reportPossiblyUnboundVariable]
+                except UnboundLocalError:
+                    raised_by = None
+                if raised_by is not None:
+                    note_fast_error(self.registry, error, event, raised_by, args, kwargs)
             raise
 
     def _emit_planned(self, event: str, /, *args: Any, **kwargs: Any) -> None:

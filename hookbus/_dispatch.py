@@ -19,7 +19,8 @@ only while its line of the benchmark's "fast copies" row (``benchmarks/run.py
 
 Events
     * ``_bus.py`` ``EventBus.emit``: the inline fast loop over a tuple of bare
-      callables (two copies: with and without kwargs); its errors are named by
+      callables (three copies: with kwargs, without, and without for a lone hook, with
+      no loop: row 1's "1 hook", 0.88x the loop); its errors are named by
       :func:`note_fast_error`. Slow twin: ``dispatch_event``. A plan the loop can't
       run as bare callables is a ``_plan.EventPlan``, a tuple holding what runs the
       full loop, so that the loop runs every plan with no test of its kind first.

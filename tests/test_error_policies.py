@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import logging
 import sys
 import weakref
@@ -34,6 +35,34 @@ def test_raise_policy_propagates_with_a_note_naming_hook_and_event() -> None:
     assert "broken" in notes[0]
     assert "'load'" in notes[0]
     assert "test_error_policies.py" in notes[0]
+
+
+def test_an_error_raised_in_emit_before_its_first_hook_propagates_unchanged() -> None:
+    # A signal handler may raise between any two bytecodes; here a trace function raises
+    # where emit's loop begins, before it has taken a hook: no hook ran, none is named.
+    bus = EventBus()
+    ran: List[int] = []
+    bus.on("load", ran.append)
+    bus.emit("load", 0)  # the plan cached: the next emit goes straight to its loop
+    lines, start = inspect.getsourcelines(EventBus.emit)
+    loop_line = start + next(i for i, text in enumerate(lines) if "if kwargs:" in text)
+
+    def interrupt(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is EventBus.emit.__code__:
+            if event == "line" and frame.f_lineno == loop_line:
+                raise TimeoutError("alarm")
+            return interrupt
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(interrupt)
+    try:
+        with pytest.raises(TimeoutError) as info:
+            bus.emit("load", 1)
+    finally:
+        sys.settrace(previous)
+    assert ran == [0]
+    assert getattr(info.value, "__notes__", []) == []
 
 
 def test_raise_policy_note_never_prints_argument_values() -> None:

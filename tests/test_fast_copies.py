@@ -5,7 +5,8 @@ speed, and the fast constructors, are checked here against their slow twin:
 
 * ``Handle.plain``, ``Registry.register_event``'s inline handle and
   ``CallContext.for_call`` against the classes' ``__init__``;
-* ``EventBus.emit``'s inline loop against ``dispatch_event`` (and ``Event.emit``,
+* ``EventBus.emit``'s inline loop (and its lone hook's, with no loop) against
+  ``dispatch_event`` (and ``Event.emit``,
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
@@ -134,6 +135,39 @@ def test_emit_fast_loop_matches_the_full_loop(plan: List[str], with_kwargs: bool
     assert _run(plan, slow=False, with_kwargs=with_kwargs) == _run(
         plan, slow=True, with_kwargs=with_kwargs
     )
+
+
+@pytest.mark.parametrize("behaviour", ["none", "value", "raise", "coroutine"])
+@pytest.mark.parametrize("with_kwargs", [False, True])
+def test_emit_of_a_lone_hook_matches_the_full_loop(behaviour: str, with_kwargs: bool) -> None:
+    # emit unrolls its loop for a lone hook called without keywords: the same calls,
+    # result, error and notes as the full loop, a coroutine refused (and closed) alike.
+    def run(slow: bool) -> Tuple[List[Any], Any]:
+        bus = EventBus()
+        calls: List[Any] = []
+        made: List[Any] = []
+
+        def lone(*args: Any, **kwargs: Any) -> Any:
+            calls.append((args, kwargs))
+            if behaviour == "raise":
+                raise ValueError("lone")
+            if behaviour == "coroutine":
+                made.append(asyncio.sleep(0))
+                return made[-1]
+            return 1 if behaviour == "value" else None
+
+        bus.on("e", lone)
+        assert bus.registry.plan_event("e") == (lone,)  # one bare callable: the unrolled loop
+        outcome = None
+        try:
+            with bus.trace() if slow else contextlib.nullcontext():
+                bus.emit("e", 1, **({"k": 2} if with_kwargs else {}))
+        except (ValueError, TypeError) as raised:
+            outcome = (type(raised).__name__, str(raised), getattr(raised, "__notes__", []))
+        closed = [coroutine.cr_frame is None for coroutine in made]
+        return [calls, closed], outcome
+
+    assert run(slow=False) == run(slow=True)
 
 
 # --- Event.emit (bus.emit with the name bound) against bus.emit ---------------------------
