@@ -16,7 +16,11 @@ the mode sees exactly the torch functions that the forward (its submodules and
 helper functions included) calls. The site installs them only while a bus hook
 matches one of its operation points, and for one forward after the selection
 (the *discovery* forward, which learns how many calls each operation makes and
-so which names exist); otherwise the module runs at native speed.
+so which names exist); otherwise the module runs at native speed. A site that
+sees its operations through the function swaps (the names' attention pattern,
+:mod:`._function_swap`) installs no native hook: the module's forward swap
+(:mod:`._forward_swap`, ``add_bracket``) runs the site around the forward
+itself, the mode pushed as the forward starts and popped in a ``finally``.
 
 Why the colon and the dot: a name like ``"attn:softmax[0]"`` would read as a glob
 pattern at registration (``[0]`` is a character set), and ``"attn.softmax.0"``
