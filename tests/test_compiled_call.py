@@ -330,7 +330,8 @@ def test_a_plans_first_call_does_what_call_with_hooks_does(plan: Plan) -> None:
     assert _outcome(plan) == expected
 
 
-def test_a_plans_first_call_runs_its_shapes_code_and_compiles_nothing() -> None:
+def _load_failing_in_its_post_hook() -> Callable[[str], str]:
+    """A hook point ``load`` whose one post hook raises ``ValueError("bad file")``."""
     bus = EventBus()
 
     @bus.hookable("load")
@@ -341,6 +342,11 @@ def test_a_plans_first_call_runs_its_shapes_code_and_compiles_nothing() -> None:
     def check(ctx: CallContext) -> None:
         raise ValueError("bad file")
 
+    return load
+
+
+def test_a_plans_first_call_runs_its_shapes_code_and_compiles_nothing() -> None:
+    load = _load_failing_in_its_post_hook()
     compile_call = _hookpoint.compile_call
     with mock.patch.object(_hookpoint, "compile_call", wraps=compile_call) as compiling:
         with pytest.raises(ValueError, match="bad file") as raised:
@@ -400,16 +406,7 @@ def _nothing() -> Iterator[None]:
 
 
 def test_a_traceback_through_a_compiled_call_shows_its_lines() -> None:
-    bus = EventBus()
-
-    @bus.hookable("load")
-    def load(path: str) -> str:
-        return path
-
-    @load.post
-    def check(ctx: CallContext) -> None:
-        raise ValueError("bad file")
-
+    load = _load_failing_in_its_post_hook()
     with pytest.raises(ValueError, match="bad file"):
         load("a.txt")  # the plan's first call: the reference runs it
     with pytest.raises(ValueError, match="bad file") as raised:

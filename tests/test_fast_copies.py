@@ -291,18 +291,24 @@ def test_register_and_unregister_fast_paths_match_their_slow_twins(
     assert _registrations(plan, slow=False) == _registrations(plan, slow=True)
 
 
-def test_the_fast_registration_paths_are_the_ones_taken() -> None:
-    # Guards the test above: the plain case must not already take the checked path.
-    bus = EventBus()
+def _spy_on_the_checked_path(registry: Any) -> List[str]:
+    """A list that gets "checked" each time ``registry`` takes its checked register path."""
     taken: List[str] = []
-    registry = bus.registry
     original = registry._register_checked
 
     def checked(*args: Any) -> Any:
         taken.append("checked")
         return original(*args)
 
-    registry._register_checked = checked  # type: ignore[method-assign]
+    registry._register_checked = checked
+    return taken
+
+
+def test_the_fast_registration_paths_are_the_ones_taken() -> None:
+    # Guards the test above: the plain case must not already take the checked path.
+    bus = EventBus()
+    registry = bus.registry
+    taken = _spy_on_the_checked_path(registry)
     handle = registry.register("event", "e", print, {})
     assert taken == []
     registry.register("event", "f", print, {}, scope=_NoScope())
@@ -385,15 +391,8 @@ def test_the_flat_point_registration_is_the_one_taken() -> None:
     # Guards the test above: a point's plain hook must not already take the checked path.
     bus = EventBus()
     point = bus.wrap(lambda x: x, "p")
-    taken: List[str] = []
     registry = bus.registry
-    original = registry._register_checked
-
-    def checked(*args: Any) -> Any:
-        taken.append("checked")
-        return original(*args)
-
-    registry._register_checked = checked  # type: ignore[method-assign]
+    taken = _spy_on_the_checked_path(registry)
     handles = [registry.register(kind, "p", print, {}) for kind in ("pre", "post", "exception")]
     assert taken == []
     assert point.__hookbus_point__.current_plan() is not None  # type: ignore[attr-defined]
