@@ -55,7 +55,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..adapter import CallContext, EventBus, is_pattern, matcher_for
+from ..adapter import CallContext, EventBus
 from ._attach import Attachment, attach
 from ._cache import Cache, Call, CapturedCalls
 from ._call_frames import runs_hooks
@@ -67,7 +67,7 @@ from ._selection import ROOT, Selector, select
 from ._tree import Path, map_tensors
 from ._unwrap import ModuleName, is_compiled, unwrap, walk
 from ._user_line import stacklevel_outside_hookbus
-from ._vocabulary import is_names_selector, select_names
+from ._vocabulary import names_selected
 
 __all__ = ["Capture", "CaptureHook", "capture", "inert_capture_hook"]
 
@@ -386,13 +386,14 @@ class Capture:
         self._modules: List[Tuple[str, nn.Module]] = []
         self._names: Optional[List[str]] = None  # names of the vocabulary, if selected
         self._names_net: Optional[Attachment] = None  # their private attachment, running
-        if is_names_selector(selector) and not _selects_modules(selector, modules):
+        selected = names_selected(self._model, selector)
+        if selected is not None:
             if inputs:
                 raise TypeError(
                     "capture() option inputs= applies to modules: a name of the vocabulary "
                     "is one value, recorded as the call's output"
                 )
-            self._names = select_names(self._model, selector)
+            self._names = selected
             self._expected = [self._names]
             self._names_model = model
             self.cache = Cache(self._names, kept)
@@ -564,16 +565,6 @@ class Capture:
             RuntimeWarning,
             stacklevel=stacklevel_outside_hookbus(),
         )
-
-
-def _selects_modules(selector: Any, modules: Mapping[str, Any]) -> bool:
-    """Whether a selector of names (``"*.hook_z"``) selects modules of the model too (one
-    may be named ``hook_pattern``: a TransformerLens model's are): modules come first."""
-    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
-    return any(
-        item in modules or (is_pattern(item) and any(map(matcher_for(item), modules)))
-        for item in items
-    )
 
 
 def _expected_groups(

@@ -28,6 +28,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ..adapter import CallContext
 from ._moments import F64, Moments, flatten, merge_window, vecdot
@@ -89,9 +90,9 @@ class Feed:
     """
 
     __slots__ = (
-        "count", "dtype", "empty", "error", "extremes", "features", "filled", "grad_path",
-        "highs", "limit", "lows", "module", "name", "owner", "plain", "s1s", "s2s", "seen",
-        "shift", "stat", "sums", "upcast", "what",
+        "count", "dtype", "empty", "error", "extremes", "features", "filled", "grad_handles",
+        "grad_path", "highs", "limit", "lows", "module", "name", "owner", "plain", "s1s", "s2s",
+        "seen", "shift", "stat", "sums", "upcast", "what",
     )  # fmt: skip
 
     def __init__(self, owner: FeedState, name: str) -> None:
@@ -106,6 +107,7 @@ class Feed:
         self.error: Optional[torch.Tensor] = None  # the true mean - stat.mean (rounding)
         self.features: Optional[Tuple[int, ...]] = None  # the feature shape, once seen
         self.grad_path: Optional[Path] = None  # of="grad": the output tensor watched
+        self.grad_handles: List[RemovableHandle] = []  # of="grad" of a value: tensor hooks
         self.seen: Optional[torch.Size] = None  # the last shape checked
         self.dtype: Optional[torch.dtype] = None  # and dtype
         self.plain = False  # that shape is (values, features) already
@@ -160,6 +162,18 @@ class Feed:
             return
         if ctx.data["path"] == self.grad_path:
             self.add(ctx.result)
+
+    def add_grad(self, grad: torch.Tensor, call_index: int, path: Path) -> None:
+        """A tensor hook's gradient (``of="grad"`` of a value), its handle in
+        :attr:`grad_handles`."""
+        self.add(grad)
+
+    def drop_grad_hooks(self) -> None:
+        """Remove the tensor hooks left on values whose backward has not run:
+        statistics stopped before it count nothing of it."""
+        handles, self.grad_handles = self.grad_handles, []
+        for handle in handles:
+            handle.remove()
 
     def add(self, value: Any) -> None:
         owner = self.owner

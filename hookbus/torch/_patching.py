@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..adapter import EventBus, Removable, is_pattern, matcher_for
+from ..adapter import EventBus, Removable, is_pattern
 from ._attach import Attachment, attach
 from ._cache import Cache, CapturedCalls
 from ._call_frames import runs_hooks
@@ -40,7 +40,7 @@ from ._forward_swap import _CopiedForward as _CopiedForward
 from ._selection import ROOT, Selector, close_or_first_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
-from ._vocabulary import is_names_selector, select_names
+from ._vocabulary import names_selected
 
 __all__ = ["Patch", "Positions", "patch"]
 
@@ -155,10 +155,9 @@ class Patch(Removable):  # remove(), and ``with`` removes on exit
         root = unwrap(model)
         literal = list(cache) if selector is None else selector
         chosen = _by_literal_names(root, literal)  # the common case, without a walk
-        if chosen is None and is_names_selector(literal) and not _selects_modules(root, literal):
-            kept = {
-                name: _stored_output(cache, name, call) for name in select_names(root, literal)
-            }
+        values = names_selected(root, literal) if chosen is None else None
+        if values is not None:
+            kept = {name: _stored_output(cache, name, call) for name in values}
             self._patch_names(model, kept, positions, dim)
             return
         if chosen is None:
@@ -240,16 +239,6 @@ def _by_literal_names(root: nn.Module, selector: Any) -> Optional[Dict[str, nn.M
             return None
         found[name] = module
     return found
-
-
-def _selects_modules(root: nn.Module, selector: Any) -> bool:
-    """Whether a pattern of ``selector`` (names of the vocabulary: ``"*.hook_z"``) matches
-    a module of ``root`` (a TransformerLens model's are named so): modules come first."""
-    items: List[Any] = [selector] if isinstance(selector, str) else list(selector)
-    patterns = [matcher_for(item) for item in items if is_pattern(item)]
-    if not patterns:
-        return False
-    return any(match(entry.bare) for entry in walk(root) for match in patterns)
 
 
 def _by_walking(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import threading
 import weakref
+from functools import partial
 from types import TracebackType
 from typing import (
     Any,
@@ -26,11 +27,13 @@ from typing import (
 import torch
 from torch import nn
 
-from ..adapter import EventBus, Handle
+from ..adapter import CallContext, EventBus, Handle
 from ._attach import Attachment, attach, find_attachment
 from ._feed import Feed, FeedState
+from ._grad import hook_output_grads
 from ._moments import F64, Moments
 from ._selection import Selector
+from ._vocabulary import names_selected
 
 __all__ = ["OF", "Stats", "stats"]
 
@@ -73,7 +76,10 @@ def stats(
 
     * ``selector``: a name or glob, a module, a module type or a list of those
       (see :class:`Attachment`); by default every module. Matching nothing is a
-      ``ValueError`` listing close names.
+      ``ValueError`` listing close names. Names of the vocabulary of
+      :func:`attach`'s ``names=`` (``"blocks.*.hook_resid_post"``) select values: the
+      model is attached with ``names="transformer"`` to a private bus while the
+      statistics run (``of="input"`` and ``bus=`` apply to modules only).
     * ``of``: ``"output"``, ``"input"`` (the first positional tensor argument) or
       ``"grad"`` (the gradient of the output, through tensor hooks at backward).
       Of a nested output, the first floating-point tensor is used.
@@ -96,8 +102,31 @@ def stats(
         ...         _ = model(torch.randn(8, 4))
         >>> st["0"].count, st["0"].mean.shape, st["0"].mean.dtype
         (40, torch.Size([3]), torch.float64)
+
+    Of names of the vocabulary, on a Hugging Face model:
+
+        >>> import transformers
+        >>> config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=10)
+        >>> gpt2 = transformers.GPT2LMHeadModel(config)
+        >>> with hookbus.torch.stats(gpt2, "blocks.*.hook_resid_post") as st:
+        ...     _ = gpt2(torch.tensor([[1, 2, 3]]))
+        >>> list(st), st["blocks.1.hook_resid_post"].count
+        (['blocks.0.hook_resid_post', 'blocks.1.hook_resid_post'], 3)
     """
     return Stats(model, selector, of=of, dim=dim, bus=bus)
+
+
+def _hook_value_grad(feed: Feed, ctx: CallContext) -> None:
+    """The post hook of a name of the vocabulary under ``of="grad"``: a tensor hook on its
+    value hands the value's gradient to ``feed`` at backward."""
+    value = ctx.result
+    if type(value) is not torch.Tensor or not value.requires_grad:
+        return  # no gradient will come (torch.no_grad(), or no tensor)
+    if value._base is not None:
+        # A view of a forward tensor (hook_z splits a projection's input by head) is on no
+        # gradient's path: handing the forward this view puts it there.
+        value = ctx.result = value.view_as(value)
+    feed.grad_handles = hook_output_grads(value, feed.add_grad, 0, feed.grad_handles)
 
 
 class Stats(Mapping[str, Moments]):
@@ -166,6 +195,24 @@ class Stats(Mapping[str, Moments]):
         self._handles: List[Handle] = []
         self._attachment: Optional[Attachment] = None
         self._owned = False
+        # Names of the vocabulary, if the selector names values rather than modules.
+        self._values = names_selected(model, selector)
+        self._unit = "module" if self._values is None else "name"  # what messages call a key
+        if self._values is not None:
+            if of == "input":
+                raise ValueError(
+                    "stats(of='input') applies to modules: a name of the vocabulary is one "
+                    "value (watch it with of='output', or its gradient with of='grad')"
+                )
+            if bus is not None:
+                raise ValueError(
+                    "stats(bus=) applies to modules: names of the vocabulary are read "
+                    "through a private attachment of the model with names='transformer' "
+                    "(leave bus= out)"
+                )
+            self._selected = self._values
+            self._feeds = {name: Feed(state, name) for name in self._values}
+            return
         attachment, owned = self._attach()
         try:
             names = attachment.select(selector)
@@ -184,6 +231,8 @@ class Stats(Mapping[str, Moments]):
                 f"{self!r} cannot start: the model its statistics were taken on no longer "
                 f"exists (statistics hold their model weakly); the numbers stay readable"
             )
+        if self._values is not None:
+            return attach(model, EventBus("stats of names"), names="transformer"), True
         if self._bus is None:
             return attach(model, EventBus("stats")), True  # private: _release detaches it
         with _sharing:
@@ -212,7 +261,13 @@ class Stats(Mapping[str, Moments]):
         # On the user's bus another model may have modules of the same names.
         shared = self._bus is not None
         try:
-            for name in self._selected:
+            for name in self._values or ():  # a value's post hook sees it, and it alone
+                feed = self._feeds[name]
+                on_value = (
+                    feed.on_output if self.of == "output" else partial(_hook_value_grad, feed)
+                )
+                handles.append(attachment.post(name, on_value))
+            for name in self._selected if self._values is None else ():
                 feed, module = self._feeds[name], attachment.module(name)
                 feed.watch(module if shared else None)
                 if self.of == "output":
@@ -236,6 +291,8 @@ class Stats(Mapping[str, Moments]):
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.remove()
+        for feed in self._feeds.values() if self._values is not None else ():
+            feed.drop_grad_hooks()
         if attachment is not None and self._owned:
             _release(attachment)
         self._flush()
@@ -286,7 +343,8 @@ class Stats(Mapping[str, Moments]):
 
     @property
     def selected(self) -> List[str]:
-        """Every selected module's name, in model order, whether it ran or not."""
+        """Every selected module's name (or name of the vocabulary), in model order,
+        whether it ran or not."""
         return list(self._selected)
 
     @property
@@ -303,12 +361,12 @@ class Stats(Mapping[str, Moments]):
         if feed is not None:
             why = self._skipped.get(name)
             raise KeyError(
-                f"module {name!r} was selected but has no statistics"
+                f"{self._unit} {name!r} was selected but has no statistics"
                 + (f": its calls were skipped ({why})" if why else ": it has not run")
             )
         close = difflib.get_close_matches(name, self._selected, n=5, cutoff=0.5)
         hint = f"; close names: {', '.join(map(repr, close))}" if close else ""
-        raise KeyError(f"module {name!r} was not selected{hint}")
+        raise KeyError(f"{self._unit} {name!r} was not selected{hint}")
 
     def __iter__(self) -> Iterator[str]:
         return iter([name for name in self._selected if self._has(name)])
@@ -499,14 +557,14 @@ class Stats(Mapping[str, Moments]):
         unknown = [name for name in incoming if name not in self._feeds]
         if unknown:
             raise ValueError(
-                f"{what}(): modules {', '.join(map(repr, unknown))} are not selected here; "
+                f"{what}(): {self._unit}s {', '.join(map(repr, unknown))} are not selected here; "
                 f"selected: {', '.join(map(repr, self._selected))}"
             )
         for name, stat in incoming.items():
             features = self._feeds[name].features
             if features is not None and stat.shape != features:
                 raise ValueError(
-                    f"{what}(): module {name!r} has feature shape {features} here and "
+                    f"{what}(): {self._unit} {name!r} has feature shape {features} here and "
                     f"{stat.shape} in the other statistics"
                 )
 
@@ -520,7 +578,9 @@ class Stats(Mapping[str, Moments]):
 
     def __repr__(self) -> str:
         ran = len(self)
-        text = f"<Stats of={self.of!r} dim={self.dim!r}, {ran} of {len(self._selected)} modules"
+        text = (
+            f"<Stats of={self.of!r} dim={self.dim!r}, {ran} of {len(self._selected)} {self._unit}s"
+        )
         skipped = self.skipped
         if skipped:
             text += "; skipped: " + ", ".join(f"{n!r} ({why})" for n, why in skipped.items())

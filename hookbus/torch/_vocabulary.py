@@ -41,11 +41,12 @@ from ._recipes import (
     linear_weight,
 )
 from ._table_detection import DOCS, Found, find_architecture
-from ._unwrap import unwrap
+from ._unwrap import unwrap, walk
 from ._value_point import NAME_KINDS, NamePoint, is_name
 
 __all__ = [
-    "VOCABULARIES", "Vocabulary", "is_names_selector", "recipes", "select_names", "unknown_name",
+    "VOCABULARIES", "Vocabulary", "is_names_selector", "names_selected", "recipes", "select_names",
+    "unknown_name",
 ]  # fmt: skip
 
 VOCABULARIES = ("transformer",)
@@ -405,3 +406,30 @@ def select_names(model: nn.Module, selector: Any) -> List[str]:
             raise unknown_name(found_in.architecture.name, made, absent, item, match)
         chosen.update(found)
     return [name for name in made if name in chosen]
+
+
+def names_selected(model: nn.Module, selector: Any) -> Optional[List[str]]:
+    """The names of ``model``'s vocabulary that ``selector`` selects, in forward order,
+    if it names values and no module (``None`` if it selects modules): what
+    :func:`capture`, :func:`patch` and :func:`stats` ask. Modules come first, as a
+    TransformerLens model's own modules are named ``hook_*``; a name the model lacks
+    is the ``ValueError`` of :func:`select_names`.
+
+    Example:
+        >>> import transformers
+        >>> config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=10)
+        >>> model = transformers.GPT2LMHeadModel(config)
+        >>> names_selected(model, "blocks.1.hook_resid_*")
+        ['blocks.1.hook_resid_pre', 'blocks.1.hook_resid_mid', 'blocks.1.hook_resid_post']
+        >>> names_selected(model, "transformer.h.*") is None  # modules
+        True
+    """
+    if not is_names_selector(selector):
+        return None
+    root = unwrap(model)
+    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
+    modules = [entry.bare for entry in walk(root) if not entry.is_wrapper]
+    for item in items:
+        if item in modules or (is_pattern(item) and any(map(matcher_for(item), modules))):
+            return None
+    return select_names(root, items)
