@@ -299,10 +299,14 @@ def _returning(value: Any) -> Replacement:
 class _PositionPatch:
     """The forward hook of :func:`patch` with positions: the output with some positions stored."""
 
-    __slots__ = ("dim", "name", "positions", "stored")
+    __slots__ = ("dim", "name", "positions", "stored", "value")
 
-    def __init__(self, name: str, stored: Any, positions: Positions, dim: int) -> None:
+    def __init__(
+        self, name: str, stored: Any, positions: Positions, dim: int, value: str = "output"
+    ) -> None:
         self.name = name
+        # What is patched: a module's "output", or the "value" of a name of the vocabulary.
+        self.value = value
         self.stored = stored
         self.positions = positions
         self.dim = dim
@@ -326,7 +330,7 @@ class _PositionPatch:
                 return kind(*new)
             return kind(new)  # a list, or a tuple type built from one (torch.return_types)
         raise TypeError(
-            f"patch(positions=...) on module {self.name!r}: its output is "
+            f"patch(positions=...) on {self._patched_what}: its output is "
             f"{type(output).__name__} and the stored one {type(stored).__name__}; positions "
             f"are patched in a tensor, or in the tensors of a tuple or list"
         )
@@ -337,15 +341,15 @@ class _PositionPatch:
                 tuple(stored.shape) if isinstance(stored, torch.Tensor) else type(stored).__name__
             )
             raise ValueError(
-                f"patch(positions=...) on module {self.name!r}{_where(path)}: the output has "
-                f"shape {tuple(output.shape)} and the stored one {got}; positions are patched "
-                f"between outputs of one shape"
+                f"patch(positions=...) on {self._patched_what}{_where(path)}: the {self.value} "
+                f"has shape {tuple(output.shape)} and the stored one {got}; positions are "
+                f"patched between {self.value}s of one shape"
             )
         if not -output.dim() <= self.dim < output.dim():  # % alone would wrap round
             raise IndexError(
-                f"patch(positions=...) on module {self.name!r}{_where(path)}: dim={self.dim} "
-                f"is out of range for an output of shape {tuple(output.shape)}; pass the "
-                f"dim= that holds the positions"
+                f"patch(positions=...) on {self._patched_what}{_where(path)}: dim={self.dim} "
+                f"is out of range for {'an' if self.value == 'output' else 'a'} {self.value} "
+                f"of shape {tuple(output.shape)}; pass the dim= that holds the positions"
             )
         dim = self.dim % output.dim()
         index = (slice(None),) * dim + (self.positions,)
@@ -354,11 +358,15 @@ class _PositionPatch:
             patched[index] = stored[index].to(device=output.device, dtype=output.dtype)
         except IndexError as error:  # torch's own names the wrong dimension for a list
             raise IndexError(
-                f"patch(positions=...) on module {self.name!r}{_where(path)}: a position is "
-                f"out of range for dim {dim} of the output, of size {output.shape[dim]} "
+                f"patch(positions=...) on {self._patched_what}{_where(path)}: a position is "
+                f"out of range for dim {dim} of the {self.value}, of size {output.shape[dim]} "
                 f"(shape {tuple(output.shape)})"
             ) from error
         return patched
+
+    @property
+    def _patched_what(self) -> str:
+        return f"{'module' if self.value == 'output' else 'name'} {self.name!r}"
 
 
 class _NamePatch:
@@ -370,7 +378,7 @@ class _NamePatch:
     def __init__(self, name: str, stored: Any, positions: Optional[Positions], dim: int) -> None:
         self.stored = stored
         self.positions = (
-            None if positions is None else _PositionPatch(name, stored, positions, dim)
+            None if positions is None else _PositionPatch(name, stored, positions, dim, "value")
         )
 
     def __call__(self, ctx: Any) -> None:

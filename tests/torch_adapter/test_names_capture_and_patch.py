@@ -103,6 +103,23 @@ def test_patching_a_name_replaces_the_value_in_the_forward(arch: str, impl: str)
     assert native_hooks(model) == {}
 
 
+def test_a_refused_patch_of_positions_of_a_name_calls_it_a_name() -> None:
+    model = tiny_model("gpt2")
+    with hookbus.torch.capture(model, "blocks.0.hook_resid_post") as cache:
+        model(tokens(1, 7))
+    with (
+        hookbus.torch.patch(model, cache, "blocks.0.hook_resid_post", positions=[2], dim=5),
+        pytest.raises(IndexError, match=r"on name 'blocks\.0\.hook_resid_post': dim=5 is out"),
+    ):
+        model(tokens(1, 7))
+    with (
+        hookbus.torch.patch(model, cache, "blocks.0.hook_resid_post", positions=[2]),
+        pytest.raises(ValueError, match=r"on name 'blocks\.0\.hook_resid_post': the value has"),
+    ):
+        model(tokens(2, 7))  # another batch size than the stored value's
+    assert native_hooks(model) == {}
+
+
 def test_a_module_named_like_a_name_is_captured_and_patched_as_a_module() -> None:
     model = nn.Sequential()
     model.add_module("hook_in", nn.Linear(2, 2))  # as a TransformerLens model names its points
