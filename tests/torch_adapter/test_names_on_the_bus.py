@@ -349,6 +349,32 @@ def test_a_resid_mid_write_by_a_hook_removed_in_its_call_is_whole_and_not_carrie
     torch.testing.assert_close(read_only, plain, **TOLERANCE)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_a_resid_mid_write_by_a_hook_that_detaches_in_its_call_is_whole(arch: str) -> None:
+    # Writing resid_mid adds the change to the block's output too: detach() from the
+    # name's hook removes the attachment's hooks on the block, not that call's second half.
+    model = tiny_model(arch)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, names="transformer")
+    with torch.no_grad():
+        plain = model(tokens()).logits
+    with torch.no_grad(), bus.post("blocks.0.hook_resid_mid", replacing(lambda v: v + 1)):
+        written = model(tokens()).logits
+
+    def shift_then_detach(ctx: Any) -> None:
+        ctx.result = ctx.result + 1
+        net.detach()
+
+    bus.post("blocks.0.hook_resid_mid", shift_then_detach)
+    with torch.no_grad():
+        detached = model(tokens()).logits
+        after = model(tokens()).logits
+    torch.testing.assert_close(detached, written, **TOLERANCE)
+    torch.testing.assert_close(after, plain, **TOLERANCE)
+    assert native_hooks(model) == {}
+    assert not any("forward" in vars(module) for module in model.modules())
+
+
 # --- two vocabularies on one model ---------------------------------------------------------
 
 
