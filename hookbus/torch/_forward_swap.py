@@ -33,7 +33,9 @@ A *bracket* (:meth:`ForwardSwap.add_bracket`) runs around the forward itself,
 the swapped forward calls the brackets, composed once per change, instead of the
 class's forward. It sees the forward start and end however it ends (a ``finally``),
 and costs the module no native hook: torch's call of a module without hooks takes
-its short path.
+its short path. It sees only a forward that runs (the class's, or one the user set
+on the instance): a skipped or replaced call runs none, so an operation site learns
+from its brackets which operations a forward calls.
 
 Copies carry no skip, as they carry no hook: ``copy.deepcopy`` and pickle
 (``torch.save``) copy the swapped forward as a stand-in that removes itself
@@ -165,6 +167,12 @@ class ForwardSwap:
             self._bound = _nothing
             self._local = threading.local()  # no held frame outlives the swap
 
+    def in_place(self) -> bool:
+        """Whether the module's ``forward`` is this swap's (none was set over it since)."""
+        module = self._module()
+        bound = self._bound()
+        return module is not None and bound is not None and vars(module).get("forward") is bound
+
     def renew(self) -> None:
         """Put a new swapped forward in place of the current one (same behaviour).
 
@@ -215,7 +223,8 @@ class ForwardSwap:
 
     def add_bracket(self, bracket: Bracket) -> None:
         """Run every call of the forward through ``bracket(run, module, *args, **kwargs)``,
-        which calls ``run(module, *args, **kwargs)``; the first added runs innermost.
+        which calls ``run(module, *args, **kwargs)``; the first added runs innermost. A
+        call skipped or replaced runs no forward, and so no bracket.
 
         Example:
             >>> import torch
@@ -326,12 +335,12 @@ class ForwardSwap:
                 return value
             return self._bracketed(type(replica).forward)(replica, *args, **kwargs)
         replacements = self._replacements
-        run: Callable[..., Any]
-        if replacements:
-            run = functools.partial(_replaced, replacements[-1])
-        else:
-            own = self._own_forward
-            run = type(module).forward if own is None else functools.partial(_own, own)
+        if replacements:  # no forward runs: the brackets see none
+            return replacements[-1](module, args, kwargs)
+        own = self._own_forward
+        run: Callable[..., Any] = (
+            type(module).forward if own is None else functools.partial(_own, own)
+        )
         return (
             self._bracketed(run)(module, *args, **kwargs)
             if self._brackets
@@ -454,11 +463,6 @@ def release_swaps(swaps: List[ForwardSwap]) -> None:
     for swap in swaps:
         swap.renew()  # code compiled while the capture's hooks were there goes with it
         swap.release()
-
-
-def _replaced(replacement: Replacement, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """A replacement called as the forward it replaces (inside the brackets)."""
-    return replacement(module, args, kwargs)
 
 
 def _own(forward: Callable[..., Any], module: nn.Module, *args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..adapter import CallContext, Handle, Removable
+from ._operations import OperationSelection
 from ._recipes import Net, Site, quiet, unchanged
 
 __all__ = ["NormScale"]
@@ -37,20 +38,27 @@ class NormScale(Site):
         self.module = module
         self._read = threading.local()  # whether this thread's norm call held the value
         self._check: Optional[Handle] = None
+        self._selection: Optional[OperationSelection] = None
 
     def install_site(self, net: Net) -> List[Removable]:
         if isinstance(self.module, nn.LayerNorm):
             return [net.post(self.module, self._on_layer_norm)]
         # A norm that calls no rsqrt (OLMo's LayerNorm without affine) would leave the
-        # names' hooks silent: its first call that held no value is refused.
+        # names' hooks silent: its first call that ran and held no value is refused.
         self._check = net.post(self.module, self._check_read)
-        return [quiet(net.operations(self.module, "rsqrt", "mul")), self._check]
+        self._selection = quiet(net.operations(self.module, "rsqrt", "mul"))
+        return [self._selection, self._check]
 
     def _check_read(self, ctx: CallContext) -> None:
         if getattr(self._read, "held", False):
             self._read.held = False
             if self._check is not None:
                 self._check.remove()  # a norm that held it once holds it on every call
+            return
+        selection = self._selection
+        if selection is not None and any(site.discovering for site in selection.sites):
+            # No forward of the norm ran yet (this call was skipped or replaced): the
+            # operation site, whose post hook ran before this one, still discovers.
             return
         raise ValueError(
             f"the norm {ctx.name!r} ({type(self.module).__name__}) holds no "

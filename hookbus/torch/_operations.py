@@ -22,6 +22,13 @@ sees its operations through the function swaps (the names' attention pattern,
 (:mod:`._forward_swap`, ``add_bracket``) runs the site around the forward
 itself, the mode pushed as the forward starts and popped in a ``finally``.
 
+The discovery forward is the first whose forward body ran. A call that a pre hook
+skipped (on any bus: the names attach privately) or that ``patch`` replaced calls no
+operation and tells nothing; counted, it would make a norm's ``rsqrt`` or an
+attention's ``softmax`` look absent for good. The forward swap's brackets see only a
+forward that runs: a site with native hooks adds one while it discovers (``_ran``),
+which marks the call's mode.
+
 Why the colon and the dot: a name like ``"attn:softmax[0]"`` would read as a glob
 pattern at registration (``[0]`` is a character set), and ``"attn.softmax.0"``
 could be the name of a real submodule. A pattern reaches operation points only if
@@ -139,6 +146,9 @@ class OperationMode(TorchFunctionMode):
     ended without its post hook (a ``KeyboardInterrupt``). The frame itself, not
     its id: a new call's frame may reuse the address of an ended one.
     """
+
+    ran = False
+    """Whether the forward of this call ran (set by a discovering site's bracket)."""
 
     def __init__(self, site: OperationSite, call: Any) -> None:
         # No super().__init__(): TorchFunctionMode's does nothing, and one is made per
@@ -390,6 +400,7 @@ class OperationSite:
         # and the swap sees it leave forward (see _on_interrupt).
         self._swap: Optional[ForwardSwap] = None
         self._bracket: Optional[ForwardSwap] = None  # the swap holding _around, while armed
+        self._discovery: Optional[ForwardSwap] = None  # the swap holding _ran, while discovering
         # One item per forward call that pushed a mode and awaits its post hook: appended
         # and popped without the lock (list.append and list.pop are atomic), read under it.
         self._in_flight: List[None] = []
@@ -421,6 +432,7 @@ class OperationSite:
                 if self._pre is None:  # last of the pre hooks there now
                     self._pre = module.register_forward_pre_hook(self._on_pre)
                     hold_script_refusal(module)  # torch.jit.script refuses clearly
+                self._bracket_discovery()
             elif not want and self._pre is not None:
                 self._pre.remove()
                 self._pre = None
@@ -470,10 +482,33 @@ class OperationSite:
             if self._post is not None:
                 self._post.remove()
                 self._post = None
+            self._bracket_discovery()
             swap, self._swap = self._swap, None
             if swap is not None:
                 swap.unwatch(self._on_interrupt)
                 swap.release()
+
+    def _bracket_discovery(self) -> None:
+        """Hold :meth:`_ran` in the forward swap while this site discovers through native
+        hooks; let it go after (lock held)."""
+        swap = self._swap if self.discovering and self._pre is not None else None
+        if swap is self._discovery:
+            return
+        if self._discovery is not None:
+            self._discovery.remove_bracket(self._ran)
+        self._discovery = swap
+        if swap is not None:
+            swap.add_bracket(self._ran)
+
+    def _ran(self, run: Callable[..., Any], module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """The bracket of a site discovering through native hooks: the forward runs, so
+        the call (the mode this site pushed last) may end the discovery."""
+        modes = _THREAD.modes
+        for position in range(len(modes) - 1, -1, -1):
+            if modes[position].site is self:
+                modes[position].ran = True
+                break
+        return run(module, *args, **kwargs)
 
     def uninstall(self) -> None:
         """Detach: no hook point, no native hook, no mode left behind."""
@@ -595,8 +630,12 @@ class OperationSite:
         if not self.discovering and self._pre is not None:
             return  # the common case: armed, discovered, nothing to release
         raised = output is None and forward_raised(sys._getframe(1))
+        # A skipped or replaced call ran no bracket. A forward the user set on the
+        # instance over the swap runs unseen by it: such a call counts, as it always did.
+        swap = self._swap
+        ran = mode.ran or swap is None or not swap.in_place()
         with self._lock:
-            finished = self.discovering and not raised
+            finished = self.discovering and not raised and ran
             if finished:
                 self.discovering = False
             if self._pre is None:  # disarmed while this call ran: the last one out

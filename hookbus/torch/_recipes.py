@@ -18,6 +18,7 @@ to the block's output too (:class:`ResidMid`).
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
@@ -25,9 +26,11 @@ from torch import nn
 from typing_extensions import Protocol, Unpack
 
 from ..adapter import CallContext, Handle, HookOptions, Removable
+from ._forward_swap import ForwardSwap
 from ._function_swap import Hold
 from ._head_views import View
 from ._operations import OperationSelection
+from ._script_refusal import hold_script_refusal, release_script_refusal
 
 __all__ = [
     "Batched",
@@ -282,31 +285,51 @@ class ResidMid:
                 _with_first_input(ctx, new)
                 local.change = new - x
 
-        def on_block(ctx: CallContext) -> None:
-            change = getattr(local, "change", None)
-            if change is not None:
-                local.change = None
-                output = ctx.result
-                first = first_item(output)
-                ctx.result = with_first_item(output, first + change.view(first.shape))
+        return [net.pre(self.mid, on_mid), _BlockChange(self.block, local)]
 
-        def around_block(ctx: CallContext) -> Iterator[None]:
-            # A hook removed as it writes (once=True) takes on_block with it in that very
-            # call: an around hook's teardown still runs for it, so the change is added
-            # all the same, and none is left to the next call.
+
+class _BlockChange(Removable):
+    """Adds a written ``hook_resid_mid``'s change to its block's output, from a bracket of
+    the block's forward (:meth:`ForwardSwap.add_bracket`).
+
+    Inside the forward, so every post hook of the block sees the sum (``hook_resid_post``
+    included). And in the very call that wrote it, whatever happens to the hooks
+    meanwhile: a call already in the bracket finishes there, so a hook removed as it
+    writes (``once=True``), or a ``detach()`` from the name's hook, leaves no call half
+    written, and no change is left to the next call.
+    """
+
+    __slots__ = ("__weakref__", "_local", "_module", "_swap")
+
+    def __init__(self, block: nn.Module, local: threading.local) -> None:
+        self._local = local
+        self._module = weakref.ref(block)
+        self._swap: Optional[ForwardSwap] = ForwardSwap.acquire(block)
+        self._swap.add_bracket(self.around)  # held weakly: the install list holds this
+        hold_script_refusal(block)
+
+    def around(self, run: Callable[..., Any], module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        local = self._local
+        local.change = None
+        try:
+            output = run(module, *args, **kwargs)
+            change = local.change
+            if change is None:
+                return output
+            first = first_item(output)
+            return with_first_item(output, first + change.view(first.shape))
+        finally:
             local.change = None
-            try:
-                yield
-                on_block(ctx)
-            finally:
-                local.change = None
 
-        return [
-            net.pre(self.mid, on_mid),
-            # before the block's other post hooks: hook_resid_post sees the written sum
-            net.post(self.block, on_block, priority=1_000_000),
-            net.around(self.block, around_block),
-        ]
+    def remove(self) -> None:
+        swap, self._swap = self._swap, None
+        if swap is None:
+            return
+        swap.remove_bracket(self.around)
+        swap.release()
+        block = self._module()
+        if block is not None:
+            release_script_refusal(block)
 
 
 class HeadResult:

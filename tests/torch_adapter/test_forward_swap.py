@@ -537,3 +537,39 @@ def test_brackets_run_around_the_forward_however_it_ends_and_go_when_removed() -
     module("x")
     assert log == ["forward"]
     assert "forward" not in vars(module)
+
+
+def test_brackets_run_around_a_forward_that_runs_not_a_skip_or_a_replacement() -> None:
+    # A bracket sees the module's own forward body: an operation site learns from the
+    # calls it sees which operations exist, and a skipped or replaced call makes none.
+    from hookbus.torch._forward_swap import ForwardSwap
+
+    log: List[str] = []
+
+    def bracket(run: Any, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        log.append("bracket")
+        return run(module, *args, **kwargs)
+
+    model = nn.Sequential(nn.Identity())
+    module = model[0]
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    swap = ForwardSwap.acquire(module)
+    swap.add_bracket(bracket)
+    skip = net.pre("0", lambda ctx: ctx.skip(torch.zeros(1)), once=True)
+    assert model(torch.ones(1)).tolist() == [0.0]
+    assert log == []
+    assert not skip.active
+
+    def replacement(module: nn.Module, args: Any, kwargs: Any) -> torch.Tensor:
+        return torch.full((1,), 2.0)
+
+    swap.add_replacement(replacement)
+    assert model(torch.ones(1)).tolist() == [2.0]
+    assert log == []
+    swap.remove_replacement(replacement)
+    assert model(torch.ones(1)).tolist() == [1.0]
+    assert log == ["bracket"]
+    swap.remove_bracket(bracket)
+    swap.release()
+    net.detach()
+    assert "forward" not in vars(module)

@@ -235,14 +235,6 @@ def test_a_norm_whose_value_cannot_be_read_is_refused_naming_the_norm(slot: str)
     assert seen == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="a forward whose norm a user's hook skipped (ctx.skip, on the user's bus) is "
-    "seen by the vocabulary's private attachment as a call that ran: it counts as the "
-    "operation site's discovery forward (no rsqrt seen, so no rsqrt.0 point), and the "
-    "check refuses the norm as one that holds no value",
-)
 def test_a_norm_skipped_by_a_users_hook_is_not_refused_and_is_read_when_it_runs() -> None:
     # The refusal above is for a norm whose call held no value; a call skipped by a
     # pre hook on the norm's module ran no norm at all, so there was nothing to hold.
@@ -257,6 +249,85 @@ def test_a_norm_skipped_by_a_users_hook_is_not_refused_and_is_read_when_it_runs(
     with torch.no_grad():
         model(tokens())
     assert seen == ["blocks.0.ln1.hook_scale"]
+
+
+def _rms_scale(model: nn.Module) -> torch.Tensor:
+    """Block 0's first norm's scale, by hand: ``sqrt(mean(x**2) + eps)`` of its input."""
+    inputs: List[torch.Tensor] = []
+    norm = model.model.layers[0].input_layernorm
+    handle = norm.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    with torch.no_grad():
+        model(tokens())
+    handle.remove()
+    return (inputs[0].pow(2).mean(-1, keepdim=True) + norm.variance_epsilon).sqrt()
+
+
+def test_a_norm_skipped_on_its_first_call_only_is_read_from_the_call_that_runs() -> None:
+    model, bus, _ = named("llama", "eager")
+    expected = _rms_scale(model)
+    seen: List[torch.Tensor] = []
+    bus.post("blocks.0.ln1.hook_scale", lambda ctx: seen.append(ctx.result))
+    bus.pre("model.layers.0.input_layernorm", lambda ctx: ctx.skip(ctx.args[0]), once=True)
+    with torch.no_grad():
+        model(tokens())
+        assert seen == []
+        model(tokens())
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], expected, **TOLERANCE)
+
+
+def test_a_norm_replaced_by_a_users_post_hook_is_read_from_the_call_that_ran() -> None:
+    # The norm ran, then a post hook replaced its output: the value is the norm's own.
+    model, bus, _ = named("llama", "eager")
+    expected = _rms_scale(model)
+    seen: List[torch.Tensor] = []
+    bus.post("blocks.0.ln1.hook_scale", lambda ctx: seen.append(ctx.result))
+    bus.post("model.layers.0.input_layernorm", replacing(torch.zeros_like), once=True)
+    with torch.no_grad():
+        model(tokens())
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], expected, **TOLERANCE)
+
+
+def test_a_norm_replaced_by_a_patch_is_not_refused_and_is_read_when_it_runs() -> None:
+    model, bus, _ = named("llama", "eager")
+    seen: List[str] = []
+    bus.post("blocks.0.ln1.hook_normalized", lambda ctx: seen.append(ctx.name))
+    stored = {"model.layers.0.input_layernorm": torch.zeros(2, 7, 32)}
+    with torch.no_grad():
+        with hookbus.torch.patch(model, stored, "model.layers.0.input_layernorm"):
+            model(tokens())
+        assert seen == []
+        model(tokens())
+    assert seen == ["blocks.0.ln1.hook_normalized"]
+
+
+def test_an_attention_replaced_by_a_patch_has_its_pattern_read_when_it_runs() -> None:
+    model, bus, _ = named("llama", "eager")
+    seen: List[str] = []
+    bus.post("blocks.0.attn.hook_pattern", lambda ctx: seen.append(ctx.name))
+    stored = {"model.layers.0.self_attn": (torch.zeros(2, 7, 32), None)}
+    with torch.no_grad():
+        with hookbus.torch.patch(model, stored, "model.layers.0.self_attn"):
+            model(tokens())
+        assert seen == []
+        model(tokens())
+    assert seen == ["blocks.0.attn.hook_pattern"]
+
+
+def test_a_norm_skipped_under_two_buses_with_names_is_read_by_both_when_it_runs() -> None:
+    model, first, _ = named("llama", "eager")
+    second = hookbus.EventBus()
+    hookbus.torch.attach(model, second, names="transformer")
+    seen: List[str] = []
+    first.post("blocks.0.ln1.hook_scale", lambda ctx: seen.append("first"))
+    second.post("blocks.0.ln1.hook_normalized", lambda ctx: seen.append("second"))
+    second.pre("model.layers.0.input_layernorm", lambda ctx: ctx.skip(ctx.args[0]), once=True)
+    with torch.no_grad():
+        model(tokens())
+        assert seen == []
+        model(tokens())
+    assert sorted(seen) == ["first", "second"]
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -276,6 +347,32 @@ def test_a_resid_mid_write_by_a_hook_removed_in_its_call_is_whole_and_not_carrie
     with torch.no_grad(), bus.post("blocks.0.hook_resid_mid", lambda ctx: None):
         read_only = model(tokens()).logits  # no change left over from the call before
     torch.testing.assert_close(read_only, plain, **TOLERANCE)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_a_resid_mid_write_by_a_hook_that_detaches_in_its_call_is_whole(arch: str) -> None:
+    # Writing resid_mid adds the change to the block's output too: detach() from the
+    # name's hook removes the attachment's hooks on the block, not that call's second half.
+    model = tiny_model(arch)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, names="transformer")
+    with torch.no_grad():
+        plain = model(tokens()).logits
+    with torch.no_grad(), bus.post("blocks.0.hook_resid_mid", replacing(lambda v: v + 1)):
+        written = model(tokens()).logits
+
+    def shift_then_detach(ctx: Any) -> None:
+        ctx.result = ctx.result + 1
+        net.detach()
+
+    bus.post("blocks.0.hook_resid_mid", shift_then_detach)
+    with torch.no_grad():
+        detached = model(tokens()).logits
+        after = model(tokens()).logits
+    torch.testing.assert_close(detached, written, **TOLERANCE)
+    torch.testing.assert_close(after, plain, **TOLERANCE)
+    assert native_hooks(model) == {}
+    assert not any("forward" in vars(module) for module in model.modules())
 
 
 # --- two vocabularies on one model ---------------------------------------------------------

@@ -703,6 +703,38 @@ def _loop_after_discovery() -> Any:
     return model, bus, net
 
 
+@pytest.mark.parametrize("how", ["skipped by another bus", "patched"])
+def test_the_discovery_forward_is_the_first_whose_forward_ran(how: str) -> None:
+    """A forward skipped by another bus's pre hook, or replaced by ``patch``, calls none of
+    its operations: it tells nothing of which exist, so the discovery waits for one that
+    runs (no warning that tanh is never called, no refusal of its call indices)."""
+    model = nn.Sequential()
+    model.add_module("loop", TwoTanh())
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    selection = net.operations("loop", torch.tanh)
+    undo: List[Any] = []
+    if how == "patched":
+        undo.append(hookbus.torch.patch(model, {"loop": torch.zeros(2)}, "loop"))
+    else:
+        other = hookbus.torch.attach(model, hookbus.EventBus())
+        other.pre("loop", lambda ctx: ctx.skip(torch.zeros(2)), once=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model(torch.ones(2)).tolist() == [0.0, 0.0]
+    assert selection.names == []
+    seen: List[str] = []
+    net.post("loop:tanh.1", lambda ctx: seen.append(ctx.name))  # still a call that may exist
+    for each in undo:
+        each.remove()
+    model(torch.ones(2))
+    assert selection.names == ["loop:tanh.0", "loop:tanh.1"]
+    assert seen == ["loop:tanh.1"]
+    with pytest.raises(ValueError, match="called tanh 2 times"):
+        net.post("loop:tanh.2", lambda ctx: None)  # discovered now
+    net.detach()
+
+
 def test_a_call_index_the_forward_never_reached_is_refused_on_the_bus_too() -> None:
     _, bus, net = _loop_after_discovery()
 
