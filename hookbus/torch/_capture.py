@@ -67,7 +67,7 @@ from ._selection import ROOT, Selector, select
 from ._tree import Path, map_tensors
 from ._unwrap import ModuleName, is_compiled, unwrap, walk
 from ._user_line import stacklevel_outside_hookbus
-from ._vocabulary import is_names_selector, select_names
+from ._vocabulary import select_names, split_names
 
 __all__ = ["Capture", "CaptureHook", "capture", "inert_capture_hook"]
 
@@ -386,23 +386,25 @@ class Capture:
         self._modules: List[Tuple[str, nn.Module]] = []
         self._names: Optional[List[str]] = None  # names of the vocabulary, if selected
         self._names_net: Optional[Attachment] = None  # their private attachment, running
-        if is_names_selector(selector) and not _selects_modules(selector, modules):
+        vocabulary, module_selector = split_names(
+            selector, functools.partial(_selects_modules, modules=modules)
+        )
+        if vocabulary:
             if inputs:
                 raise TypeError(
                     "capture() option inputs= applies to modules: a name of the vocabulary "
                     "is one value, recorded as the call's output"
                 )
-            self._names = select_names(self._model, selector)
-            self._expected = [self._names]
+            self._names = select_names(self._model, vocabulary)
             self._names_model = model
-            self.cache = Cache(self._names, kept)
-            self.cache._to_sink = sink is not None
-            return
-        names = select(modules, selector, name_of)
+        names: List[str] = []
         # What must run for the capture to have missed nothing (warned at exit).
-        self._expected = _expected_groups(modules, selector, name_of)
+        self._expected = [self._names] if self._names else []
+        if module_selector is not None:
+            names = select(modules, module_selector, name_of)
+            self._expected += _expected_groups(modules, module_selector, name_of)
         self._modules = [(n, modules[n].module) for n in names]
-        self.cache = Cache(names, kept)
+        self.cache = Cache(names + (self._names or []), kept)
         self.cache._to_sink = sink is not None
 
     def _store_tensor(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:
@@ -566,14 +568,10 @@ class Capture:
         )
 
 
-def _selects_modules(selector: Any, modules: Mapping[str, Any]) -> bool:
-    """Whether a selector of names (``"*.hook_z"``) selects modules of the model too (one
-    may be named ``hook_pattern``: a TransformerLens model's are): modules come first."""
-    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
-    return any(
-        item in modules or (is_pattern(item) and any(map(matcher_for(item), modules)))
-        for item in items
-    )
+def _selects_modules(item: str, modules: Mapping[str, Any]) -> bool:
+    """Whether a name of the vocabulary (``"*.hook_z"``) selects modules of the model too
+    (one may be named ``hook_pattern``: a TransformerLens model's are): modules come first."""
+    return item in modules or (is_pattern(item) and any(map(matcher_for(item), modules)))
 
 
 def _expected_groups(

@@ -40,7 +40,7 @@ from ._forward_swap import _CopiedForward as _CopiedForward
 from ._selection import ROOT, Selector, close_or_first_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
-from ._vocabulary import is_names_selector, select_names
+from ._vocabulary import select_names, split_names
 
 __all__ = ["Patch", "Positions", "patch"]
 
@@ -155,17 +155,20 @@ class Patch(Removable):  # remove(), and ``with`` removes on exit
         root = unwrap(model)
         literal = list(cache) if selector is None else selector
         chosen = _by_literal_names(root, literal)  # the common case, without a walk
-        if chosen is None and is_names_selector(literal) and not _selects_modules(root, literal):
-            kept = {
-                name: _stored_output(cache, name, call) for name in select_names(root, literal)
-            }
-            self._patch_names(model, kept, positions, dim)
-            return
         if chosen is None:
-            chosen = _by_walking(root, cache, selector)
+            vocabulary, module_selector = split_names(literal, _ModuleNames(root).selected_by)
+            if vocabulary:
+                kept = {
+                    name: _stored_output(cache, name, call)
+                    for name in select_names(root, vocabulary)
+                }
+                self._patch_names(model, kept, positions, dim)
+                if module_selector is None:
+                    return
+            chosen = _by_walking(root, cache, selector if not vocabulary else module_selector)
         names = list(chosen)
-        stored = {name: _stored_output(cache, name, call) for name in names}
         try:
+            stored = {name: _stored_output(cache, name, call) for name in names}
             for name in names:
                 module = chosen[name]
                 if positions is None:
@@ -242,14 +245,21 @@ def _by_literal_names(root: nn.Module, selector: Any) -> Optional[Dict[str, nn.M
     return found
 
 
-def _selects_modules(root: nn.Module, selector: Any) -> bool:
-    """Whether a pattern of ``selector`` (names of the vocabulary: ``"*.hook_z"``) matches
-    a module of ``root`` (a TransformerLens model's are named so): modules come first."""
-    items: List[Any] = [selector] if isinstance(selector, str) else list(selector)
-    patterns = [matcher_for(item) for item in items if is_pattern(item)]
-    if not patterns:
-        return False
-    return any(match(entry.bare) for entry in walk(root) for match in patterns)
+class _ModuleNames:
+    """The bare names of ``root``'s modules, walked once when first asked."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self._root = root
+        self._names: Optional[List[str]] = None
+
+    def selected_by(self, item: str) -> bool:
+        """Whether a name of the vocabulary (``"*.hook_z"``) selects a module of the model
+        (a TransformerLens model's are named so): modules come first."""
+        if self._names is None:
+            self._names = [entry.bare or ROOT for entry in walk(self._root)]
+        if not is_pattern(item):
+            return item in self._names
+        return any(map(matcher_for(item), self._names))
 
 
 def _by_walking(

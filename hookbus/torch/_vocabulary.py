@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import threading
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, cast
 
 from torch import nn
 
@@ -45,7 +45,7 @@ from ._unwrap import unwrap
 from ._value_point import NAME_KINDS, NamePoint, is_name
 
 __all__ = [
-    "VOCABULARIES", "Vocabulary", "is_names_selector", "recipes", "select_names", "unknown_name",
+    "VOCABULARIES", "Vocabulary", "recipes", "select_names", "split_names", "unknown_name",
 ]  # fmt: skip
 
 VOCABULARIES = ("transformer",)
@@ -367,20 +367,36 @@ def _out_features(module: nn.Module) -> int:
     return int(weight.shape[0])
 
 
-def is_names_selector(selector: Any) -> bool:
-    """Whether ``selector`` names values of the vocabulary (``"blocks.*.hook_z"``, or a
-    list of such names) rather than modules: what :func:`capture` and :func:`patch` ask.
+def split_names(
+    selector: Any, selects_modules: Callable[[str], bool]
+) -> Tuple[List[str], Optional[Any]]:
+    """``selector`` split into names of the vocabulary (``"blocks.*.hook_z"``) and the
+    rest, which selects modules (``None`` if nothing is left): what :func:`capture` and
+    :func:`patch` ask, so one list may hold both. A name or pattern that
+    ``selects_modules`` is a module's (a TransformerLens model names its modules
+    ``hook_*``): modules come first.
 
     Example:
-        >>> is_names_selector(["blocks.0.hook_resid_pre", "hook_embed"]), is_names_selector("h.*")
-        (True, False)
+        >>> split_names(["blocks.0.hook_resid_pre", "h.0"], lambda item: False)
+        (['blocks.0.hook_resid_pre'], ['h.0'])
+        >>> split_names("h.*", lambda item: False)
+        ([], 'h.*')
     """
     if isinstance(selector, str):
-        return is_name(selector)
-    if isinstance(selector, (list, tuple)) and selector:
-        items: Tuple[Any, ...] = tuple(selector)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-        return all(isinstance(item, str) and is_name(item) for item in items)
-    return False
+        items: List[Any] = [selector]
+    elif isinstance(selector, (list, tuple, set, frozenset)):
+        items = list(selector)  # pyright: ignore[reportUnknownArgumentType]
+    else:
+        return [], selector
+    names = [
+        item
+        for item in items
+        if isinstance(item, str) and is_name(item) and not selects_modules(item)
+    ]
+    if not names:
+        return [], cast(Any, selector)
+    rest = [item for item in items if not (isinstance(item, str) and item in names)]
+    return names, rest or None
 
 
 def select_names(model: nn.Module, selector: Any) -> List[str]:
