@@ -26,11 +26,12 @@ from typing import (
 import torch
 from torch import nn
 
-from ..adapter import EventBus, Handle
+from ..adapter import EventBus, Handle, is_pattern, matcher_for
 from ._attach import Attachment, attach, find_attachment
 from ._feed import Feed, FeedState
 from ._moments import F64, Moments
 from ._selection import Selector
+from ._vocabulary import split_names
 
 __all__ = ["OF", "Stats", "stats"]
 
@@ -73,7 +74,8 @@ def stats(
 
     * ``selector``: a name or glob, a module, a module type or a list of those
       (see :class:`Attachment`); by default every module. Matching nothing is a
-      ``ValueError`` listing close names.
+      ``ValueError`` listing close names, and so is a name of the vocabulary
+      (``"blocks.*.hook_z"``): a value, not a module.
     * ``of``: ``"output"``, ``"input"`` (the first positional tensor argument) or
       ``"grad"`` (the gradient of the output, through tensor hooks at backward).
       Of a nested output, the first floating-point tensor is used.
@@ -168,6 +170,7 @@ class Stats(Mapping[str, Moments]):
         self._owned = False
         attachment, owned = self._attach()
         try:
+            _refuse_names(selector, attachment.names)
             names = attachment.select(selector)
         finally:
             if owned:
@@ -530,6 +533,23 @@ class Stats(Mapping[str, Moments]):
 
 
 _TENSORS = ("mean", "m2", "min", "max")
+
+
+def _refuse_names(selector: Selector, modules: List[str]) -> None:
+    """Raise if ``selector`` holds names of the vocabulary (``"blocks.*.hook_z"``): values,
+    not modules, which statistics do not watch (a module named so is a module)."""
+
+    def selects_modules(item: str) -> bool:
+        return item in modules or (is_pattern(item) and any(map(matcher_for(item), modules)))
+
+    vocabulary, _ = split_names(selector, selects_modules)
+    if vocabulary:
+        raise ValueError(
+            f"stats() takes modules, not names of the vocabulary: "
+            f"{', '.join(map(repr, vocabulary))} name values, not modules; reduce a value "
+            f"with capture(model, name, sink=fn) or a bus.post(name, hook), or select the "
+            f"module that holds it (docs/torch.md, 'Names', says which)"
+        )
 
 
 class _Resume:

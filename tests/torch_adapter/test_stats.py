@@ -571,6 +571,23 @@ def test_a_selector_that_matches_nothing_lists_close_names() -> None:
     assert model.encoder._forward_hooks == {}
 
 
+def test_a_name_of_the_vocabulary_is_refused_saying_stats_takes_modules() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10)
+    model = transformers.GPT2LMHeadModel(config)
+    for selector in ("blocks.*.hook_resid_post", ["transformer.h.0", "blocks.0.attn.hook_z"]):
+        with pytest.raises(ValueError, match=r"stats\(\) takes modules, not names") as info:
+            ht.stats(model, selector)
+        assert "capture(model, name, sink=" in str(info.value)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    # A module named like a name, as a TransformerLens model's HookPoints, is a module.
+    points = nn.Sequential()
+    points.add_module("hook_in", nn.Identity())
+    with ht.stats(points, "hook_*") as seen:
+        points(torch.ones(2, 3))
+    assert seen["hook_in"].count == 2
+
+
 def test_bad_of_and_dim_and_bus_say_what_is_accepted() -> None:
     model = nn.Sequential(nn.Identity())
     with pytest.raises(ValueError, match="'output', 'input', 'grad'"):
