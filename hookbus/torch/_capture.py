@@ -67,7 +67,7 @@ from ._selection import ROOT, Selector, select
 from ._tree import Path, map_tensors
 from ._unwrap import ModuleName, is_compiled, unwrap, walk
 from ._user_line import stacklevel_outside_hookbus
-from ._vocabulary import names_selected
+from ._vocabulary import split_names
 
 __all__ = ["Capture", "CaptureHook", "capture", "inert_capture_hook"]
 
@@ -386,24 +386,23 @@ class Capture:
         self._modules: List[Tuple[str, nn.Module]] = []
         self._names: Optional[List[str]] = None  # names of the vocabulary, if selected
         self._names_net: Optional[Attachment] = None  # their private attachment, running
-        selected = names_selected(self._model, selector)
-        if selected is not None:
+        vocabulary, module_selector = split_names(self._model, selector)
+        if vocabulary:
             if inputs:
                 raise TypeError(
                     "capture() option inputs= applies to modules: a name of the vocabulary "
                     "is one value, recorded as the call's output"
                 )
-            self._names = selected
-            self._expected = [self._names]
+            self._names = vocabulary
             self._names_model = model
-            self.cache = Cache(self._names, kept)
-            self.cache._to_sink = sink is not None
-            return
-        names = select(modules, selector, name_of)
+        names: List[str] = []
         # What must run for the capture to have missed nothing (warned at exit).
-        self._expected = _expected_groups(modules, selector, name_of)
+        self._expected = [self._names] if self._names else []
+        if module_selector is not None:
+            names = select(modules, module_selector, name_of)
+            self._expected += _expected_groups(modules, module_selector, name_of)
         self._modules = [(n, modules[n].module) for n in names]
-        self.cache = Cache(names, kept)
+        self.cache = Cache(names + (self._names or []), kept)
         self.cache._to_sink = sink is not None
 
     def _store_tensor(self, _: Path, tensor: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ from ._forward_swap import _CopiedForward as _CopiedForward
 from ._selection import ROOT, Selector, close_or_first_names, select
 from ._tree import Path
 from ._unwrap import ModuleName, unwrap, walk, wrapped_attribute, wrapper_attributes
-from ._vocabulary import names_selected
+from ._vocabulary import split_names
 
 __all__ = ["Patch", "Positions", "patch"]
 
@@ -155,16 +155,18 @@ class Patch(Removable):  # remove(), and ``with`` removes on exit
         root = unwrap(model)
         literal = list(cache) if selector is None else selector
         chosen = _by_literal_names(root, literal)  # the common case, without a walk
-        values = names_selected(root, literal) if chosen is None else None
-        if values is not None:
-            kept = {name: _stored_output(cache, name, call) for name in values}
-            self._patch_names(model, kept, positions, dim)
-            return
         if chosen is None:
-            chosen = _by_walking(root, cache, selector)
+            values, module_selector = split_names(root, literal)
+            if module_selector is None:
+                chosen = {}
+            else:  # every module chosen before the names' hooks go in: nothing half-made
+                chosen = _by_walking(root, cache, module_selector if values else selector)
+            if values:
+                kept = {name: _stored_output(cache, name, call) for name in values}
+                self._patch_names(model, kept, positions, dim)
         names = list(chosen)
-        stored = {name: _stored_output(cache, name, call) for name in names}
         try:
+            stored = {name: _stored_output(cache, name, call) for name in names}
             for name in names:
                 module = chosen[name]
                 if positions is None:

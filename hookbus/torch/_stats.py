@@ -33,7 +33,7 @@ from ._feed import Feed, FeedState
 from ._grad import hook_output_grads
 from ._moments import F64, Moments
 from ._selection import Selector
-from ._vocabulary import names_selected
+from ._vocabulary import split_names
 
 __all__ = ["OF", "Stats", "stats"]
 
@@ -195,32 +195,29 @@ class Stats(Mapping[str, Moments]):
         self._handles: List[Handle] = []
         self._attachment: Optional[Attachment] = None
         self._owned = False
-        # Names of the vocabulary, if the selector names values rather than modules.
-        self._values = names_selected(model, selector)
-        self._unit = "module" if self._values is None else "name"  # what messages call a key
-        if self._values is not None:
-            if of == "input":
-                raise ValueError(
-                    "stats(of='input') applies to modules: a name of the vocabulary is one "
-                    "value (watch it with of='output', or its gradient with of='grad')"
-                )
-            if bus is not None:
-                raise ValueError(
-                    "stats(bus=) applies to modules: names of the vocabulary are read "
-                    "through a private attachment of the model with names='transformer' "
-                    "(leave bus= out)"
-                )
-            self._selected = self._values
-            self._feeds = {name: Feed(state, name) for name in self._values}
-            return
-        attachment, owned = self._attach()
-        try:
-            names = attachment.select(selector)
-        finally:
-            if owned:
-                _release(attachment)
-        self._selected = names
-        self._feeds = {name: Feed(state, name) for name in names}
+        # Names of the vocabulary the selector holds, and what it selects of modules.
+        values, module_selector = split_names(model, selector)
+        if values and of == "input":
+            raise ValueError(
+                "stats(of='input') applies to modules: a name of the vocabulary is one "
+                "value (watch it with of='output', or its gradient with of='grad')"
+            )
+        if values and bus is not None:
+            raise ValueError(
+                "stats(bus=) applies to modules: names of the vocabulary are read through "
+                "a private attachment of the model with names='transformer' (leave bus= out)"
+            )
+        self._values = values
+        modules: List[str] = []
+        if module_selector is not None:
+            attachment, owned = self._attach()
+            try:
+                modules = attachment.select(module_selector)
+            finally:
+                if owned:
+                    _release(attachment)
+        self._selected = modules + values
+        self._feeds = {name: Feed(state, name) for name in self._selected}
 
     # --- starting and stopping ---------------------------------------------------------
 
@@ -231,10 +228,10 @@ class Stats(Mapping[str, Moments]):
                 f"{self!r} cannot start: the model its statistics were taken on no longer "
                 f"exists (statistics hold their model weakly); the numbers stay readable"
             )
-        if self._values is not None:
-            return attach(model, EventBus("stats of names"), names="transformer"), True
-        if self._bus is None:
-            return attach(model, EventBus("stats")), True  # private: _release detaches it
+        if self._bus is None:  # private: _release detaches it
+            return attach(
+                model, EventBus("stats"), names="transformer" if self._values else None
+            ), True
         with _sharing:
             found = find_attachment(model, self._bus)
             if found is None:
@@ -261,14 +258,15 @@ class Stats(Mapping[str, Moments]):
         # On the user's bus another model may have modules of the same names.
         shared = self._bus is not None
         try:
-            for name in self._values or ():  # a value's post hook sees it, and it alone
+            for name in self._selected:
                 feed = self._feeds[name]
-                on_value = (
-                    feed.on_output if self.of == "output" else partial(_hook_value_grad, feed)
-                )
-                handles.append(attachment.post(name, on_value))
-            for name in self._selected if self._values is None else ():
-                feed, module = self._feeds[name], attachment.module(name)
+                if name in self._values:  # a value's post hook sees it, and it alone
+                    on_value = (
+                        feed.on_output if self.of == "output" else partial(_hook_value_grad, feed)
+                    )
+                    handles.append(attachment.post(name, on_value))
+                    continue
+                module = attachment.module(name)
                 feed.watch(module if shared else None)
                 if self.of == "output":
                     handles.append(attachment.post(module, feed.on_output))
@@ -291,7 +289,7 @@ class Stats(Mapping[str, Moments]):
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.remove()
-        for feed in self._feeds.values() if self._values is not None else ():
+        for feed in self._feeds.values():
             feed.drop_grad_hooks()
         if attachment is not None and self._owned:
             _release(attachment)
@@ -361,12 +359,12 @@ class Stats(Mapping[str, Moments]):
         if feed is not None:
             why = self._skipped.get(name)
             raise KeyError(
-                f"{self._unit} {name!r} was selected but has no statistics"
+                f"{self._kind(name)} {name!r} was selected but has no statistics"
                 + (f": its calls were skipped ({why})" if why else ": it has not run")
             )
         close = difflib.get_close_matches(name, self._selected, n=5, cutoff=0.5)
         hint = f"; close names: {', '.join(map(repr, close))}" if close else ""
-        raise KeyError(f"{self._unit} {name!r} was not selected{hint}")
+        raise KeyError(f"{self._kind(name)} {name!r} was not selected{hint}")
 
     def __iter__(self) -> Iterator[str]:
         return iter([name for name in self._selected if self._has(name)])
@@ -376,6 +374,18 @@ class Stats(Mapping[str, Moments]):
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self._feeds and self._has(name)
+
+    def _kind(self, name: str) -> str:
+        """What messages call a key: a "module", or a "name" of the vocabulary."""
+        return "name" if name in self._values else "module"
+
+    def _kinds(self, conjunction: str = "and") -> str:
+        """What messages call the keys: "modules", "names", or both."""
+        if not self._values:
+            return "modules"
+        if len(self._values) == len(self._selected):
+            return "names"
+        return f"modules {conjunction} names"
 
     def _has(self, name: str) -> bool:
         feed = self._feeds[name]
@@ -557,14 +567,15 @@ class Stats(Mapping[str, Moments]):
         unknown = [name for name in incoming if name not in self._feeds]
         if unknown:
             raise ValueError(
-                f"{what}(): {self._unit}s {', '.join(map(repr, unknown))} are not selected here; "
+                f"{what}(): {self._kinds('or')} {', '.join(map(repr, unknown))} are not selected "
+                f"here; "
                 f"selected: {', '.join(map(repr, self._selected))}"
             )
         for name, stat in incoming.items():
             features = self._feeds[name].features
             if features is not None and stat.shape != features:
                 raise ValueError(
-                    f"{what}(): {self._unit} {name!r} has feature shape {features} here and "
+                    f"{what}(): {self._kind(name)} {name!r} has feature shape {features} here and "
                     f"{stat.shape} in the other statistics"
                 )
 
@@ -577,10 +588,8 @@ class Stats(Mapping[str, Moments]):
         )
 
     def __repr__(self) -> str:
-        ran = len(self)
-        text = (
-            f"<Stats of={self.of!r} dim={self.dim!r}, {ran} of {len(self._selected)} {self._unit}s"
-        )
+        ran, selected = len(self), len(self._selected)
+        text = f"<Stats of={self.of!r} dim={self.dim!r}, {ran} of {selected} {self._kinds()}"
         skipped = self.skipped
         if skipped:
             text += "; skipped: " + ", ".join(f"{n!r} ({why})" for n, why in skipped.items())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import threading
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from torch import nn
 
@@ -45,8 +45,7 @@ from ._unwrap import unwrap, walk
 from ._value_point import NAME_KINDS, NamePoint, is_name
 
 __all__ = [
-    "VOCABULARIES", "Vocabulary", "is_names_selector", "names_selected", "recipes", "select_names",
-    "unknown_name",
+    "VOCABULARIES", "Vocabulary", "recipes", "select_names", "split_names", "unknown_name",
 ]  # fmt: skip
 
 VOCABULARIES = ("transformer",)
@@ -368,20 +367,44 @@ def _out_features(module: nn.Module) -> int:
     return int(weight.shape[0])
 
 
-def is_names_selector(selector: Any) -> bool:
-    """Whether ``selector`` names values of the vocabulary (``"blocks.*.hook_z"``, or a
-    list of such names) rather than modules: what :func:`capture` and :func:`patch` ask.
+def split_names(model: nn.Module, selector: Any) -> Tuple[List[str], Optional[Any]]:
+    """``selector`` split into the names of ``model``'s vocabulary it selects
+    (``"blocks.*.hook_z"``), in forward order, and the rest, which selects modules
+    (``None`` if nothing is left): what :func:`capture`, :func:`patch` and
+    :func:`stats` ask, so one list may hold both. A name or pattern that selects a
+    module of the model is a module's (a TransformerLens model names its modules
+    ``hook_*``): modules come first. A name the model lacks is the ``ValueError`` of
+    :func:`select_names`.
 
     Example:
-        >>> is_names_selector(["blocks.0.hook_resid_pre", "hook_embed"]), is_names_selector("h.*")
-        (True, False)
+        >>> import transformers
+        >>> config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=10)
+        >>> model = transformers.GPT2LMHeadModel(config)
+        >>> split_names(model, ["blocks.1.hook_resid_p*", "transformer.h.0"])
+        (['blocks.1.hook_resid_pre', 'blocks.1.hook_resid_post'], ['transformer.h.0'])
+        >>> split_names(model, "transformer.h.*")
+        ([], 'transformer.h.*')
     """
     if isinstance(selector, str):
-        return is_name(selector)
-    if isinstance(selector, (list, tuple)) and selector:
-        items: Tuple[Any, ...] = tuple(selector)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-        return all(isinstance(item, str) and is_name(item) for item in items)
-    return False
+        items: List[Any] = [selector]
+    elif isinstance(selector, (list, tuple, set, frozenset)):
+        items = list(selector)  # pyright: ignore[reportUnknownArgumentType]
+    else:
+        return [], selector
+    wanted = [item for item in items if isinstance(item, str) and is_name(item)]
+    if not wanted:
+        return [], cast(Any, selector)
+    root = unwrap(model)
+    modules = [entry.bare for entry in walk(root) if not entry.is_wrapper]
+    names = [
+        item
+        for item in wanted
+        if item not in modules and not (is_pattern(item) and any(map(matcher_for(item), modules)))
+    ]
+    if not names:
+        return [], cast(Any, selector)
+    rest = [item for item in items if not (isinstance(item, str) and item in names)]
+    return select_names(root, names), rest or None
 
 
 def select_names(model: nn.Module, selector: Any) -> List[str]:
@@ -406,30 +429,3 @@ def select_names(model: nn.Module, selector: Any) -> List[str]:
             raise unknown_name(found_in.architecture.name, made, absent, item, match)
         chosen.update(found)
     return [name for name in made if name in chosen]
-
-
-def names_selected(model: nn.Module, selector: Any) -> Optional[List[str]]:
-    """The names of ``model``'s vocabulary that ``selector`` selects, in forward order,
-    if it names values and no module (``None`` if it selects modules): what
-    :func:`capture`, :func:`patch` and :func:`stats` ask. Modules come first, as a
-    TransformerLens model's own modules are named ``hook_*``; a name the model lacks
-    is the ``ValueError`` of :func:`select_names`.
-
-    Example:
-        >>> import transformers
-        >>> config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=10)
-        >>> model = transformers.GPT2LMHeadModel(config)
-        >>> names_selected(model, "blocks.1.hook_resid_*")
-        ['blocks.1.hook_resid_pre', 'blocks.1.hook_resid_mid', 'blocks.1.hook_resid_post']
-        >>> names_selected(model, "transformer.h.*") is None  # modules
-        True
-    """
-    if not is_names_selector(selector):
-        return None
-    root = unwrap(model)
-    items: List[str] = [selector] if isinstance(selector, str) else list(selector)
-    modules = [entry.bare for entry in walk(root) if not entry.is_wrapper]
-    for item in items:
-        if item in modules or (is_pattern(item) and any(map(matcher_for(item), modules))):
-            return None
-    return select_names(root, items)

@@ -76,6 +76,32 @@ def test_capture_with_grads_records_the_gradient_of_every_name_the_forward_uses(
     )
 
 
+def test_capture_and_patch_take_a_list_mixing_names_and_modules() -> None:
+    model = tiny_model("gpt2")
+    clean, corrupt = tokens(1, 7), tokens(1, 7).flip(1)
+    name, block = "blocks.0.attn.hook_z", model.transformer.h[1]
+    with (
+        hookbus.torch.capture(model, name) as alone,
+        hookbus.torch.capture(model, "transformer.h.1") as alone_block,
+    ):
+        clean_logits = logits(model, clean)
+    with hookbus.torch.capture(model, [name, "transformer.h.1.mlp", block]) as cache:
+        torch.testing.assert_close(logits(model, clean), clean_logits, **TOLERANCE)
+    assert sorted(cache) == [name, "transformer.h.1", "transformer.h.1.mlp"]
+    torch.testing.assert_close(cache[name].output, alone[name].output)
+    torch.testing.assert_close(
+        cache["transformer.h.1"].output, alone_block["transformer.h.1"].output
+    )
+    assert native_hooks(model) == {}
+    # The whole cache patches back: the value and the modules, each the way it needs.
+    with hookbus.torch.patch(model, cache):
+        torch.testing.assert_close(logits(model, corrupt), clean_logits, **TOLERANCE)
+    with hookbus.torch.patch(model, cache, [name, "transformer.h.1"]):
+        torch.testing.assert_close(logits(model, corrupt), clean_logits, **TOLERANCE)
+    assert native_hooks(model) == {}
+    assert "forward" not in vars(block)
+
+
 def test_capture_refuses_a_typo_of_a_name_and_inputs_of_a_value() -> None:
     model = tiny_model("gpt2")
     with pytest.raises(ValueError, match=r"close names: 'blocks.0.hook_resid_post'"):

@@ -571,6 +571,16 @@ def test_a_selector_that_matches_nothing_lists_close_names() -> None:
     assert model.encoder._forward_hooks == {}
 
 
+def test_a_module_named_like_a_name_of_the_vocabulary_is_a_module() -> None:
+    # As a TransformerLens model's HookPoints are: modules come first.
+    points = nn.Sequential()
+    points.add_module("hook_in", nn.Identity())
+    with ht.stats(points, "hook_*") as seen:
+        points(torch.ones(2, 3))
+    assert list(seen) == ["hook_in"]
+    assert seen["hook_in"].count == 2
+
+
 def test_bad_of_and_dim_and_bus_say_what_is_accepted() -> None:
     model = nn.Sequential(nn.Identity())
     with pytest.raises(ValueError, match="'output', 'input', 'grad'"):

@@ -79,3 +79,21 @@ def test_stats_of_gradients_of_names_stopped_before_the_backward_count_none_of_i
     st.stop()
     loss.backward()
     assert st["blocks.0.attn.hook_z"].count == 2 * 7 * 4  # the first backward's alone
+
+
+def test_stats_of_a_list_mixing_names_and_modules_watch_both() -> None:
+    model = tiny_model("gpt2")
+    selector = ["transformer.h.1", "blocks.0.attn.hook_z"]
+    with hookbus.torch.capture(model, selector) as cache:
+        model(tokens())
+    with hookbus.torch.stats(model, selector) as st:
+        model(tokens())
+    assert st.selected == ["transformer.h.1", "blocks.0.attn.hook_z"]
+    for name in st.selected:
+        output = cache[name].output
+        value = (output[0] if isinstance(output, tuple) else output).detach()
+        torch.testing.assert_close(st[name].mean, as_rows(value).mean(0), rtol=1e-6, atol=1e-9)
+    assert repr(st) == "<Stats of='output' dim=-1, 2 of 2 modules and names>"
+    with pytest.raises(KeyError, match=r"module 'transformer\.h\.0' was not selected"):
+        st["transformer.h.0"]
+    assert native_hooks(model) == {}
