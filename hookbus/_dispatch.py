@@ -84,7 +84,9 @@ Registration (``_registry.py``; row 2, register + remove, pays for these)
     * ``Registry.register_event``'s flat path (``bus.on``, and ``register`` of an
       event hook with no scope), for a hook on an event's exact name with nothing
       to check. Slow twin: ``Registry._register_checked``.
-    * ``Registry.unregister``'s inline drop, for an event's exact name. Slow
+    * the inline drop of an event's exact name: ``remove()`` of the handle ``bus.on``
+      makes for one (``_registry._EventHandle``), which ``Registry.unregister`` runs
+      too (a frame less on row 2: the handle's over the registry's). Slow
       twin: ``Registry._drop_locked``, as ``Registry.remove`` runs it.
 
 Registration at hook points (``_registry.py``; the row of a plan changed per call pays)

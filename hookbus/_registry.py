@@ -22,7 +22,8 @@ common case (a plain hook for an event's exact name, nothing to check, no scope)
 takes two fast copies, listed in ``_dispatch.py``'s map with their parity tests
 (``tests/test_fast_copies.py``) and their own benchmark rows: the flat path of
 :meth:`Registry.register_event` (``bus.on``; the twin: ``_register_checked``) and the inline drop
-of :meth:`Registry.unregister` (the twin: ``_drop_locked``). Each takes the lock
+of an event's exact name, ``remove()`` of the handle that path makes (``_EventHandle``, one
+frame; :meth:`Registry.unregister` runs it too; the twin: ``_drop_locked``). Each takes the lock
 by ``acquire()`` rather than ``with`` (half the cost) and releases it inline rather
 than through ``_unlock()``: neither notes anything for after the lock (a weak hook to
 sweep sends register to its twin). An event's hooks (``_event_hooks``) are cached only
@@ -328,6 +329,40 @@ def _duplicate_error(handle: Handle, existing: Handle) -> ValueError:
     )
 
 
+class _EventHandle(Handle):
+    """The handle of an event hook on an exact name, as ``bus.on`` makes it: its
+    ``remove()`` unregisters it inline, one frame rather than the handle's over the
+    registry's (register + remove is a benchmark row).
+
+    The inline drop is ``_drop_locked()`` for an event's exact name (its twin, as
+    :meth:`Registry.remove` runs it; parity: ``tests/test_fast_copies.py``), and
+    :meth:`Registry.unregister` runs it too. The caller holds the handle, so nothing of
+    the user's goes under the lock: nothing is noted for after it.
+    """
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
+        if not self._registered:
+            return
+        registry: Registry = self.registry  # type: ignore[assignment]
+        registry._lock.acquire()
+        try:
+            if self._registered:  # a handle's kind and name stay: its bucket is found
+                self._registered = False
+                name = self.name
+                names = registry._exact["event"]
+                if names[name] is self:
+                    del names[name]
+                else:
+                    _remove_from(names, name, self)
+                if registry.event_plans.pop(name, None) is not None:  # see register
+                    registry._event_hooks.pop(name, None)
+        finally:
+            registry._lock.release()
+
+
 class _Changing:
     """``with registry._changing:``, the lock held the one way (see the module docstring)."""
 
@@ -547,12 +582,12 @@ class Registry:
             priority, once, target, weak, with_name, optional = parse_options("event", options)
             if weak:  # counted here, before the handle's call adds references to it
                 refuse_unheld_hook(hook)
-            handle = Handle(
+            handle = (Handle if match is not None else _EventHandle)(
                 self, "event", event, hook, priority, 0, once, target, weak, is_async, match,
                 with_name, optional,
             )  # fmt: skip
         else:  # Handle.plain's stores, without its frame (parity: tests/test_fast_copies.py)
-            handle = _new_object(Handle)
+            handle = _new_object(Handle if match is not None else _EventHandle)
             handle.registry = self
             handle.kind = "event"
             handle.name = event
@@ -700,23 +735,8 @@ class Registry:
 
     def unregister(self, handle: Handle) -> None:
         """``handle.remove()``: unregister one handle known to be this bus's (idempotent)."""
-        if handle.kind == "event" and handle.match is None:  # a handle's kind and name stay
-            # _drop_locked() for an event's exact name, inline. The caller holds the
-            # handle, so nothing of the user's goes here: nothing is noted for after.
-            self._lock.acquire()
-            try:
-                if handle._registered:
-                    handle._registered = False
-                    name = handle.name
-                    names = self._exact["event"]
-                    if names[name] is handle:
-                        del names[name]
-                    else:
-                        _remove_from(names, name, handle)
-                    if self.event_plans.pop(name, None) is not None:  # see register
-                        self._event_hooks.pop(name, None)
-            finally:
-                self._lock.release()
+        if handle.__class__ is _EventHandle:  # an event's exact name: the inline drop
+            handle.remove()
             return
         # Not ``with self._changing``: its __enter__ and __exit__ are two calls through C,
         # and a hook point's hook added and removed per call is a benchmark row.

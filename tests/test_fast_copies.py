@@ -317,6 +317,33 @@ def test_the_fast_registration_paths_are_the_ones_taken() -> None:
     assert not handle.active
 
 
+def test_removing_an_event_handle_takes_the_inline_drop() -> None:
+    # Guards the parity test above: remove() of a handle that bus.on made for an exact
+    # name, and registry.unregister() of one, drop it inline; a pattern's takes the twin.
+    bus = EventBus()
+    registry = bus.registry
+    dropped: List[Any] = []
+    original = registry._drop_locked
+
+    def drop_locked(handle: Any) -> None:
+        dropped.append(handle)
+        original(handle)
+
+    registry._drop_locked = drop_locked
+    first, second = bus.on("e", print), bus.on("e", len)
+    third = bus.on("f", print, priority=1)
+    first.remove()
+    registry.unregister(second)
+    third.remove()
+    assert dropped == []
+    assert [first.active, second.active, third.active] == [False, False, False]
+    assert bus.hooks() == []
+    pattern = bus.on("e.*", print)
+    pattern.remove()
+    assert dropped == [pattern]
+    assert bus.hooks() == []
+
+
 # One step on a hook point: ("add", kind, hook, name), ("remove", kind, hook, name) or
 # ("call", ...): the points "p" (two of them) and "q", their calls' hooks seen.
 point_steps = st.lists(
