@@ -35,8 +35,12 @@ drop, and 1.07x releasing through ``_unlock()``; ``Handle.plain`` (bound once, a
 A hook point's plan changed per call (a pre hook added and removed around each call) is a
 row too: a plain pre, post or exception hook for a point's exact name, with nothing to
 check, takes one more flat path, :meth:`Registry._register_point_hook` (the twin:
-``_register_checked``), which reads the name's points under the lock and tells them
-after it, as ``_unlock`` would, without noting them.
+``_register_checked``), and its removal one in :meth:`Registry.unregister` (the twin:
+``_drop_locked``). Under the lock each point of the name that can (a ``HookPoint``)
+follows the change (``_follow_locked``): it takes the plan that follows from the one it
+keeps, so the next call works out nothing, and the hook's removal gives the plan before
+it back, compiled; any other point is told after the lock, as ``_unlock`` would, and
+the plans replaced are let go of after it too.
 
 Memory per hook is a benchmark row too (row 4): a name's only hook of a kind is kept
 as the handle itself, not in a list (a ``Bucket``), and a handle shares one options
