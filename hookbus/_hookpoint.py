@@ -223,6 +223,11 @@ class HookPoint:
             return None
         if new is not plan.parent:  # a new plan (a parent given back runs as it did)
             new.run = HookPoint._run_first  # before the plan is seen: swapped whole
+        elif plan.shape:
+            # The point's function runs the replaced plan's code: the parent's next call
+            # compiles it again, which gives the function the parent's code back (a
+            # __code__ store may run an audit hook: not here, under the lock).
+            new.run = HookPoint._run_compiling
         self._stamp += 1
         self.plan = new
         return plan

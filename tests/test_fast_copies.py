@@ -857,3 +857,22 @@ def test_a_plain_hook_added_and_removed_is_followed_not_worked_out_again() -> No
     assert point.plan is before
     assert before.parent is None
     assert wrapped(3) == 3
+
+
+def test_a_plan_given_back_runs_in_the_points_function_again() -> None:
+    # The hook added was called enough to be compiled into the point's function; once it
+    # is removed, the plan given back gets the function's code back at its next call.
+    bus = EventBus()
+    wrapped = bus.wrap(lambda x: x, "p")
+    bus.post("p", _pre_post_or_exception)
+    wrapped(1)
+    wrapped(1)
+    code = wrapped.__code__  # type: ignore[attr-defined]
+    handle = bus.pre("p", functools.partial(_pre_post_or_exception))
+    wrapped(1)
+    wrapped(1)
+    assert wrapped.__code__ is not code  # type: ignore[attr-defined]
+    handle.remove()
+    assert wrapped(2) == 2
+    assert wrapped.__code__ is code  # type: ignore[attr-defined]
+    assert wrapped(3) == 3
