@@ -641,7 +641,8 @@ def first_call_of(plan: PointPlan, bound: bool) -> Optional[FirstCall]:
     shape = shape_of(plan, bound)
     if shape is None:
         return None
-    return _factory(shape).first_call
+    made = _FACTORIES.get(shape)  # _factory's common case, without its frame
+    return (made or _factory(shape)).first_call
 
 
 def run_in_wrapper(wrapper: FunctionType, plan: PointPlan, run: Runner) -> None:

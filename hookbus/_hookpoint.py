@@ -56,6 +56,7 @@ from ._plan import PointPlan
 from ._sync_dispatch import call_with_hooks
 
 if TYPE_CHECKING:
+    from ._handle import Handle
     from ._options import HookOptions
     from ._registry import Registry
 
@@ -200,6 +201,36 @@ class HookPoint:
         """Forget the plan (called when hooks change, with no bus lock held)."""
         self._stamp += 1
         self.plan = UNRESOLVED
+
+    def follow(self, handle: Handle, added: bool) -> Optional[PointPlan]:
+        """Take the plan that follows from the one kept when ``handle``, a plain sync hook
+        for this point's exact name, was added (or removed); return the plan replaced, or
+        ``None`` when there is none to follow from (the registry then calls
+        :meth:`invalidate` after its lock).
+
+        The registry calls it under its lock, in the order the hooks changed, so each
+        change follows from the one before (bookkeeping only: no user code runs, and the
+        registry lets go of the plan replaced after its lock). A hook added and removed
+        around each call (a benchmark row) so costs no lookup of the registry's hooks at
+        the next call. The stamp tells a plan being worked out meanwhile
+        (:meth:`current_plan`) that it is stale.
+        """
+        plan = self.plan
+        if plan is UNRESOLVED or plan is None or self.is_async:
+            return None
+        new = plan.with_hook(handle) if added else plan.without_hook(handle)
+        if new is None:
+            return None
+        if new is not plan.parent:  # a new plan (a parent given back runs as it did)
+            new.run = HookPoint._run_first  # before the plan is seen: swapped whole
+        elif plan.shape:
+            # The point's function runs the replaced plan's code: the parent's next call
+            # compiles it again, which gives the function the parent's code back (a
+            # __code__ store may run an audit hook: not here, under the lock).
+            new.run = HookPoint._run_compiling
+        self._stamp += 1
+        self.plan = new
+        return plan
 
     def current_plan(self) -> Optional[PointPlan]:
         """The plan for a call starting now, worked out again if hooks changed."""

@@ -11,7 +11,11 @@ registry keeps points weakly by name and calls :meth:`Point.invalidate` *after*
 releasing its lock whenever the hooks that may match a point change; the point
 then asks ``Registry.plan()`` for its new
 plan. So no point runs its own code (torch's, a warning, a user's) under the
-bus lock.
+bus lock. A point may also have ``follow(handle, added)``, which the registry calls
+under its lock when a plain hook for the point's exact name comes or goes: bookkeeping
+only, it takes the plan that follows from its own (:meth:`PointPlan.with_hook`,
+:meth:`PointPlan.without_hook`) and returns the one it replaced, or returns ``None``
+to be invalidated after the lock (``HookPoint.follow``).
 
 An adapter with many possible points (a torch model's modules) may make them
 only when a hook may match: it registers a :class:`PointSource`, which the
@@ -40,6 +44,7 @@ __all__ = [
 ]  # fmt: skip
 
 Hooks = Tuple["Handle", ...]
+_new_object = object.__new__
 FastHooks = Optional[Tuple[Callable[..., Any], ...]]
 
 
@@ -213,11 +218,16 @@ class PointPlan:
     plan, runs one call of the point under this plan: ``run(point, plan, args, kwargs)``.
     Once a sync point compiled it, ``shape`` names its call shape and ``bindings``
     holds what the code of that shape reads (``_compiled_call``); until then ``""``.
+    A plan that :meth:`with_hook` made from another keeps it as ``parent``, and the
+    handle it added as ``added``: removing that hook again gives the parent back, as it
+    was (compiled, if it was), at no cost. The parent's hooks are all the plan's but
+    one, so it holds no hook that is not registered.
     """
 
     __slots__ = (
-        "around", "around_hooks", "bindings", "direct", "exception", "fast", "has_async",
-        "hooks", "post", "post_hooks", "pre", "pre_hooks", "run", "shape",
+        "added", "around", "around_hooks", "bindings", "direct", "exception", "fast",
+        "has_async", "hooks", "parent", "post", "post_hooks", "pre", "pre_hooks", "run",
+        "shape",
     )  # fmt: skip
 
     run: Callable[[Any, PointPlan, Tuple[Any, ...], Dict[str, Any]], Any]
@@ -234,6 +244,8 @@ class PointPlan:
     post_hooks: Tuple[Callable[..., Any], ...]
     shape: str
     bindings: Tuple[Any, ...]
+    parent: Optional[PointPlan]
+    added: Optional[Handle]
 
     def __init__(
         self,
@@ -247,6 +259,7 @@ class PointPlan:
         self.hooks = hooks
         self.shape = ""
         self.bindings = ()
+        self.parent = self.added = None
         if fast is None:
             # One loop over the kinds (no generator): a plan that changes at every call is
             # a benchmark row. A kind's bare callables exist only if none of its hooks is
@@ -280,3 +293,80 @@ class PointPlan:
         )
         self.pre_hooks = pre_hooks or ()
         self.post_hooks = post_hooks or ()
+
+    def with_hook(self, handle: Handle) -> Optional[PointPlan]:
+        """This plan with ``handle`` added, or ``None`` when that takes more than an append.
+
+        ``handle`` is a plain sync hook (no option) just registered for the point's exact
+        name: it runs last among its kind's hooks, unless one of those has a negative
+        priority (then ``None``: the registry works the plan out again). A hook added and
+        removed around each call (a benchmark row) so costs no lookup of the registry's
+        hooks; ``tests/test_fast_copies.py`` checks the result against ``Registry.plan``.
+        """
+        kind = handle.kind
+        handles = self.hooks.get(kind)
+        if handles is None or (handles and handles[-1]._options.priority < 0):
+            return None
+        bare = self.fast[kind]
+        plan = self._changed(
+            kind, (*handles, handle), None if bare is None else (*bare, handle._hook)
+        )
+        # The parent's own parent is let go of: one step back is what a hook added and
+        # removed around a call needs, and a chain would keep every plan before it.
+        plan.parent, plan.added, self.parent, self.added = self, handle, None, None
+        return plan
+
+    def without_hook(self, handle: Handle) -> Optional[PointPlan]:
+        """This plan less ``handle``, a sync hook with no option, just unregistered; or
+        ``None`` when it is not in the plan or was its last hook (:meth:`with_hook`'s
+        twin: the plan of no hooks is ``None``, worked out again)."""
+        if self.added is handle:  # the hook this plan added: its parent, as it was
+            return self.parent
+        kind = handle.kind
+        handles = self.hooks.get(kind)
+        if handles is None or handle.is_async or not handle._options.bare:
+            return None
+        index = 0
+        for each in handles:
+            if each is handle:
+                break
+            index += 1
+        else:
+            return None
+        kept = handles[:index] + handles[index + 1 :]
+        if not kept and sum(map(len, self.hooks.values())) == 1:  # no hook left at all
+            return None
+        bare = self.fast[kind]  # one bare callable per handle, in order, when not None
+        if bare is not None:
+            bare = bare[:index] + bare[index + 1 :]
+        return self._changed(kind, kept, bare)
+
+    def _changed(self, kind: str, handles: Hooks, bare: FastHooks) -> PointPlan:
+        """This plan with ``kind``'s hooks replaced by ``handles`` (their bare callables
+        ``bare``; no hook's sync-ness changed): what ``__init__`` works out, for that one
+        kind, the rest copied (a plan that changes at every call is a benchmark row;
+        parity with ``Registry.plan``: ``tests/test_fast_copies.py``)."""
+        plan: PointPlan = _new_object(PointPlan)
+        plan.hooks = hooks = dict(self.hooks)  # a copy, then a store: the fastest way
+        hooks[kind] = handles
+        plan.fast = fast = dict(self.fast)
+        fast[kind] = bare
+        plan.shape = ""
+        plan.bindings = ()
+        plan.parent = plan.added = None
+        plan.pre = hooks.get("pre", ())
+        plan.post = hooks.get("post", ())
+        plan.exception = hooks.get("exception", ())
+        plan.around = self.around
+        plan.around_hooks = self.around_hooks
+        plan.has_async = self.has_async
+        pre_hooks, post_hooks = fast.get("pre", ()), fast.get("post", ())
+        plan.direct = (
+            not self.has_async
+            and (not self.around or self.around_hooks is not None)
+            and pre_hooks is not None
+            and post_hooks is not None
+        )
+        plan.pre_hooks = pre_hooks or ()
+        plan.post_hooks = post_hooks or ()
+        return plan

@@ -36,8 +36,12 @@ drop, and 1.07x releasing through ``_unlock()``; ``Handle.plain`` (bound once, a
 A hook point's plan changed per call (a pre hook added and removed around each call) is a
 row too: a plain pre, post or exception hook for a point's exact name, with nothing to
 check, takes one more flat path, :meth:`Registry._register_point_hook` (the twin:
-``_register_checked``), which reads the name's points under the lock and tells them
-after it, as ``_unlock`` would, without noting them.
+``_register_checked``), and its removal one in :meth:`Registry.unregister` (the twin:
+``_drop_locked``). Under the lock each point of the name that can (a ``HookPoint``)
+follows the change (``_follow_locked``): it takes the plan that follows from the one it
+keeps, so the next call works out nothing, and the hook's removal gives the plan before
+it back, compiled; any other point is told after the lock, as ``_unlock`` would, and
+the plans replaced are let go of after it too.
 
 Memory per hook is a benchmark row too (row 4): a name's only hook of a kind is kept
 as the handle itself, not in a list (a ``Bucket``), and a handle shares one options
@@ -288,6 +292,18 @@ def _same_registration(handles: Iterable[Handle], handle: Handle) -> Optional[Ha
     return None
 
 
+def _tell(points: Sequence[Point]) -> Optional[BaseException]:
+    """Invalidate each point (no lock held); return the first error, after every point
+    was told (as ``Registry._unlock`` tells them)."""
+    failure: Optional[BaseException] = None
+    for point in points:
+        try:
+            point.invalidate()
+        except BaseException as error:  # rare: a point refused its plan
+            failure = failure or error
+    return failure
+
+
 def _remove_from(names: Dict[str, Bucket], name: str, handle: Handle) -> None:
     """Take ``handle`` out of the list bucket of ``name``; a handle left alone is kept
     as itself (lock held)."""
@@ -515,13 +531,13 @@ class Registry:
         ):
             return self._register_checked(handle, None)
         duplicate: Optional[Handle] = None
+        flat = False
+        stale: Sequence[Point] = ()
         self._lock.acquire()
         try:
             # A declaration or a source came meanwhile, or a weak hook's object died: the
             # checked path, which takes the lock the full way.
-            if self.checking or self._sources or self._collected:
-                refs = None
-            else:
+            if not (self.checking or self._sources or self._collected):
                 names = self._exact.get(kind)
                 if names is None:
                     names = self._exact[kind] = {}
@@ -536,26 +552,22 @@ class Registry:
                 if duplicate is None:
                     handle.seq = next(self._seq)
                     handle._registered = True
-                # _invalidate_locked() for a point kind's exact name: the points named so,
-                # told once the lock is released (a tuple, never changed in place).
-                refs = self._points.refs(name)
+                    # _invalidate_locked() for a point kind's exact name: each point named
+                    # so follows the change, or is told once the lock is released.
+                    # The plans the points let go of go with this frame, after the lock.
+                    stale, _replaced = self._follow_locked(name, handle, True)
+                    flat = True
         finally:
             self._lock.release()  # nothing was noted for after the lock
-        if refs is None:
+        if not flat:
+            if duplicate is not None:  # raised here: the message reads the user's hook
+                raise _duplicate_error(handle, duplicate)
             return self._register_checked(handle, None)
-        if duplicate is not None:  # raised here: the message reads the user's hook
-            raise _duplicate_error(handle, duplicate)
-        failure: Optional[BaseException] = None
-        for ref in refs:  # as _unlock tells them: every point, then the first error
-            point = ref()
-            if point is not None:
-                try:
-                    point.invalidate()
-                except BaseException as error:  # rare: a point refused its plan
-                    failure = failure or error
-        if failure is not None:
-            self.unregister(handle)  # all or nothing, as _register_checked
-            raise failure
+        if stale:
+            failure = _tell(stale)
+            if failure is not None:
+                self.unregister(handle)  # all or nothing, as _register_checked
+                raise failure
         return handle
 
     def register_event(self, event: str, hook: Any, options: Mapping[str, Any]) -> Handle:
@@ -738,6 +750,29 @@ class Registry:
         if handle.__class__ is _EventHandle:  # an event's exact name: the inline drop
             handle.remove()
             return
+        if handle.match is None and handle.kind in _FLAT_POINT_KINDS:
+            # _drop_locked() for a point kind's exact name: the twin of
+            # _register_point_hook. The caller holds the handle: only the plans the points
+            # let go of are dropped after the lock.
+            stale: Sequence[Point] = ()
+            self._lock.acquire()
+            try:
+                if handle._registered:
+                    handle._registered = False
+                    name = handle.name
+                    names = self._exact[handle.kind]
+                    if names[name] is handle:
+                        del names[name]
+                    else:
+                        _remove_from(names, name, handle)
+                    stale, _replaced = self._follow_locked(name, handle, False)  # see above
+            finally:
+                self._lock.release()
+            if stale:
+                failure = _tell(stale)
+                if failure is not None:
+                    raise failure
+            return
         # Not ``with self._changing``: its __enter__ and __exit__ are two calls through C,
         # and a hook point's hook added and removed per call is a benchmark row.
         self._lock.acquire()
@@ -745,6 +780,26 @@ class Registry:
             self._drop_locked(handle)
         finally:
             self._unlock()
+
+    def _follow_locked(
+        self, name: str, handle: Handle, added: bool
+    ) -> Tuple[List[Point], List[PointPlan]]:
+        """``_invalidate_locked`` for a plain sync hook of a point kind, for its exact name,
+        just added (or removed): each point named so takes the plan that follows from its
+        own (``follow``, which a point may have), else is returned, to be told after the
+        lock; with the plans the points let go of, to be dropped after it too."""
+        stale: List[Point] = []
+        replaced: List[PointPlan] = []
+        for ref in self._points.refs(name):  # a tuple, never changed in place
+            point = ref()
+            if point is not None:
+                follow = getattr(point, "follow", None)
+                plan = None if follow is None else follow(handle, added)
+                if plan is None:
+                    stale.append(point)
+                else:
+                    replaced.append(plan)
+        return stale, replaced
 
     def remove(self, handles: Sequence[Handle]) -> None:
         """Unregister ``handles``, all of this bus (checked first: nothing half-removed)."""

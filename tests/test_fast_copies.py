@@ -10,8 +10,9 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
-  ``Registry.remove``); and its flat path for a hook point's plain pre, post and
-  exception hooks against ``_register_checked``;
+  ``Registry.remove``); and its flat paths for a hook point's plain pre, post and
+  exception hooks against ``_register_checked`` and ``_drop_locked``, and the plan a
+  point follows to through them (``HookPoint.follow``) against ``Registry.plan``;
 * ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``, and
   the bare callables it finds in the same loop against what ``PointPlan`` works out
   from the hooks alone;
@@ -40,7 +41,7 @@ import functools
 from typing import Any, Callable, List, Tuple
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hookbus import CallContext, EventBus
@@ -807,3 +808,98 @@ def _name(model: Any, plan: List[str], slow: bool) -> Tuple[List[int], Any, Any]
 @given(module_behaviours)
 def test_name_post_fast_loop_matches_run_phase(tiny_gpt2: Any, plan: List[str]) -> None:
     assert _name(tiny_gpt2, plan, slow=False) == _name(tiny_gpt2, plan, slow=True)
+
+
+# --- a point's plan followed through a change of hooks, against Registry.plan -------------
+
+followed_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "call"]),
+        st.sampled_from(["pre", "post", "exception"]),
+        st.integers(0, 3),
+        st.sampled_from(["plain", "plain", "priority -1", "priority 1", "once", "pattern"]),
+    ),
+    max_size=16,
+)
+
+
+@given(followed_steps, st.booleans())
+@example(  # a plain hook added after one of negative priority runs before it
+    [("add", "pre", 0, "priority -1"), ("call", "pre", 0, ""), ("add", "pre", 1, "plain")],
+    False,
+)
+def test_a_followed_plan_is_the_plan_the_registry_works_out(
+    steps: List[Tuple[str, str, int, str]], traced: bool
+) -> None:
+    # A plain hook added or removed at a point whose plan is worked out takes the plan
+    # that follows from it (HookPoint.follow: PointPlan.with_hook, without_hook, or the
+    # parent given back); it must hold what Registry.plan works out from the hooks.
+    bus = EventBus()
+    wrapped = bus.wrap(lambda x: x, "a.b")
+    point = wrapped.__hookbus_point__  # type: ignore[attr-defined]
+    hooks = [functools.partial(_pre_post_or_exception) for _ in range(4)]
+    handles: dict = {}
+    compared = [s for s in PointPlan.__slots__ if s not in ("run", "shape", "bindings")]
+    compared = [s for s in compared if s not in ("parent", "added")]
+    with bus.trace() if traced else contextlib.nullcontext():
+        for action, kind, index, option in steps:
+            key = (kind, index, option)
+            if action == "add" and key not in handles:
+                options = {"priority -1": {"priority": -1}, "priority 1": {"priority": 1},
+                           "once": {"once": True}}.get(option, {})  # fmt: skip
+                name = "a.*" if option == "pattern" else "a.b"
+                with contextlib.suppress(ValueError):  # the same hook twice for a name
+                    handles[key] = getattr(bus, kind)(name, hooks[index], **options)
+            elif action == "remove" and key in handles:
+                handles.pop(key).remove()
+            elif action == "call":
+                wrapped(index)
+            kept = point.plan
+            if kept is None or kept.__class__ is not PointPlan:
+                continue  # unresolved, or no hooks: the next call works it out
+            expected = bus.registry.plan(point)
+            assert expected is not None
+            assert [getattr(kept, s) for s in compared] == [getattr(expected, s) for s in compared]
+
+
+def test_a_plain_hook_added_and_removed_is_followed_not_worked_out_again() -> None:
+    # Guards the test above: the follow path is the one taken, and the hook's removal
+    # gives the plan before it back, compiled as it was.
+    bus = EventBus()
+    wrapped = bus.wrap(lambda x: x, "p")
+    point = wrapped.__hookbus_point__  # type: ignore[attr-defined]
+    bus.post("p", _pre_post_or_exception)
+    wrapped(1)
+    wrapped(1)
+    before = point.plan
+    assert before.shape  # compiled
+    handle = bus.pre("p", functools.partial(_pre_post_or_exception))
+    after = point.plan
+    assert after.__class__ is PointPlan
+    assert after.pre == (handle,)
+    assert after.parent is before
+    assert after.added is handle
+    assert wrapped(2) == 2
+    handle.remove()
+    assert point.plan is before
+    assert before.parent is None
+    assert wrapped(3) == 3
+
+
+def test_a_plan_given_back_runs_in_the_points_function_again() -> None:
+    # The hook added was called enough to be compiled into the point's function; once it
+    # is removed, the plan given back gets the function's code back at its next call.
+    bus = EventBus()
+    wrapped = bus.wrap(lambda x: x, "p")
+    bus.post("p", _pre_post_or_exception)
+    wrapped(1)
+    wrapped(1)
+    code = wrapped.__code__  # type: ignore[attr-defined]
+    handle = bus.pre("p", functools.partial(_pre_post_or_exception))
+    wrapped(1)
+    wrapped(1)
+    assert wrapped.__code__ is not code  # type: ignore[attr-defined]
+    handle.remove()
+    assert wrapped(2) == 2
+    assert wrapped.__code__ is code  # type: ignore[attr-defined]
+    assert wrapped(3) == 3

@@ -88,6 +88,37 @@ def test_removed_strong_bound_method_is_not_kept_alive_by_the_bus(how: str) -> N
     assert bus.hooks() == []
 
 
+@pytest.mark.parametrize("removed", ["the hook added last", "the hook under it", "both"])
+def test_a_hook_removed_from_a_followed_plan_is_let_go_at_once(removed: str) -> None:
+    # A plain hook added at a point whose plan is worked out takes the plan that follows,
+    # which keeps the one before it (given back when that hook goes): neither may keep a
+    # removed hook, not even until the garbage collector runs.
+    bus = EventBus()
+    step = bus.wrap(lambda: None, "step")
+    first, second = Counter(), Counter()
+    under = bus.post("step", first.on_call)
+    step()
+    step()  # compiled: the plan kept under the next one
+    added = bus.pre("step", second.on_call)
+    step()
+    alive = {"the hook added last": weakref.ref(second), "the hook under it": weakref.ref(first)}
+    gc.disable()
+    try:
+        if removed in ("the hook under it", "both"):
+            under.remove()
+        if removed in ("the hook added last", "both"):
+            added.remove()
+        del first, second, under, added
+        for what, ref in alive.items():
+            if what == removed or removed == "both":
+                assert ref() is None, what
+            else:
+                assert ref() is not None, what
+        step()
+    finally:
+        gc.enable()
+
+
 def test_the_bus_does_not_keep_wrapped_callables_alive() -> None:
     bus = EventBus()
     bus.pre("point", lambda ctx: None)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from hookbus import CallContext, EventBus, Handle
+from hookbus._plan import PointPlan
 
 DURATION = float(os.environ.get("HOOKBUS_STRESS_SECONDS", "3"))
 EMITTERS = 8
@@ -365,6 +366,69 @@ def test_traces_opened_and_closed_in_many_threads_each_record_their_own_window()
     bus.emit("t.final")
     assert [len(trace.records) for _, _, trace in traces] == counts
     assert bus.registry.event_plans["t.final"].__class__ is tuple  # back on the fast path
+
+
+def test_a_plan_followed_by_hooks_added_and_removed_in_many_threads_ends_as_the_hooks_are() -> (
+    None
+):
+    # Each thread adds and removes its own plain hooks at one point while others call
+    # it: each change takes the plan that follows from the last (under the bus lock),
+    # racing the calls that work a plan out. Once all stop, the plan kept is the one the
+    # registry works out, and a call runs exactly the hooks left.
+    bus = EventBus()
+    step = bus.wrap(lambda: None, "step")
+    point = step.__hookbus_point__  # type: ignore[attr-defined]
+    ran: List[int] = []
+    left = [bus.post("step", lambda ctx: ran.append(-1))]
+    stop = time.monotonic() + min(DURATION, 1.0)
+    errors: List[BaseException] = []
+
+    def mutate(thread_id: int) -> None:
+        try:
+            hooks = [
+                lambda ctx, i=thread_id * 10 + n: ran.append(i) for n in range(3)
+            ]  # one per slot, kept for the thread's life
+            while time.monotonic() < stop:
+                handles = [
+                    getattr(bus, kind)("step", hook)
+                    for kind, hook in zip(("pre", "post", "pre"), hooks)
+                ]
+                step()
+                for handle in random.sample(handles, len(handles)):
+                    handle.remove()
+            left.append(bus.pre("step", hooks[0]))  # one hook each, left registered
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    def call() -> None:
+        try:
+            while time.monotonic() < stop:
+                step()
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=mutate, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=call) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    kept = point.plan
+    if kept is not None and kept.__class__ is PointPlan:
+        expected = bus.registry.plan(point)
+        assert expected is not None
+        assert (kept.pre, kept.post, kept.pre_hooks, kept.post_hooks) == (
+            expected.pre,
+            expected.post,
+            expected.pre_hooks,
+            expected.post_hooks,
+        )
+    del ran[:]
+    step()
+    assert sorted(ran) == sorted([-1, *(thread_id * 10 for thread_id in range(4))])
+    assert len(left) == 5
 
 
 @pytest.mark.parametrize("kind", ["event", "pre"])
