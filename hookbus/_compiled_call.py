@@ -691,18 +691,20 @@ PostRunner = Callable[[Any, Any, Tuple[Any, ...], Dict[str, Any], Any], Any]
 """A compiled post phase: ``run(point, target, args, kwargs, result)`` returns the result
 the hooks leave (``result`` itself unless one assigned ``ctx.result``)."""
 
-# The factory of each post phase compiled so far, by its number of hooks and whether it is
-# a native hook (native_post_hook), with its source.
-_POST_FACTORIES: Dict[Tuple[int, bool], Tuple[Callable[..., Any], str]] = {}
+# The factory of each post phase compiled so far, by its number of hooks, whether it is a
+# native hook (native_post_hook) and whether that checks for the framework's error path,
+# with its source.
+_POST_FACTORIES: Dict[Tuple[int, bool, bool], Tuple[Callable[..., Any], str]] = {}
 
 
-def post_source_of(count: int, native: bool = False) -> str:
+def post_source_of(count: int, native: bool = False, error_path: bool = True) -> str:
     """The Python source of the factory of a post phase of ``count`` plain hooks.
 
     With ``native``, the factory of :func:`native_post_hook`'s function: the same
     context and hook lines, but the hooks, the name and the counter read from the
     owner's :attr:`NativePostOwner.native_post` at each call, the framework's error
-    path handed to the owner, and ``None`` returned for a result left as it was."""
+    path handed to the owner (unless ``error_path`` is false: the framework never
+    calls the function from there), and ``None`` returned for a result left as it was."""
     hooks = [f"post_{i}, post_{i}_handle" for i in range(count)]
     body = "        "
     if not native:
@@ -720,9 +722,12 @@ def post_source_of(count: int, native: bool = False) -> str:
             f"{body}    {bound} = point.native_post",
             f"{body}except (TypeError, ValueError):  # the plan changed shape, or there is none",
             otherwise,
-            f"{body}if handled_error() is not None:  # the framework's error path, say",
-            otherwise,
         ]
+        if error_path:
+            lines += [
+                f"{body}if handled_error() is not None:  # the framework's error path, say",
+                otherwise,
+            ]
     lines += _context_lines(body, "post", "result")
     for i in range(count):
         lines += _hook_block("post", i, body, ["raise"])
@@ -738,13 +743,18 @@ def post_source_of(count: int, native: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _post_factory(count: int, native: bool = False) -> Tuple[Callable[..., Any], str]:
-    made = _POST_FACTORIES.get((count, native))
+def _post_factory(
+    count: int, native: bool = False, error_path: bool = True
+) -> Tuple[Callable[..., Any], str]:
+    key = (count, native, native and error_path)
+    made = _POST_FACTORIES.get(key)
     if made is None:
-        source = post_source_of(count, native)
+        source = post_source_of(count, native, error_path)
         kind = "native post hook" if native else "post phase"
+        if native and not error_path:
+            kind += " off the error path"
         filename = f"<hookbus compiled {kind}: {count} post>"
-        made = _POST_FACTORIES[(count, native)] = (_compiled_make(source, filename), source)
+        made = _POST_FACTORIES[key] = (_compiled_make(source, filename), source)
     return made
 
 
@@ -828,7 +838,7 @@ def native_post_plan(
     return tuple(plan)
 
 
-def native_post_hook(count: int) -> Optional[Callable[..., Any]]:
+def native_post_hook(count: int, error_path: bool = True) -> Optional[Callable[..., Any]]:
     """The post phase of ``count`` plain hooks, generated to be a framework's native post
     hook itself, bound to its owner: ``fn(owner, target, args, kwargs, result)``.
 
@@ -846,6 +856,11 @@ def native_post_hook(count: int) -> Optional[Callable[..., Any]]:
     handled; and a call without kwargs, ``fn(owner, target, args, result)``, as
     ``owner.post_otherwise(target, args, result)``. Returns ``None`` for more than
     :data:`MAX_HOOKS` hooks.
+
+    With ``error_path=False``, the function leaves out the check for an error being
+    handled (a call costs that much less): for an adapter that registers it only where
+    the framework never calls it from its error path (torch: a forward hook without the
+    ``always_call`` mark), and hands that path to another hook whenever it needs it.
 
     Example:
         >>> import itertools, types
@@ -868,16 +883,17 @@ def native_post_hook(count: int) -> Optional[Callable[..., Any]]:
     """
     if count > MAX_HOOKS:
         return None
-    made = _NATIVE_POST_HOOKS.get(count)
+    made = _NATIVE_POST_HOOKS.get((count, error_path))
     if made is None:
-        make, _ = _post_factory(count, native=True)
+        make, _ = _post_factory(count, native=True, error_path=error_path)
         made = make()
         # Pickle stores a bound method as its object and its function's __name__: the
         # copy gets the owner's post_otherwise, which runs any call (NativePostOwner).
         made.__name__ = "post_otherwise"
-        made = _NATIVE_POST_HOOKS.setdefault(count, made)
+        made = _NATIVE_POST_HOOKS.setdefault((count, error_path), made)
     return made
 
 
-# The function native_post_hook made for each number of hooks: one, shared by every owner.
-_NATIVE_POST_HOOKS: Dict[int, Callable[..., Any]] = {}
+# The function native_post_hook made for each number of hooks and error_path: one, shared
+# by every owner.
+_NATIVE_POST_HOOKS: Dict[Tuple[int, bool], Callable[..., Any]] = {}

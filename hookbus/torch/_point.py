@@ -119,12 +119,12 @@ class ModulePoint:
     """The hook point of one ``nn.Module``, named by its qualified name.
 
     It holds its module weakly, and keeps in ``_natives`` the native torch hooks it
-    installed, by phase. The post dispatcher is always installed with
-    ``always_call=True``, whether or not exception hooks exist: switching that
-    option would mean removing and re-adding the native hook, and a forward running
-    in another thread in between would miss its post hooks. The mark costs a call
-    nothing: torch's bookkeeping of an ``always_call`` hook weighs what the lookups
-    it skips would (counted per call, with and without the mark).
+    installed, by phase. The post dispatcher is installed with ``always_call=True``,
+    whether or not exception hooks exist: re-registering it to switch that option
+    would mean removing and re-adding the native hook, and a forward running in
+    another thread in between would miss its post hooks. The mark is switched in
+    place instead, in the module's dict of them, and only for the generated native
+    post hook, which runs no error path (see ``_install_post``).
     """
 
     __slots__ = (
@@ -287,9 +287,14 @@ class ModulePoint:
                 if native is None or alone is None
                 else native_post_plan(alone, post, name=self.name, counter=self._calls)
             )
+            # The post dispatcher that needs torch's error path gets it before a pre
+            # dispatcher can push a context for it to take; the generated one goes in
+            # once nothing else may need that path.
+            swapped = native is None and self._install_post(module, None)
             self._sync(module, "pre", bool(pre or around or held))
             self._sync(module, "post", bool(post or exception or grad or around or held))
-            swapped = self._install_post(native)
+            if native is not None:
+                swapped = self._install_post(module, native)
             self._sync(module, "backward_pre", bool(self._backward_pre))
             self._sync(module, "backward", bool(self._backward))
             if bool(self._natives) != bool(before):
@@ -381,15 +386,19 @@ class ModulePoint:
             handle = module.register_full_backward_hook(self._on_backward)
         self._natives[phase] = handle
 
-    def _install_post(self, native: Optional[Callable[..., Any]]) -> bool:
+    def _install_post(self, module: torch.nn.Module, native: Optional[Callable[..., Any]]) -> bool:
         """Make torch call ``native`` (a ``native_post_hook`` function) bound to this point,
         or ``_on_post`` when it is ``None``, as the post dispatcher; say if it changed.
 
         The function is put in the dispatcher's own entry of the module's hook dict:
-        it keeps its place among the user's native hooks, its ``with_kwargs`` and
-        ``always_call`` marks, and its removable handle. A forward running meanwhile
-        calls the one it read; either runs the plan it finds then (the generated
-        function hands a plan of another shape to ``_on_post``).
+        it keeps its place among the user's native hooks, its ``with_kwargs`` mark and
+        its removable handle. A forward running meanwhile calls the one it read; either
+        runs the plan it finds then (the generated function hands a plan of another
+        shape to ``_on_post``). ``_on_post`` has the ``always_call`` mark, the generated
+        function not (it runs no error path: with plain post hooks alone, a failed call
+        concerns no hook of ours), so that it need not check for one at each call. The
+        mark goes before the generated function comes, and comes back after it went:
+        torch calls it on no error path, where a ``_on_post`` it read meanwhile runs.
         """
         handle: Any = self._natives.get("post")  # torch leaves the hook dicts partly untyped
         hooks: Optional[Dict[int, Any]] = None if handle is None else handle.hooks_dict_ref()
@@ -398,7 +407,13 @@ class ModulePoint:
         function = ModulePoint._on_post if native is None else native
         if getattr(hooks[handle.id], "__func__", None) is function:
             return False
-        hooks[handle.id] = types.MethodType(function, self)
+        always: Dict[int, bool] = module._forward_hooks_always_called  # pyright: ignore[reportUnknownMemberType]
+        if native is None:
+            hooks[handle.id] = types.MethodType(function, self)
+            always[handle.id] = True
+        else:
+            always.pop(handle.id, None)
+            hooks[handle.id] = types.MethodType(function, self)
         return True
 
     def _restore_backward_flag(self, module: torch.nn.Module) -> None:
@@ -899,7 +914,8 @@ def _native_post(count: int) -> Optional[Callable[..., Any]]:
     """The generated native post hook of ``count`` plain hooks, or ``None`` for too many."""
     native = _NATIVE_POSTS.get(count)
     if native is None:
-        native = native_post_hook(count)
+        # Off torch's error path: installed without the always_call mark (_install_post).
+        native = native_post_hook(count, error_path=False)
         if native is None:
             return None
         _NATIVE_POST_CODES.add(id(native.__code__))

@@ -457,3 +457,61 @@ def test_a_pre_hook_that_removes_the_hooks_then_raises_lets_go_of_the_call_s_arg
         gc.enable()
         every.remove()
         net.detach()
+
+
+class _FailsOnNegative(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x < 0).any()):
+            raise ValueError("negative input")
+        return x
+
+
+def test_a_failed_call_runs_no_post_hook_and_reaches_exception_hooks_as_the_hooks_change() -> None:
+    """Whichever post dispatcher torch calls for the hooks there are (the generated one for
+    post hooks alone, the full one beside exception hooks), a failed call runs no post hook,
+    and every exception hook there is sees its error; a good call runs the post hooks."""
+    model = nn.Sequential(_FailsOnNegative())
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    log: List[Any] = []
+    net.post("0", lambda ctx: log.append("post"))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="negative input"):
+            model(-torch.ones(1))
+        assert log == []
+        model(torch.ones(1))
+        assert log == ["post"]
+        log.clear()
+        handle = net.exception("0", lambda ctx: log.append(type(ctx.exception).__name__))
+        with pytest.raises(ValueError, match="negative input"):
+            model(-torch.ones(1))
+        assert log == ["ValueError"]
+        log.clear()
+        handle.remove()
+    net.detach()
+    assert native_hooks(model) == {}
+
+
+def test_only_a_post_dispatcher_that_takes_torch_s_error_path_is_marked_always_call() -> None:
+    """torch calls a hook marked ``always_call`` when the call failed: the post dispatcher
+    that runs exception hooks (or finishes a context a pre hook passed on) has the mark;
+    the one for post hooks alone runs no error path and has none, and the mark comes back
+    with the hooks that need it."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    linear = model[0]
+    post = net.post("0", lambda ctx: None)
+    (key,) = linear._forward_hooks
+    assert key not in linear._forward_hooks_always_called
+    assert key in linear._forward_hooks_with_kwargs
+    exception = net.exception("0", lambda ctx: None)
+    assert list(linear._forward_hooks) == [key]  # the same entry, in its place
+    assert key in linear._forward_hooks_always_called
+    exception.remove()
+    assert key not in linear._forward_hooks_always_called
+    pre = net.pre("0", lambda ctx: None)
+    assert key in linear._forward_hooks_always_called  # a pre hook's context to finish
+    pre.remove()
+    post.remove()
+    assert native_hooks(model) == {}
+    assert not linear._forward_hooks_always_called
+    net.detach()
