@@ -25,7 +25,16 @@ _FUNCTIONS = {"sdpa": "scaled_dot_product_attention", "eager": "softmax"}
 
 
 class HandPatch:
-    """The monkeypatch: ``F.<name>`` replaced during one module's forward, by hand."""
+    """The monkeypatch: ``F.<name>`` replaced during one module's forward, by hand.
+
+    The wrapper calls the function there when the patch was made; the post hook puts
+    back the one the pre hook replaced, as ``old = F.softmax; F.softmax = new; ...;
+    F.softmax = old`` does. Putting back the function saved when the patch was made
+    would undo, for the whole process, any swap made since by other code: in one run
+    of every row, row 8's patches would drop the dispatchers that row 13's
+    ``hook_pattern`` installs later, making its hooked cases fall back to a torch
+    function mode that no row 13 case sets up (see ``_name_cases._pair``).
+    """
 
     def __init__(self, module: Any, name: str, outputs: Dict[str, Any]) -> None:
         import torch.nn.functional as F
@@ -33,6 +42,7 @@ class HandPatch:
         self.functional = F
         self.name = name
         self.original: Callable[..., Any] = getattr(F, name)
+        self.replaced: Callable[..., Any] = self.original
         original = self.original
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -45,10 +55,11 @@ class HandPatch:
         module.register_forward_hook(self.restore, always_call=True)
 
     def swap(self, module: Any, args: Any) -> None:
+        self.replaced = getattr(self.functional, self.name)
         setattr(self.functional, self.name, self.wrapper)
 
     def restore(self, module: Any, args: Any, output: Any) -> None:
-        setattr(self.functional, self.name, self.original)
+        setattr(self.functional, self.name, self.replaced)
 
 
 def _model(implementation: str) -> Any:

@@ -101,3 +101,33 @@ def test_compare_measures_a_commit_and_the_working_tree_each_with_its_own_hookbu
         assert 0.5 < float(cells[4].rstrip("x")) < 2.0, out
     assert "Only on the" not in out
     assert "Slower or larger by more than 5% beyond the noise:" in out
+
+
+def test_a_hand_monkeypatch_leaves_a_function_swapped_after_it_was_made_in_place() -> None:
+    # One run builds every row in one process: row 8's hand patches of F.softmax,
+    # made first, must not undo the dispatcher that row 13's hook_pattern installs
+    # later (its hooked cases would then measure a fallback that no row sets up).
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _operation_cases import HandPatch
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    original = F.softmax
+    module = torch.nn.Softmax(dim=-1)
+    outputs: dict = {}
+    HandPatch(module, "softmax", outputs)
+
+    def swapped_later(*args: object, **kwargs: object) -> object:
+        return original(*args, **kwargs)
+
+    F.softmax = swapped_later  # type: ignore[assignment]
+    try:
+        module.forward = lambda x: F.softmax(x, dim=-1)  # type: ignore[method-assign]
+        module(torch.zeros(1, 2))
+        assert F.softmax is swapped_later
+    finally:
+        F.softmax = original  # type: ignore[assignment]
+    assert outputs["out"].tolist() == [[0.5, 0.5]]
