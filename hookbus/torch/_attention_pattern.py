@@ -9,12 +9,14 @@ values instead of running, so writing works under both implementations.
 Both functions are seen through function swaps (:mod:`._function_swap`), as a
 hand-written monkeypatch of ``F.softmax`` would see them: a mode would tax every
 other torch call of the attention. An attention that calls neither (flash or flex
-attention) is warned of at its first call: its pattern hooks would never run.
+attention) is warned of at its first call whose forward ran (a skipped or patched call
+runs none): its pattern hooks would never run.
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -50,17 +52,24 @@ class AttentionPattern(Site):
         selection = net.operations(self.module, *self.OPERATIONS)
         name = net.name_of(self.module)
 
-        def check_seen(ctx: CallContext) -> None:  # once: after the call that finds them
+        def check_seen(ctx: CallContext) -> None:  # after the first call whose forward ran
+            if any(site.discovering for site in selection.sites):
+                return  # skipped or replaced: no forward ran, so none is judged
+            held = check()
+            if held is not None:
+                held.remove()
             found = selection.names
             if not any(f"{name}:{operation}.0" in found for operation in self.OPERATIONS):
                 _warn_unseen(name)
 
         self.name = name
+        handle = net.post(self.module, check_seen)
+        check = weakref.ref(handle)  # the hook holding its handle would make a cycle
         # Read straight from the call of the operation (no context of their own) while
         # they are its only private hooks, as they are unless both names are hooked.
         return [
             net.pre(f"{name}:scaled_dot_product_attention.0", ArgumentsReader(self._on_sdpa)),
-            net.post(self.module, check_seen, once=True),
+            handle,
             *swapped(selection, *self.OPERATIONS),
         ]
 

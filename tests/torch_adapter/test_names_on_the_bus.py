@@ -307,12 +307,15 @@ def test_an_attention_replaced_by_a_patch_has_its_pattern_read_when_it_runs() ->
     seen: List[str] = []
     bus.post("blocks.0.attn.hook_pattern", lambda ctx: seen.append(ctx.name))
     stored = {"model.layers.0.self_attn": (torch.zeros(2, 7, 32), None)}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         with hookbus.torch.patch(model, stored, "model.layers.0.self_attn"):
             model(tokens())
         assert seen == []
         model(tokens())
     assert seen == ["blocks.0.attn.hook_pattern"]
+    # Not warned of as an attention that calls neither softmax nor sdpa: it never ran.
+    assert [str(w.message) for w in caught] == []
 
 
 def test_a_norm_skipped_under_two_buses_with_names_is_read_by_both_when_it_runs() -> None:
