@@ -502,12 +502,15 @@ class Registry:
             priority, once, target, weak, with_name, optional = parse_options(kind, options)
             if weak:  # counted here, before the handle's call adds references to it
                 refuse_unheld_hook(hook)
-            handle = Handle(
+            # An event's exact name (with a scope, here) drops inline, as bus.on's does.
+            handle = (_EventHandle if kind == "event" and match is None else Handle)(
                 self, kind, name, hook, priority, 0, once, target, weak, is_async, match,
                 with_name, optional,
             )  # fmt: skip
         elif kind in _FLAT_POINT_KINDS and match is None and scope is None and not is_async:
             return self._register_point_hook(kind, name, hook)
+        elif kind == "event" and match is None:
+            handle = _EventHandle.plain(self, kind, name, hook, is_async, match)
         else:
             handle = _plain_handle(self, kind, name, hook, is_async, match)
         return self._register_checked(handle, scope)

@@ -343,6 +343,16 @@ def test_removing_an_event_handle_takes_the_inline_drop() -> None:
     pattern.remove()
     assert dropped == [pattern]
     assert bus.hooks() == []
+    # A handle made by register's checked path (a scope) drops inline too, as it did
+    # before the inline drop moved into the handle.
+    with bus.scope() as scope:
+        scoped = scope.on("e", print)
+        ranked = scope.on("e", len, priority=2)
+        scoped.remove()
+        registry.unregister(ranked)
+        assert dropped == [pattern]  # the scope's exit drops what is left by the twin
+    assert [scoped.active, ranked.active] == [False, False]
+    assert bus.hooks() == []
 
 
 # One step on a hook point: ("add", kind, hook, name), ("remove", kind, hook, name) or
