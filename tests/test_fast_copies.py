@@ -234,6 +234,21 @@ class _NoScope:
         pass
 
 
+def _add(registry: Any, kind: str, name: str, hook: Any, slow: bool) -> Any:
+    """Register by the fast path, or by its checked twin (a scope sends it there)."""
+    if slow:
+        return registry.register(kind, name, hook, {}, scope=_NoScope())
+    return registry.register(kind, name, hook, {})
+
+
+def _remove(registry: Any, handle: Any, slow: bool) -> None:
+    """Unregister by the fast path, or by its twin, ``_drop_locked`` (``remove``)."""
+    if slow:
+        registry.remove([handle])
+    else:
+        registry.unregister(handle)
+
+
 # One step: ("add", hook, name), ("remove", hook, name) or ("emit", 0, name).
 steps = st.lists(
     st.tuples(
@@ -264,17 +279,10 @@ def _registrations(plan: List[Tuple[str, int, str]], slow: bool) -> List[Any]:
         outcome: Any = None
         try:
             if action == "add":
-                if slow:
-                    handle = registry.register("event", name, hooks[index], {}, scope=_NoScope())
-                else:
-                    handle = registry.register("event", name, hooks[index], {})
-                handles[(index, name)] = handle
+                handles[(index, name)] = _add(registry, "event", name, hooks[index], slow)
             elif action == "remove" and (index, name) in handles:
                 handle = handles[(index, name)]
-                if slow:
-                    registry.remove([handle])
-                else:
-                    registry.unregister(handle)
+                _remove(registry, handle, slow)
                 outcome = handle.active
             elif action == "emit":
                 bus.emit(name, index)
@@ -394,17 +402,10 @@ def _point_registrations(plan: List[Tuple[str, str, int, str]], slow: bool) -> L
         outcome: Any = None
         try:
             if action == "add":
-                if slow:
-                    handle = registry.register(kind, name, hooks[index], {}, scope=_NoScope())
-                else:
-                    handle = registry.register(kind, name, hooks[index], {})
-                handles[(kind, index, name)] = handle
+                handles[(kind, index, name)] = _add(registry, kind, name, hooks[index], slow)
             elif action == "remove" and (kind, index, name) in handles:
                 handle = handles[(kind, index, name)]
-                if slow:
-                    registry.remove([handle])
-                else:
-                    registry.unregister(handle)
+                _remove(registry, handle, slow)
                 outcome = handle.active
             elif action == "call":
                 outcome = [point(index) for point in points[name]]
