@@ -48,7 +48,7 @@ from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
 from ._pause import Pause
 from ._plan import NO_HOOKS, PointPlan
-from ._registry import Registry
+from ._registry import Registry, facade_running, on_event
 from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
@@ -488,6 +488,7 @@ class EventBus:
     @overload
     def on(self, event: str, /, **options: Unpack[EventHookOptions]) -> Callable[[H], H]: ...
 
+    @facade_running(on_event)  # one frame: this body's call runs as bus.on (row 2)
     def on(self, event: str, hook: Any = None, /, **options: Any) -> Any:
         """Register ``hook`` for ``event``; with no hook, return a decorator.
 
@@ -520,9 +521,7 @@ class EventBus:
             >>> bus.emit("eval.done", 0.9)
             saw eval.done (0.9,)
         """
-        if hook is not None:  # the call form, straight to the hot path
-            return self.registry.register_event(event, hook, options)
-        return self.registry.decorator("event", event, options)
+        return on_event(self, event, hook, **options)
 
     @overload
     def pre(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...

@@ -81,9 +81,9 @@ The torch adapter (``torch/_point.py``, one native hook per phase and module;
       same generated post phase. Slow twin: ``run_phase``.
 
 Registration (``_registry.py``; row 2, register + remove, pays for these)
-    * ``Registry.register_event``'s flat path (``bus.on``, and ``register`` of an
-      event hook with no scope), for a hook on an event's exact name with nothing
-      to check. Slow twin: ``Registry._register_checked``.
+    * ``_registry.on_event``'s flat path (``bus.on``, which runs its code as its own,
+      and ``Registry.register`` of an event hook with no scope or option), for a hook
+      on an event's exact name with nothing to check. Slow twin: ``Registry._register_checked``.
     * the inline drop of an event's exact name: ``remove()`` of the handle ``bus.on``
       makes for one (``_registry._EventHandle``), which ``Registry.unregister`` runs
       too (a frame less on row 2: the handle's over the registry's). Slow
@@ -102,7 +102,7 @@ Registration at hook points (``_registry.py``; the row of a plan changed per cal
 
 Constructors
     * ``Handle.plain`` builds what ``Handle.__init__`` builds for the default
-      options, and so does ``Registry.register_event`` inline (no frame of its own);
+      options, and so does ``_registry.on_event`` inline (no frame of its own);
       ``CallContext.for_call`` what ``CallContext.__init__`` builds.
 """
 

@@ -271,7 +271,7 @@ class Handle(Removable):
         Registration of a hook point's hooks, and adapters that need a handle of their
         own: calling the class costs twice as much, since CPython can't inline a call
         through ``type.__call__`` into ``__init__`` (parity: ``tests/test_fast_copies.py``).
-        An event's registration (``Registry.register_event``) makes the same stores
+        An event's registration (``bus.on``, ``_registry.on_event``) makes the same stores
         inline, with ``DEFAULT_OPTIONS``, to save this frame too.
 
         Example:

@@ -3,7 +3,7 @@
 ``_dispatch.py``'s map lists each loop over hooks; those that exist twice for
 speed, and the fast constructors, are checked here against their slow twin:
 
-* ``Handle.plain``, ``Registry.register_event``'s inline handle and
+* ``Handle.plain``, ``bus.on``'s inline handle (``_registry.on_event``) and
   ``CallContext.for_call`` against the classes' ``__init__``;
 * ``EventBus.emit``'s inline loop (and its lone hook's, with no loop) against
   ``dispatch_event`` (and ``Event.emit``,
@@ -76,7 +76,7 @@ def test_handle_plain_builds_what_handle_init_builds(is_async: bool, match: Any)
 
 
 def test_an_event_registration_builds_what_handle_init_builds() -> None:
-    # register_event builds a plain handle inline, as Handle.plain does.
+    # bus.on (on_event) builds a plain handle inline, as Handle.plain does.
     bus = EventBus()
     fast = bus.on("a.b", print)
     registry, seq = bus.registry, fast.seq
