@@ -371,8 +371,6 @@ class _EventHandle(Handle):
 
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
-        if not self._registered:
-            return
         registry: Registry = self.registry  # type: ignore[assignment]
         registry._lock.acquire()
         try:
@@ -435,6 +433,7 @@ class Registry:
     def __init__(self, bus: Owner, errors: ErrorPolicy, emit_full: Callable[..., None]) -> None:
         self.bus = bus
         """The bus this registry serves (its name is in messages)."""
+        self._facade = cast(Facade, bus)  # the same, as on_event takes it (its registry)
         # What an event's plan runs when emit's fast loop can't run its hooks:
         # emit_full(event, *args, **kwargs), the bus's full loop.
         self._emit_full = emit_full
@@ -491,13 +490,13 @@ class Registry:
 
         An event hook with no scope and no option takes ``bus.on``'s flat path
         (:func:`on_event`); every other case :meth:`_register_checked`. Names are
-        checked once (with their pattern matcher) and cached, and plain functions told sync without
-        ``inspect``. If a point matched by the hook fails to take it (a warning
-        turned into an error, say), the hook is unregistered again and the error
-        propagates.
+        checked once (with their pattern matcher) and cached, and plain functions
+        told sync without ``inspect``. If a point matched by the hook fails to take
+        it (a warning turned into an error, say), the hook is unregistered again and
+        the error propagates.
         """
         if kind == "event" and scope is None and not options:  # bus.on's own flat path
-            return on_event(cast(Facade, self.bus), name, hook)  # type: ignore[no-any-return]
+            return on_event(self._facade, name, hook)  # type: ignore[no-any-return]
         if name.__class__ is not str:  # an enum member (or a mistake): a plain str, or raise
             name = check_name(name, f"{_what(kind)} name", allow_pattern=True)
         try:
@@ -1619,18 +1618,18 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
             handle, registry, "event", event, hook, priority, 0, once, target, weak, is_async,
             match, with_name, optional,
         )  # fmt: skip
-    else:  # Handle.plain's stores, without its frame (parity: tests/test_fast_copies.py)
+    else:  # Handle.plain's stores, without its frame (parity: tests/test_fast_copies.py),
+        # less seq and _registered: the path taken stores them (the flat path its last).
         handle = _new_object(Handle) if match is not None else _EventHandle()  # pyright: ignore[reportCallIssue]
         handle.registry = registry
         handle.kind = "event"
         handle.name = event
-        handle.seq = 0
         handle.is_async = is_async
         handle.match = match
-        handle._registered = False
         handle._options = DEFAULT_OPTIONS
         handle._hook = hook
     if match is not None or registry.checking or (opened_anywhere and open_scopes.get()):
+        handle.seq, handle._registered = 0, False
         return registry._register_checked(handle, None)
     try:
         registry._lock.acquire()
@@ -1659,6 +1658,7 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
             registry._lock.release()  # nothing was noted for after the lock
     except _Duplicate as found:  # raised here: the message reads the user's hook
         raise _duplicate_error(handle, found.handle) from None
+    handle.seq, handle._registered = 0, False
     return registry._register_checked(handle, None)
 
 

@@ -233,6 +233,19 @@ def test_decorator_form_returns_the_function_and_its_handle_is_reachable() -> No
     assert bus.collect("e", 5) == []
 
 
+def test_on_keeps_its_name_docs_and_signature_for_help_and_tools() -> None:
+    # bus.on runs its registration's code as its own: what help() and editors read is
+    # still the bus method's.
+    on: Any = EventBus.on
+    assert (on.__name__, on.__qualname__, on.__module__) == ("on", "EventBus.on", "hookbus._bus")
+    assert on.__doc__.startswith("Register ``hook`` for ``event``; with no hook")
+    parameters = inspect.signature(on).parameters
+    assert list(parameters)[:3] == ["self", "event", "hook"]
+    assert parameters["hook"].kind is inspect.Parameter.POSITIONAL_ONLY
+    assert {"priority", "once", "target", "weak", "with_name", "optional"} <= set(parameters)
+    assert "on" in repr(EventBus().on)
+
+
 def test_the_module_level_functions_act_on_the_default_bus() -> None:
     log: List[Any] = []
     with hookbus.scope():

@@ -86,6 +86,38 @@ def test_an_event_registration_builds_what_handle_init_builds() -> None:
     assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
 
 
+def _public(handle: Handle) -> tuple:
+    return (
+        type(handle), handle.kind, handle.name, handle.hook, handle.seq, handle.priority,
+        handle.once, handle.target, handle.weak, handle.with_name, handle.optional,
+        handle.is_async, handle.match, handle.active, repr(handle),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"priority": 3}, {"once": True, "with_name": True}, {"optional": True}]
+)
+def test_bus_on_registers_what_its_written_body_registers(options: dict) -> None:
+    # bus.on runs on_event's code as its own (one frame); its written body calls it.
+    fast_bus, slow_bus = EventBus(), EventBus()
+    fast = fast_bus.on("a.b", print, **options)
+    slow = EventBus.on.__wrapped__(slow_bus, "a.b", print, **options)  # type: ignore[attr-defined]
+    assert _public(fast) == _public(slow)
+    assert fast_bus.hooks() == [fast]
+    assert slow_bus.hooks() == [slow]
+    fast.remove()
+    slow.remove()
+    assert fast_bus.hooks() == slow_bus.hooks() == []
+
+
+def test_an_event_registration_with_options_builds_what_handle_init_builds() -> None:
+    bus = EventBus()
+    fast = bus.on("a.b", print, priority=3, once=True)
+    slow = Handle(bus.registry, "event", "a.b", print, 3, fast.seq, True, None, False, False, None)
+    slow._registered = True
+    assert _public(fast)[1:] == _public(slow)[1:]  # the handle bus.on makes drops inline
+
+
 @pytest.mark.parametrize("phase", ["pre", "post", "grad"])
 def test_for_call_builds_what_call_context_init_builds(phase: str) -> None:
     args, kwargs, target = (1, 2), {"k": 3}, object()
