@@ -382,7 +382,8 @@ class _EventHandle(Handle):
                     del names[name]
                 else:
                     _remove_from(names, name, self)
-                if registry.event_plans.pop(name, None) is not None:  # see register
+                if name in registry.event_plans:  # see on_event
+                    registry.event_plans.pop(name, None)
                     registry._event_hooks.pop(name, None)
         finally:
             registry._lock.release()
@@ -1650,8 +1651,10 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
                 handle.seq = next(registry._seq)
                 handle._registered = True
                 # _invalidate_locked() for an event name; an event's hooks are cached
-                # only with its plan, so no plan means nothing else to forget.
-                if registry.event_plans.pop(event, None) is not None:
+                # only with its plan, so no plan means nothing else to forget. (A test
+                # before the pop: no call where there is no plan, as on row 2.)
+                if event in registry.event_plans:
+                    registry.event_plans.pop(event, None)
                     registry._event_hooks.pop(event, None)
                 return handle
         finally:
