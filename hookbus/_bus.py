@@ -38,7 +38,7 @@ from typing_extensions import Concatenate, ParamSpec, Unpack
 from ._async_dispatch import call_with_hooks_async, dispatch_concurrently, dispatch_event_async
 from ._context import CallContext
 from ._declarations import Declared, UnknownNameError
-from ._dispatch import check_event_result, note_fast_error
+from ._dispatch import check_event_result, note_fast_error, sync_emit_refusal
 from ._errors import ErrorPolicy, check_policy
 from ._event import Event, EventDecorator
 from ._handle import NO_SENDER, Handle, HandleGroup, same_callable
@@ -361,6 +361,10 @@ class EventBus:
 
         if around is None:
             return emission(*args, **kwargs)
+        if around.has_async or any(handle.is_async for handle in handles):
+            # Refused before the around hooks' set-up runs, in an event's words.
+            refused = [handle for handle in (*around.around, *handles) if handle.is_async]
+            raise sync_emit_refusal(event, refused)
         sender = _sender(registry, event, args, kwargs)
         ctx = CallContext.for_call(event, sender, args, kwargs, next(self._emissions))
         return call_with_hooks(registry, around, ctx, emission)

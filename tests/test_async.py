@@ -295,6 +295,35 @@ def test_async_hook_from_sync_emit_is_a_type_error_before_any_hook_runs() -> Non
     assert run(bus.collect_async("e", 2)) == [None, 4]  # and still usable the async way
 
 
+@pytest.mark.parametrize("async_around", [True, False], ids=["async around", "async hook"])
+def test_sync_emit_of_an_event_with_around_hooks_and_async_ones_is_refused_up_front(
+    async_around: bool,
+) -> None:
+    # With an async around hook the refusal once spoke of an "async hook point (an
+    # 'async def' function)", which an event can't be; with a sync around hook and an
+    # async event hook, the around hook's set-up ran before the refusal.
+    bus = EventBus()
+    log: List[str] = []
+
+    async def async_span(ctx: CallContext) -> Any:
+        log.append("async span")
+        yield
+
+    def span(ctx: CallContext) -> Any:
+        log.append("span")
+        yield
+
+    bus.around("e", async_span if async_around else span)
+    bus.on("e", double if not async_around else (lambda x: log.append("hook")))
+    for dispatch in (bus.emit, bus.collect, bus.first):
+        refusal = pytest.raises(TypeError, match=r"event 'e' has async hooks")
+        with no_unawaited_coroutines(), refusal as info:
+            dispatch("e", 1)
+        assert "emit_async" in str(info.value)
+        assert ("async_span" if async_around else "double") in str(info.value)
+    assert log == []  # refused up front, not half-dispatched
+
+
 @pytest.mark.parametrize(
     "hook_factory",
     [

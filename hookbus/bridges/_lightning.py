@@ -61,8 +61,28 @@ def install(trainer: Any, bus: hookbus.EventBus) -> Tuple[Relay, Callable[[], No
     """Connect ``bus`` to ``trainer``; return the relay, and what disconnects it."""
     if _package_of(trainer) == _PACKAGES[0]:
         require("lightning", "lightning.pytorch")  # each time: a partial install says so
+    _refuse_spawned_processes(trainer)
     bridge = LightningBridge(trainer, bus)
     return bridge.relay, bridge.disconnect
+
+
+def _refuse_spawned_processes(trainer: Any) -> None:
+    """Refuse a trainer that pickles itself into new processes (``ddp_spawn``).
+
+    Its callbacks go along, and this one can't: a bus belongs to its process. Lightning's
+    ``ddp`` (each process runs the script, and connects its own bus) and ``ddp_fork``
+    (each process gets a copy of the bus as it was) need no pickling.
+    """
+    launcher = getattr(trainer.strategy, "launcher", None)
+    start_method = getattr(launcher, "_start_method", None)
+    if start_method in ("spawn", "forkserver"):
+        raise ValueError(
+            f"connect(): this Trainer's strategy ({type(trainer.strategy).__name__}) "
+            f"starts its processes with {start_method!r}, pickling the trainer and its "
+            "callbacks into them, and a bus with its hooks belongs to the process that made "
+            "it; use strategy='ddp' (each process runs your script and connects its own bus) "
+            "or strategy='ddp_fork'"
+        )
 
 
 class LightningBridge:
@@ -115,6 +135,12 @@ def _make_callback_type(pl: Any) -> type:
 
         def __init__(self, bridge: LightningBridge) -> None:
             self.bridge = bridge
+
+        def __reduce__(self) -> Any:
+            raise TypeError(
+                "hookbus's Lightning callback belongs to the process that connected it (its "
+                "bus and hooks can't be pickled): connect a bus to the trainer in each process"
+            )
 
         def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
             if _stage_name(stage) in _RUN_STAGES:

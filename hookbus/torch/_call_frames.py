@@ -7,8 +7,9 @@ dispatcher keys the context it passes on by the frame that calls the hooks
 from that frame or from ``_call_impl`` itself when forward raised, finds it
 again (:func:`call_keys`). :func:`running_calls` tells the keys of every
 module call under way in this thread, so that an entry left by a call that
-ended early can be dropped, and :func:`forward_raised` whether the post hook
-runs on forward's error path.
+ended early can be dropped, :func:`module_call_frame` the key of the call that
+a forward runs in, and :func:`forward_raised` whether the post hook runs on
+forward's error path.
 
 Frames also tell the forward's own work from its hooks': hookbus's native hooks
 are marked (:func:`runs_hooks`), and :func:`where_called` says whether code runs
@@ -30,6 +31,7 @@ __all__ = [
     "call_keys",
     "forward_raised",
     "handled_error",
+    "module_call_frame",
     "running_calls",
     "runs_hooks",
     "where_called",
@@ -119,6 +121,24 @@ def running_calls() -> Set[int]:
             running.add(id(frame))
         frame = back
     return running
+
+
+def module_call_frame(caller: Any) -> Any:
+    """The frame of torch's that runs the module call whose forward ``caller`` called.
+
+    That frame (torch's ``inner`` closure, or ``_call_impl``) calls forward itself,
+    unless something sits in between: ``torch.jit.trace``'s ``_slow_forward``, or a
+    wrapper set on the instance over hookbus's forward swap (accelerate's
+    ``prepare(mixed_precision=...)`` sets one). It is the nearest such frame up the
+    stack, else ``caller`` itself (a forward called outside any module call).
+    """
+    frame = caller
+    while frame is not None:
+        back = frame.f_back
+        if frame.f_code is _CALL_IMPL or (back is not None and back.f_code is _CALL_IMPL):
+            return frame
+        frame = back
+    return caller
 
 
 def forward_raised(caller: Any) -> bool:

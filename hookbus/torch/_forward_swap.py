@@ -15,7 +15,8 @@ How a skip reaches the forward: a pre hook calls ``ctx.skip(value)``; the
 module point's pre dispatcher hands the value to :meth:`ForwardSwap.skip_call`
 with the frame that runs the call (torch's ``inner`` closure, which calls the
 pre hooks and then ``forward``); the swapped forward, called from that same
-frame, returns the value instead of running. The frame is held, not its id, so
+frame (or through a wrapper set over it on the instance, as accelerate's
+mixed precision sets one), returns the value instead of running. The frame is held, not its id, so
 an entry left by a call that never reached forward (a later pre hook raised)
 can never match another call; it goes at the next skip, or with the swap.
 
@@ -57,7 +58,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch import nn
 
-from ._call_frames import running_calls
+from ._call_frames import module_call_frame, running_calls
 
 __all__ = [
     "Bracket",
@@ -76,8 +77,6 @@ Bracket = Callable[..., Any]
 """``bracket(run, module, *args, **kwargs)``: runs around the forward, which it calls as
 ``run(module, *args, **kwargs)`` (see :meth:`ForwardSwap.add_bracket`)."""
 
-_MODULE_CLASS: Any = nn.Module  # partly untyped in torch
-_SLOW_FORWARD: Any = _MODULE_CLASS._slow_forward.__code__  # forward's caller while tracing
 Watcher = Callable[[Any, BaseException], None]
 """``watcher(caller, error)``: told of a ``BaseException`` leaving the forward (see ``watch``)."""
 
@@ -319,10 +318,7 @@ class ForwardSwap:
         pending = self._local.__dict__.get("pending")
         found: Optional[Tuple[Any, Optional[nn.Module], Any]] = None
         if pending:
-            if caller.f_code is _SLOW_FORWARD:
-                # Under torch.jit.trace, torch's frame calls _slow_forward, which calls
-                # forward: a skip is keyed by torch's frame, and traced as it runs.
-                caller = caller.f_back
+            caller = module_call_frame(caller)
             with self._lock:
                 for position in range(len(pending) - 1, -1, -1):
                     if pending[position][0] is caller:  # torch's frame that ran the pre hooks

@@ -139,3 +139,33 @@ def test_a_trainer_of_the_pytorch_lightning_package_is_bridged_too(tmp_path: Pat
     assert any(isinstance(cb, legacy.Callback) for cb in trainer.callbacks)
     connection.disconnect()
     assert not any(type(cb).__name__ == "HookbusCallback" for cb in trainer.callbacks)
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_spawn_find_unused_parameters_true"])
+def test_a_trainer_that_spawns_its_processes_is_refused_at_connect(strategy: str) -> None:
+    # Such a trainer pickles itself, callbacks included, into new processes, where the
+    # bus and its hooks can't go: fit() once failed with "Can't pickle local object
+    # HookbusCallback" (an AttributeError), and only after before_run had gone out.
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", devices=2, strategy=strategy, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    callbacks = list(trainer.callbacks)
+    with pytest.raises(ValueError, match="starts its processes with 'spawn'") as info:
+        bridges.connect(trainer, hookbus.EventBus())
+    assert "strategy='ddp'" in str(info.value)
+    assert trainer.callbacks == callbacks  # nothing left half-connected
+
+
+def test_the_bridge_callback_refuses_pickling_in_words() -> None:
+    # What any other way of carrying the trainer to another process meets.
+    import pickle
+
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    with bridges.connect(trainer, hookbus.EventBus()):
+        callback = trainer.callbacks[-1]
+        with pytest.raises(TypeError, match="belongs to the process that connected it"):
+            pickle.dumps(callback)

@@ -166,6 +166,31 @@ def test_a_forward_the_user_set_on_the_instance_is_kept_and_put_back(
     assert vars(net.block)["forward"] is own
 
 
+def test_skip_works_through_a_forward_that_wraps_the_swapped_one(
+    net: CountedNet, bus: hookbus.EventBus
+) -> None:
+    # accelerate's prepare(mixed_precision=...) sets such a wrapper on the instance over
+    # whatever forward is there: the skip once went unseen and the forward ran.
+    hookbus.torch.attach(net, bus)
+    value = torch.zeros(1, 3)
+    handle = bus.pre("block", lambda ctx: ctx.skip(value))
+    swapped = net.block.forward
+    wrapped: List[str] = []
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        wrapped.append("called")
+        return swapped(*args, **kwargs)
+
+    net.block.forward = wrapper  # type: ignore[method-assign]
+    assert net.block(torch.ones(1, 3)) is value
+    assert net.block.calls == 0
+    assert wrapped == ["called"]  # the wrapper still runs around the skipped forward
+    handle.remove()
+    x = torch.ones(1, 3)
+    assert torch.equal(net.block(x), torch.tanh(net.block.inner(x)) + x)
+    assert net.block.calls == 1
+
+
 def test_a_skip_left_by_a_failed_call_never_skips_a_later_call(
     net: CountedNet, bus: hookbus.EventBus
 ) -> None:

@@ -239,6 +239,41 @@ def test_ema_of_a_hooked_model_matches_the_ema_of_the_unhooked_one() -> None:
     assert torch.equal(averaged[0], averaged[1])
 
 
+# --- accelerate ----------------------------------------------------------------------------
+
+
+def test_a_skip_still_skips_after_accelerate_wraps_the_forward_for_mixed_precision() -> None:
+    # prepare() wraps the instance's forward, here hookbus's swap, in autocast and a
+    # float32 conversion: the skip once went unseen and the model's forward ran.
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.state import AcceleratorState
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    net = hookbus.torch.attach(model, hookbus.EventBus())
+    value = torch.full((1, 2), 7.0)
+    handle = net.pre("<root>", lambda ctx: ctx.skip(value) if len(ctx.args[0]) == 1 else None)
+    dtypes: List[Tuple[str, torch.dtype]] = []
+    for name in ("0", "<root>"):
+        net.post(name, lambda ctx: dtypes.append((ctx.name, ctx.result.dtype)))
+    AcceleratorState._reset_state(reset_partial_state=True)  # a process-wide singleton
+    try:
+        prepared = accelerate.Accelerator(cpu=True, mixed_precision="bf16").prepare(model)
+        x = torch.randn(3, 4)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            expected = model[2](model[1](model[0](x))).float()
+        assert torch.equal(prepared(torch.ones(1, 4)), value)
+        dtypes.clear()
+        assert torch.equal(prepared(x), expected)
+        # Inside the autocast the layers' outputs are bfloat16; the model's is float32.
+        assert dtypes == [("0", torch.bfloat16), ("<root>", torch.float32)]
+        handle.remove()
+        net.detach()
+        assert torch.equal(prepared(x), expected)  # accelerate's wrapper still runs
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
 # --- DataLoader workers ------------------------------------------------------------------
 
 
