@@ -47,7 +47,7 @@ from ._kinds import hook_kind
 from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
 from ._pause import Pause
-from ._plan import NO_HOOKS, PointPlan
+from ._plan import NO_HOOKS, CheckedPlan, EventPlan, PointPlan
 from ._registry import Registry
 from ._scope import Scope
 from ._spec import spec_of
@@ -217,8 +217,10 @@ class EventBus:
             >>> bus.emit("greet", "ada", punct="?")
             hi ada?
         """
-        # Every plan is a tuple: the hooks as bare callables, or (a _plan.EventPlan) what
-        # runs the full loop, or nothing. So the loop runs any plan, with no test first.
+        # Every plan is a tuple: the hooks as bare callables (a _plan.CheckedPlan's first
+        # one checks a declared event's positional arguments), or (a _plan.EventPlan)
+        # what runs the full loop, or nothing. So the loop runs any plan, with no test
+        # first.
         plan: Any
         try:
             plan = self._plans[event]
@@ -231,6 +233,8 @@ class EventBus:
         try:
             # Results are dropped, but a dropped coroutine would never be awaited.
             if kwargs:
+                if plan.__class__ is CheckedPlan:  # its first caller takes no keywords
+                    plan = plan.keywords
                 for hook in plan:
                     result = hook(*args, **kwargs)
                     if result is not None and result.__class__ is CoroutineType:
@@ -246,7 +250,7 @@ class EventBus:
                     if result is not None and result.__class__ is CoroutineType:
                         check_event_result(result, event)
         except Exception as error:
-            if plan.__class__ is tuple:  # else the full loop named the hook itself
+            if plan.__class__ is not EventPlan:  # else the full loop named the hook itself
                 # No ``hook = None`` before the loop (2% of a 1-hook emit): only an error
                 # raised between two bytecodes (a signal handler's) comes before the first
                 # hook is bound, and then no hook is named. (Not ``locals()``: its dict

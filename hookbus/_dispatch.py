@@ -25,6 +25,13 @@ Events
       run as bare callables is a ``_plan.EventPlan``, a tuple holding what runs the
       full loop, so that the loop runs every plan with no test of its kind first.
       ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
+      A declared event's arguments are checked by the plan's first callable: the first
+      hook itself when its parameters are the spec's, else the generated binder, or,
+      where a count is the whole positional check, one generated caller that checks
+      and calls the first hook (``_spec.make_checking_call``; a ``_plan.CheckedPlan``,
+      whose emissions with keywords run the binder's plan). Not a hand copy: generated,
+      and checked against Python's binding of the spec for every call shape
+      (``tests/test_spec.py``).
     * ``dispatch_event``: emit's full loop (once, target, weak, with_name, error
       policies, tracing), and ``collect``'s and ``first``'s; an event's around hooks
       wrap it through ``call_with_hooks`` (``EventBus._emit_full``).
