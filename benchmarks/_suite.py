@@ -640,7 +640,19 @@ def copy_cases() -> List[Case]:
     registry = hookbus.EventBus().registry
     registry.unregister(registry.register("event", "e", listener, {}))
     args, kwargs = (1,), {"k": 2}
+
+    declaring = hookbus.EventBus()
+
+    @declaring.event("e")
+    def event(x: Any) -> None: ...
+
+    declaring.on("e", listener)
+    # The same event without the copy: an Event made without it has bus.emit's partial.
+    partial = hookbus.Event(declaring, "e", event.__wrapped__, event.signature)
+    event.emit(1)
     return [
+        Case("copies/event emit", "event.emit(1)", {"event": event}),
+        Case("copies/event emit twin", "event.emit(1)", {"event": partial}),
         Case("copies/emit", "bus.emit('e', 1)", {"bus": emitting}),
         Case(
             "copies/emit twin",
@@ -692,6 +704,7 @@ def copy_lines() -> List[Line]:
     pays = "<= 0.95x twin"  # a gain inside the noise (5%) does not pay for a copy
     pairs = [
         ("`EventBus.emit`'s inline loop, 1 hook", "copies/emit", "dispatch_event"),
+        ("`Event.emit`, emit's loop with the name bound", "copies/event emit", "partial of emit"),
         ("hook point's compiled call, 1 pre + 1 post hook", "copies/direct", "call_with_hooks"),
         ("`Registry.register`'s flat path (+ unregister)", "copies/register", "_register_checked"),
         ("`Registry.unregister`'s inline drop (+ register)", "copies/register", "_drop_locked"),
@@ -700,6 +713,7 @@ def copy_lines() -> List[Line]:
     ]
     twins = {
         "copies/emit": "copies/emit twin",
+        "copies/event emit": "copies/event emit twin",
         "copies/direct": "copies/direct twin",
         "copies/handle": "copies/handle twin",
         "copies/context": "copies/context twin",

@@ -28,7 +28,15 @@ from typing import (
     cast,
 )
 
-from ._spec import bad_arguments, by_name, code_shape, format_spec, make_binder
+from ._spec import (
+    CallerFactory,
+    bad_arguments,
+    by_name,
+    code_shape,
+    format_spec,
+    make_binder,
+    make_checking_call,
+)
 
 if TYPE_CHECKING:
     from ._handle import Handle
@@ -93,6 +101,7 @@ class Declared:
     __slots__ = (
         "binder",
         "binder_shape",
+        "checking_call",
         "historic",
         "name",
         "sender_keyword",
@@ -109,6 +118,10 @@ class Declared:
         #: don't bind to the spec, at the cost of one call of an empty function.
         self.binder: Callable[..., None] = make_binder(signature, name)
         self.binder_shape = code_shape(cast(FunctionType, self.binder))
+        #: Where a positional emission binds exactly when it passes as many arguments as
+        #: the spec has parameters: makes, for a hook that doesn't check itself, one
+        #: caller that checks and calls it (``_spec.make_checking_call``); else ``None``.
+        self.checking_call: Optional[CallerFactory] = make_checking_call(signature, name)
         #: The sender is the spec's first parameter, however it is passed: its name,
         #: when an emission may pass it by keyword (else ``None``).
         self.sender_keyword = _sender_keyword(signature)

@@ -24,7 +24,20 @@ Events
       :func:`note_fast_error`. Slow twin: ``dispatch_event``. A plan the loop can't
       run as bare callables is a ``_plan.EventPlan``, a tuple holding what runs the
       full loop, so that the loop runs every plan with no test of its kind first.
-      ``Event.emit`` is ``bus.emit`` with the name bound (a ``functools.partial``).
+      ``Event.emit``: a copy of that loop with the name bound, for an emission without
+      keywords whose plan is cached (``EventBus._emitter``: a Python function, called
+      inline, where a ``functools.partial`` of ``bus.emit`` is a call through C, about a
+      fifth of a 1-hook emit; the declared events row's ``event.emit`` line pays for
+      it); every other emission goes to ``bus.emit``, and so does every emission of a
+      bus whose class changes ``emit`` (a ``functools.partial`` then). Slow twin:
+      ``bus.emit``.
+      A declared event's arguments are checked by the plan's first callable: the first
+      hook itself when its parameters are the spec's, else the generated binder, or,
+      where a count is the whole positional check, one generated caller that checks
+      and calls the first hook (``_spec.make_checking_call``; a ``_plan.CheckedPlan``,
+      whose emissions with keywords run the binder's plan). Not a hand copy: generated,
+      and checked against Python's binding of the spec for every call shape
+      (``tests/test_spec.py``).
     * ``dispatch_event``: emit's full loop (once, target, weak, with_name, error
       policies, tracing), and ``collect``'s and ``first``'s; an event's around hooks
       wrap it through ``call_with_hooks`` (``EventBus._emit_full``).

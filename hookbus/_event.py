@@ -139,6 +139,7 @@ class Event(Generic[P]):
         signature: Signature,
         *,
         historic: bool = False,
+        emit: Optional[Callable[..., None]] = None,
     ) -> None:
         self.bus = bus
         self.name = name
@@ -148,11 +149,13 @@ class Event(Generic[P]):
         self.__module__ = stub.__module__
         self.__wrapped__ = stub
         # An instance attribute over the method below: the same call, only faster.
-        # bus.emit with the name bound: a C-level partial costs less than a method
-        # forwarding to it, or a copy of its loop (tests/test_fast_copies.py). It binds
-        # the bus's emit function with the bus as its first argument: a bound method
-        # would copy the arguments once more to put the bus first.
-        self.__dict__["emit"] = _bound_emit(bus, name)
+        # ``emit``: the bus's emit with the name bound, as a Python function that Python
+        # calls inline (``EventBus._emitter``, a copy of emit's fast loop), given by
+        # the bus that declared the event. Else bus.emit with the name bound: a C-level
+        # partial costs less than a method forwarding to it. It binds the bus's emit
+        # function with the bus as its first argument: a bound method would copy the
+        # arguments once more to put the bus first.
+        self.__dict__["emit"] = _bound_emit(bus, name) if emit is None else emit
 
     # --- emitting ---------------------------------------------------------------------
 

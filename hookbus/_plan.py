@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from ._trace import Tracer
 
 __all__ = [
-    "NO_HOOKS", "DispatchSettings", "EventPlan", "Point", "PointPlan", "PointSource",
-    "event_plan", "fast_hooks",
+    "NO_HOOKS", "CheckedPlan", "DispatchSettings", "EventPlan", "Point", "PointPlan",
+    "PointSource", "event_plan", "fast_hooks",
 ]  # fmt: skip
 
 Hooks = Tuple["Handle", ...]
@@ -175,6 +175,18 @@ NO_HOOKS = EventPlan()
 """The plan of an event without hooks: emit's loop has nothing to run."""
 
 
+class CheckedPlan(Tuple[Callable[..., Any], ...]):
+    """The plan of a declared event whose first hook is called through the caller that
+    checks a positional emission (``_spec.make_checking_call``): bare callables, as a
+    plain tuple's, for an emission without keywords.
+
+    That caller takes its arguments by position only, so an emission with keywords
+    runs :attr:`keywords` instead: the binder, then the hooks themselves.
+    """
+
+    keywords: Tuple[Callable[..., Any], ...]
+
+
 def event_plan(
     handles: Hooks, plain: bool, full: Callable[..., Any], declared: Optional[Declared] = None
 ) -> Any:
@@ -185,7 +197,9 @@ def event_plan(
 
     A declared event's tuple starts with something that raises ``TypeError`` before
     any hook runs when the arguments don't bind to the spec: the first hook itself
-    if its own parameters are the spec's, else the generated binder. A hook that
+    if its own parameters are the spec's, else the generated binder; or, where a
+    count is the whole positional check, a :class:`CheckedPlan`, whose first callable
+    checks and calls the first hook in one frame. A hook that
     takes the spec's arguments by name runs as its caller (``_spec.by_name``), which
     has the spec's parameters, so it checks them too when it comes first. A historic
     event always takes the full loop, which records each emission.
@@ -202,7 +216,12 @@ def event_plan(
         fast = tuple(h.call_for(declared.name, hook) for h, hook in zip(handles, fast))
     if fast and declared.checks_itself(fast[0]):
         return fast
-    return (declared.binder, *fast)
+    checked = (declared.binder, *fast)
+    if not fast or declared.checking_call is None:
+        return checked
+    plan = CheckedPlan((declared.checking_call(fast[0]), *fast[1:]))
+    plan.keywords = checked
+    return plan
 
 
 class PointPlan:

@@ -33,6 +33,7 @@ __all__ = [
     "format_spec",
     "hook_mismatch",
     "make_binder",
+    "make_checking_call",
     "spec_of",
 ]
 
@@ -176,6 +177,63 @@ def make_binder(spec: Signature, name: str) -> Callable[..., None]:
     binder: Callable[..., None] = namespace["binder"]
     _named(binder, name)
     return binder
+
+
+def make_checking_call(spec: Signature, name: str) -> Optional[CallerFactory]:
+    """The factory of callers that check a positional emission and call one hook, or
+    ``None`` where a spec's positional check is more than a count.
+
+    For a spec whose parameters are positional without defaults (no ``*args``, no
+    required keyword-only parameter), positional arguments bind exactly when there
+    are as many as parameters. The caller takes exactly those, by position only, so
+    Python's own binding of the caller is the check (a ``TypeError`` at the call,
+    before any hook runs), and passes them on as they came: a hook called through it
+    gets what it would get called directly, in one frame where the binder and the
+    hook took two. By position only: an emission with keywords must not run it.
+
+    Example:
+        >>> def saved(path, mode): ...
+        >>> factory = make_checking_call(inspect.signature(saved), "saved")
+        >>> factory(print)("a.txt", "w")
+        a.txt w
+        >>> factory(print)("a.txt")
+        Traceback (most recent call last):
+        TypeError: saved() missing 1 required positional argument: 'mode'
+        >>> make_checking_call(inspect.signature(lambda path, mode="w": None), "saved")
+    """
+    names: List[str] = []
+    for param in spec.parameters.values():
+        if param.kind in _POSITIONAL and param.default is Parameter.empty:
+            names.append(param.name)
+        elif param.kind is Parameter.VAR_POSITIONAL or param.kind in _POSITIONAL:
+            return None  # a count range, or no bound: the binder checks
+        elif param.kind is Parameter.KEYWORD_ONLY and param.default is Parameter.empty:
+            return None  # a positional emission never binds: the binder says so
+    hook_var = "_hook"
+    while hook_var in names:
+        hook_var = f"_{hook_var}"
+    for each in names:
+        if not each.isidentifier() or keyword.iskeyword(each):
+            raise TypeError(f"the spec of {name!r} has a parameter named {each!r}")
+    parameters = ", ".join([*names, "/"]) if names else ""
+    namespace: Dict[str, Any] = {}
+    # Generated source, as for the binder: only checked identifiers and fixed text.
+    exec(
+        f"def factory({hook_var}):\n"
+        f"    def checking({parameters}):\n"
+        f"        return {hook_var}({', '.join(names)})\n"
+        f"    return checking\n",
+        namespace,
+    )
+    make = namespace["factory"]
+
+    def factory(hook: Callable[..., Any]) -> Callable[..., Any]:
+        caller = make(hook)
+        _named(caller, name)
+        caller.__wrapped__ = hook  # which hook it calls: error notes name that one
+        return caller  # type: ignore[no-any-return]
+
+    return factory
 
 
 # --- hooks that take the arguments they name (pluggy's rule) -------------------------------

@@ -254,6 +254,69 @@ def test_event_emit_matches_bus_emit(
     )
 
 
+def _run_counted(plan: List[str], how: str, args: Tuple[Any, ...], keyword: bool) -> Any:
+    """A spec whose positional check is a count: the plan's first callable checks the
+    arguments and calls the first hook (a ``CheckedPlan``); with a keyword, the binder's."""
+    bus = EventBus()
+    event = bus.event("e")(lambda x, y: None)
+    calls: List[Any] = []
+
+    def make(index: int, behaviour: str) -> Callable[..., Any]:
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            calls.append((index, args, kwargs))
+            if behaviour == "raise":
+                raise ValueError(f"hook {index}")
+            if behaviour == "coroutine":
+                return asyncio.sleep(0)
+            return index if behaviour == "value" else None
+
+        hook.__qualname__ = f"hook{index}"
+        return hook
+
+    for index, behaviour in enumerate(plan):
+        event.on(make(index, behaviour))
+    kwargs = {"y": args[-1]} if keyword and args else {}
+    positional = args[:-1] if kwargs else args
+    outcome = None
+    try:
+        if how == "event":
+            event.emit(*positional, **kwargs)
+        else:
+            bus.emit("e", *positional, **kwargs)
+    except (ValueError, TypeError) as raised:
+        outcome = (type(raised).__name__, str(raised), getattr(raised, "__notes__", []))
+    if plan:
+        assert bus.registry.plan_event("e").__class__.__name__ == "CheckedPlan"
+    return calls, outcome
+
+
+@given(
+    st.lists(st.sampled_from(["none", "value", "raise", "coroutine"]), max_size=4),
+    st.lists(st.integers(), max_size=3).map(tuple),
+    st.booleans(),
+)
+def test_event_emit_matches_bus_emit_through_the_checking_caller(
+    plan: List[str], args: Tuple[Any, ...], keyword: bool
+) -> None:
+    """The same through a plan whose first callable is the checking caller."""
+    assert _run_counted(plan, "event", args, keyword) == _run_counted(plan, "bus", args, keyword)
+
+
+def test_event_emit_of_a_bus_whose_class_changes_emit_runs_that_emit() -> None:
+    seen: List[Any] = []
+
+    class Logged(EventBus):
+        def emit(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+            seen.append((event, args))
+            super().emit(event, *args, **kwargs)
+
+    bus = Logged()
+    event = bus.event("e")(lambda x: None)
+    event.on(lambda x: seen.append(x))
+    event.emit(1)
+    assert seen == [("e", (1,)), 1]
+
+
 # --- the registry's fast paths of register and remove against their slow twins --------
 
 

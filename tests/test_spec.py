@@ -30,6 +30,7 @@ from hookbus._spec import (
     format_spec,
     hook_mismatch,
     make_binder,
+    make_checking_call,
     spec_of,
 )
 
@@ -139,6 +140,99 @@ def test_the_emit_binder_raises_exactly_when_arguments_do_not_bind(spec: Signatu
             bound = True
         assert bound == binds(spec, (count, keywords)), (str(spec), count, keywords)
         assert (bad_arguments("e", spec, tuple(range(count)), kwargs) is None) == bound
+
+
+def _counts_alone(spec: Signature) -> bool:
+    """Whether a positional call binds to ``spec`` exactly when it passes one argument per
+    parameter: positional parameters without defaults, no *args, no required keyword."""
+    return all(
+        p.default is Parameter.empty
+        if p.kind in (Parameter.POSITIONAL_ONLY, Parameter.POSITIONAL_OR_KEYWORD)
+        else p.kind is Parameter.VAR_KEYWORD or p.default is not Parameter.empty
+        for p in spec.parameters.values()
+        if p.kind is not Parameter.VAR_POSITIONAL
+    ) and all(p.kind is not Parameter.VAR_POSITIONAL for p in spec.parameters.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(signatures())
+def test_the_checking_caller_refuses_exactly_the_positional_calls_that_do_not_bind(
+    spec: Signature,
+) -> None:
+    """Made where a count is the whole positional check; then, called by position, it
+    raises TypeError before the hook exactly when the arguments don't bind, and passes
+    the others on as they came."""
+    factory = make_checking_call(spec, "e")
+    assert (factory is not None) == _counts_alone(spec), str(spec)
+    if factory is None:
+        return
+    got: List[Tuple[Any, ...]] = []
+    caller = factory(lambda *args: got.append(args))
+    for count in range(6):
+        got.clear()
+        try:
+            caller(*range(count))
+        except TypeError:
+            bound = False
+        else:
+            bound = True
+        assert bound == binds(spec, (count, ())), (str(spec), count)
+        assert got == ([tuple(range(count))] if bound else [])
+
+
+@settings(max_examples=100, deadline=None)
+@given(signatures(), st.integers(1, 3))
+def test_a_declared_emit_refuses_exactly_what_does_not_bind_and_passes_the_rest_as_it_came(
+    spec: Signature, hooks: int
+) -> None:
+    """Hooks that don't check the arguments themselves (the binder first, or the first
+    hook's checking caller): every call shape, with keywords or without, is refused
+    before any hook runs exactly when it doesn't bind to the spec; else each hook gets
+    the arguments as they were emitted."""
+    bus = EventBus()
+    bus.event("e")(hook_with(spec))
+    calls: List[Tuple[int, Tuple[Any, ...], Dict[str, Any]]] = []
+
+    def recorder(index: int) -> Any:
+        def hook(*args: Any, **kwargs: Any) -> None:
+            calls.append((index, args, kwargs))
+
+        return hook
+
+    for index in range(hooks):
+        bus.on("e", recorder(index))
+    for count, keywords in CALLS:
+        args, kwargs = tuple(range(count)), dict.fromkeys(keywords)
+        calls.clear()
+        refusal = ""
+        try:
+            bus.emit("e", *args, **kwargs)
+        except TypeError as error:
+            refusal = str(error)
+        refused = "don't match its spec" in refusal
+        assert refused == (refusal != ""), refusal  # no other TypeError
+        assert refused != binds(spec, (count, keywords)), (str(spec), count, keywords)
+        assert calls == ([] if refused else [(i, args, kwargs) for i in range(hooks)])
+    checked = bus.registry.plan_event("e").__class__.__name__ == "CheckedPlan"
+    assert checked == _counts_alone(spec)  # both ways of checking were run
+
+
+def test_a_hook_called_through_the_checking_caller_is_named_when_it_raises() -> None:
+    bus = EventBus()
+
+    @bus.event
+    def saved(path: str) -> None: ...
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("disk full")
+
+    bus.on("saved", fails)
+    for kwargs in ({}, {"path": "a.txt"}):  # the checking caller, then the binder first
+        with pytest.raises(ValueError, match="disk full") as raised:
+            bus.emit("saved", *(() if kwargs else ("a.txt",)), **kwargs)
+        assert len(raised.value.__notes__) == 1
+        assert "fails" in raised.value.__notes__[0]
+        assert "removed while" not in raised.value.__notes__[0]
 
 
 @settings(max_examples=100, deadline=None)
