@@ -525,12 +525,28 @@ class Registry:
         after it, as ``_unlock`` would, without noting them. :meth:`_register_checked`
         takes every other case, and is its slow twin (``tests/test_fast_copies.py``).
         """
-        handle = _plain_handle(self, kind, name, hook, False, None)
+        # Handle.plain's stores, without its frame (parity: tests/test_fast_copies.py).
+        handle: Handle = _new_object(Handle)
+        handle.registry = self
+        handle.kind = kind
+        handle.name = name
+        handle.seq = 0
+        handle.is_async = False
+        handle.match = None
+        handle._registered = False
+        handle._options = DEFAULT_OPTIONS
+        handle._hook = hook
+        if hook.__class__ is FunctionType:  # context_mismatch's common case, without its frame
+            code = hook.__code__
+            takes_context = code.co_argcount == 1 and not code.co_kwonlyargcount
+        else:
+            takes_context = False
+        # A hook that can't take the context: the checked path says what is wrong.
         if (
             self.checking
             or self._sources
             or (opened_anywhere and open_scopes.get())
-            or context_mismatch(hook) is not None  # the checked path says what is wrong
+            or (not takes_context and context_mismatch(hook) is not None)
         ):
             return self._register_checked(handle, None)
         duplicate: Optional[Handle] = None
