@@ -79,6 +79,7 @@ __all__ = [
     "NativePostOwner",
     "PostRunner",
     "Runner",
+    "added_hook_first_call",
     "call_straight_through",
     "compile_call",
     "compile_post_phase",
@@ -330,16 +331,28 @@ def _both_functions(
             ("plan.post_hooks", "post_", False),
         )
     ]
+    unpack = [f"        ({', '.join(group)},) = {source}" for source, group in hooks if group]
     first = [
         _FIRST_CALL_START.lstrip("\n"),
         "    def first_call(point, plan, args, kwargs, call, name, counter, target, registry,",
         "                   reference):",
-        *(f"        ({', '.join(group)},) = {source}" for source, group in hooks if group),
+        *unpack,
         *start,
         *body,
         "    return first_call",
     ]
-    return "\n".join([*runner, "", "", *wrapper, "", "", *first]) + "\n"
+    # The same first call, the point's constants bound: what a plan made by adding a hook
+    # to a compiled plan runs at its first call (:func:`added_hook_first_call`).
+    added = [
+        "def make_added_first(call, name, target, counter, registry, reference, compiling):",
+        "    def added_first_call(point, plan, args, kwargs):",
+        "        plan.run = compiling",
+        *unpack,
+        *start,
+        *body,
+        "    return added_first_call",
+    ]
+    return "\n".join([*runner, "", "", *wrapper, "", "", *first, "", "", *added]) + "\n"
 
 
 def source_of(shape: Shape) -> str:
@@ -512,6 +525,7 @@ class Factory(NamedTuple):
     key: str
     wrapper_code: CodeType
     first_call: FirstCall
+    make_added_first: Callable[..., Runner]
 
 
 def _factory(shape: Union[Shape, AroundShape]) -> Factory:
@@ -531,7 +545,10 @@ def _factory(shape: Union[Shape, AroundShape]) -> Factory:
         make, wrapper_code = namespace["make"], namespace["make_wrapper"](None, None).__code__
         # The wrapper code's own constant: ``plan.shape != key`` is then an identity test.
         key = next(c for c in wrapper_code.co_consts if c == key)
-        made = Factory(make, source, key, wrapper_code, namespace["make_first"]())
+        made = Factory(
+            make, source, key, wrapper_code, namespace["make_first"](),
+            namespace["make_added_first"],
+        )  # fmt: skip
         runner_code = make(*[None] * make.__code__.co_argcount).__code__
         _BY_RUNNER[runner_code] = made  # before _FACTORIES: a factory found is complete
         _FACTORIES[shape] = made
@@ -643,6 +660,36 @@ def first_call_of(plan: PointPlan, bound: bool) -> Optional[FirstCall]:
         return None
     made = _FACTORIES.get(shape)  # _factory's common case, without its frame
     return (made or _factory(shape)).first_call
+
+
+def added_hook_first_call(
+    plan: PointPlan,
+    *,
+    call: Callable[..., Any],
+    name: str,
+    target: Any,
+    counter: Any,
+    registry: Any,
+    bound: bool,
+    reference: Runner,
+    compiling: Runner,
+) -> Optional[Runner]:
+    """The first call of ``plan``'s shape with the point's constants bound (as
+    :func:`compile_call` takes them), the hooks read from the plan it is given:
+    ``run(point, plan, args, kwargs)``, which first sets ``plan.run = compiling``, so
+    that the plan's next call compiles. ``None`` when the reference must run the plan.
+
+    One such function serves every plan of the shape at one point: a point whose plan
+    changes at every call (a hook added to a compiled plan and removed after the call,
+    a benchmark row) keeps it for the plans that adding a hook of one kind makes, and
+    their first call then runs it directly (``plan.run``), no frame in between.
+    """
+    first = first_call_of(plan, bound)
+    if first is None:
+        return None
+    make = _FACTORIES[shape_of(plan, bound)].make_added_first  # type: ignore[index]
+    run: Runner = make(call, name, target, counter, registry, reference, compiling)
+    return run
 
 
 def run_in_wrapper(wrapper: FunctionType, plan: PointPlan, run: Runner) -> None:

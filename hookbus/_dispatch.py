@@ -106,12 +106,17 @@ Registration at hook points (``_registry.py``; the row of a plan changed per cal
     * ``Registry._register_point_hook``, ``register``'s flat path for a plain pre, post
       or exception hook on a point's exact name with nothing to check: one lock, the
       name's points told after it. Slow twin: ``Registry._register_checked``.
-    * ``Registry.unregister``'s flat path for the same hooks: one lock, the name's points
-      told after it. Slow twin: ``Registry._drop_locked``, as ``Registry.remove`` runs it.
+    * the inline drop of the same hooks: ``remove()`` of the handle that flat path makes
+      (``_registry._PointHandle``), which ``Registry.unregister`` runs for any such
+      handle: one lock, the name's points told after it. Slow twin:
+      ``Registry._drop_locked``, as ``Registry.remove`` runs it.
     * Both let each ``HookPoint`` of the name follow the change under the lock
       (``HookPoint.follow``): the plan that follows from the one it keeps
       (``PointPlan.with_hook``, ``without_hook``, or the parent given back). Slow
       twin: ``Registry.plan``, which works the plan out from the hooks at the next call.
+      A plan that follows runs the first call its point kept for its call shape
+      (``HookPoint._keep_first``): generated code, checked against ``call_with_hooks``
+      (``tests/test_compiled_call.py``).
 
 Constructors
     * ``Handle.plain`` builds what ``Handle.__init__`` builds for the default

@@ -41,6 +41,7 @@ from typing_extensions import Concatenate, ParamSpec, Protocol, Self, Unpack
 from ._async_dispatch import call_with_hooks_async
 from ._compiled_call import (
     Runner,
+    added_hook_first_call,
     call_straight_through,
     compile_call,
     explain,
@@ -135,6 +136,7 @@ class HookPoint:
         "__weakref__",
         "_bound",
         "_calls",
+        "_firsts",
         "_fn",
         "_layout",
         "_stamp",
@@ -196,6 +198,10 @@ class HookPoint:
         # stay cached after it (see current_plan). No lock: a weakref callback
         # may invalidate the point while this very thread resolves it.
         self._stamp = 0
+        # The first call of each call shape without around hooks this point met, with the
+        # point's constants bound, by (pre hooks, post hooks, exception hooks): made at a
+        # plan's first call (_run_first), run directly by the plans that follow (follow).
+        self._firsts: Optional[Dict[Tuple[int, int, bool], Runner]] = None
 
     def invalidate(self) -> None:
         """Forget the plan (called when hooks change, with no bus lock held)."""
@@ -222,7 +228,15 @@ class HookPoint:
         if new is None:
             return None
         if new is not plan.parent:  # a new plan (a parent given back runs as it did)
-            new.run = HookPoint._run_first  # before the plan is seen: swapped whole
+            # Before the plan is seen: swapped whole. A plan of a call shape met before
+            # (:func:`~hookbus._compiled_call.shape_of`, inline) runs its first call
+            # directly: a hook added and removed around each call is a benchmark row.
+            firsts = self._firsts
+            if firsts is not None and new.direct and not new.around:
+                shape = (len(new.pre_hooks), len(new.post_hooks), bool(new.exception))
+                new.run = firsts.get(shape) or HookPoint._run_first
+            else:
+                new.run = HookPoint._run_first
         elif plan.shape:
             # The point's function runs the replaced plan's code: the parent's next call
             # compiles it again, which gives the function the parent's code back (a
@@ -263,10 +277,35 @@ class HookPoint:
         first = first_call_of(plan, self._bound)
         if first is None:
             return self._run_reference(plan, args, kwargs)
+        if not plan.around:  # a shape follow() finds, from the next plan of this one on
+            self._keep_first(plan)
         return first(
             self, plan, args, kwargs, self._fn, self.name, self._calls, self._target,
             self.registry, HookPoint._run_reference,
         )  # fmt: skip
+
+    def _keep_first(self, plan: PointPlan) -> None:
+        """Keep the first call of ``plan``'s shape, a direct one without around hooks, for
+        the plans of that shape that follow (:meth:`follow`), unless it has it."""
+        firsts = self._firsts
+        if firsts is None:
+            firsts = self._firsts = {}
+        shape = (len(plan.pre_hooks), len(plan.post_hooks), bool(plan.exception))
+        if shape in firsts:
+            return
+        first = added_hook_first_call(
+            plan,
+            call=self._fn,
+            name=self.name,
+            target=self._target,
+            counter=self._calls,
+            registry=self.registry,
+            bound=self._bound,
+            reference=HookPoint._run_reference,
+            compiling=HookPoint._run_compiling,
+        )
+        if first is not None:
+            firsts[shape] = first
 
     def _run_compiling(
         self, plan: PointPlan, args: Tuple[Any, ...], kwargs: Dict[str, Any]

@@ -13,7 +13,7 @@ names are swept: it references nothing, and costs a test where its name is read.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from ._names import Matcher
@@ -42,11 +42,14 @@ class LivePoints:
         ([], [])
     """
 
-    __slots__ = ("_refs", "_sweep_at")
+    __slots__ = ("_refs", "_sweep_at", "refs_or")
 
     def __init__(self) -> None:
         self._refs: Dict[str, PointRefs] = {}
         self._sweep_at = 64
+        # refs(), without its frame: ``refs_or(name, ())``, the dict's own get (it is
+        # never replaced). A hook added and removed around each call reads it twice.
+        self.refs_or: Callable[[str, PointRefs], PointRefs] = self._refs.get
 
     def refs(self, name: str) -> PointRefs:
         """The weak references to the points named ``name`` (some may be dead): the

@@ -323,16 +323,37 @@ class PointPlan:
         hooks; ``tests/test_fast_copies.py`` checks the result against ``Registry.plan``.
         """
         kind = handle.kind
-        handles = self.hooks.get(kind)
+        hooks = self.hooks
+        handles = hooks.get(kind)
         if handles is None or (handles and handles[-1]._options.priority < 0):
             return None
-        bare = self.fast[kind]
-        plan = self._changed(
-            kind, (*handles, handle), None if bare is None else (*bare, handle._hook)
-        )
+        # What _changed() works out, in this frame, and less of it: a plain sync hook
+        # changes neither has_async nor, as its kind's bare callables stay there or
+        # absent, direct; only its kind's fields change.
+        plan: PointPlan = _new_object(PointPlan)
+        plan.hooks = hooks = dict(hooks)
+        handles = hooks[kind] = (*handles, handle)
+        plan.fast = fast = dict(self.fast)
+        bare = fast[kind]
+        if bare is not None:
+            bare = fast[kind] = (*bare, handle._hook)
+        plan.shape = ""
+        plan.bindings = ()
         # The parent's own parent is let go of: one step back is what a hook added and
         # removed around a call needs, and a chain would keep every plan before it.
         plan.parent, plan.added, self.parent, self.added = self, handle, None, None
+        plan.pre, plan.post, plan.exception = self.pre, self.post, self.exception
+        plan.pre_hooks, plan.post_hooks = self.pre_hooks, self.post_hooks
+        if kind == "pre":
+            plan.pre = handles
+            plan.pre_hooks = bare or ()
+        elif kind == "post":
+            plan.post = handles
+            plan.post_hooks = bare or ()
+        elif kind == "exception":
+            plan.exception = handles
+        plan.around, plan.around_hooks = self.around, self.around_hooks
+        plan.has_async, plan.direct = self.has_async, self.direct
         return plan
 
     def without_hook(self, handle: Handle) -> Optional[PointPlan]:

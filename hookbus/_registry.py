@@ -39,8 +39,9 @@ row's instructions), and the bus keeps the method's signature and docs.
 A hook point's plan changed per call (a pre hook added and removed around each call) is a
 row too: a plain pre, post or exception hook for a point's exact name, with nothing to
 check, takes one more flat path, :meth:`Registry._register_point_hook` (the twin:
-``_register_checked``), and its removal one in :meth:`Registry.unregister` (the twin:
-``_drop_locked``). Under the lock each point of the name that can (a ``HookPoint``)
+``_register_checked``), and its removal one, ``remove()`` of the handle that path makes
+(``_PointHandle``; :meth:`Registry.unregister` runs it too; the twin: ``_drop_locked``).
+Under the lock each point of the name that can (a ``HookPoint``)
 follows the change (``_follow_locked``): it takes the plan that follows from the one it
 keeps, so the next call works out nothing, and the hook's removal gives the plan before
 it back, compiled; any other point is told after the lock, as ``_unlock`` would, and
@@ -389,6 +390,47 @@ class _EventHandle(Handle):
             registry._lock.release()
 
 
+class _PointHandle(Handle):
+    """The handle of a plain hook on a hook point's exact name, as register's flat point path
+    makes it (``Registry._register_point_hook``): its ``remove()`` unregisters it inline,
+    one frame rather than the handle's over the registry's (a hook added and removed
+    around each call is a benchmark row).
+
+    The inline drop is ``_drop_locked()`` for a point kind's exact name (its twin, as
+    :meth:`Registry.remove` runs it; parity: ``tests/test_fast_copies.py``), and
+    :meth:`Registry.unregister` runs it for any such handle. One lock, and the name's
+    points follow the change under it (``Registry._follow_locked``), or are told after it;
+    the caller holds the handle, so only the plans the points let go of are dropped after
+    the lock.
+    """
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
+        if not self._registered:
+            return
+        registry: Registry = self.registry  # type: ignore[assignment]
+        stale: Sequence[Point] = ()
+        registry._lock.acquire()
+        try:
+            if self._registered:  # a handle's kind and name stay: its bucket is found
+                self._registered = False
+                name = self.name
+                names = registry._exact[self.kind]
+                if names[name] is self:
+                    del names[name]
+                else:
+                    _remove_from(names, name, self)
+                stale, _replaced = registry._follow_locked(name, self, False)
+        finally:
+            registry._lock.release()
+        if stale:
+            failure = _tell(stale)
+            if failure is not None:
+                raise failure
+
+
 class _Changing:
     """``with registry._changing:``, the lock held the one way (see the module docstring)."""
 
@@ -537,12 +579,28 @@ class Registry:
         after it, as ``_unlock`` would, without noting them. :meth:`_register_checked`
         takes every other case, and is its slow twin (``tests/test_fast_copies.py``).
         """
-        handle = _plain_handle(self, kind, name, hook, False, None)
+        # Handle.plain's stores, without its frame (parity: tests/test_fast_copies.py).
+        handle: Handle = _new_object(_PointHandle)
+        handle.registry = self
+        handle.kind = kind
+        handle.name = name
+        handle.seq = 0
+        handle.is_async = False
+        handle.match = None
+        handle._registered = False
+        handle._options = DEFAULT_OPTIONS
+        handle._hook = hook
+        if hook.__class__ is FunctionType:  # context_mismatch's common case, without its frame
+            code = hook.__code__
+            takes_context = code.co_argcount == 1 and not code.co_kwonlyargcount
+        else:
+            takes_context = False
+        # A hook that can't take the context: the checked path says what is wrong.
         if (
             self.checking
             or self._sources
             or (opened_anywhere and open_scopes.get())
-            or context_mismatch(hook) is not None  # the checked path says what is wrong
+            or (not takes_context and context_mismatch(hook) is not None)
         ):
             return self._register_checked(handle, None)
         duplicate: Optional[Handle] = None
@@ -695,28 +753,12 @@ class Registry:
         if handle.__class__ is _EventHandle:  # an event's exact name: the inline drop
             handle.remove()
             return
+        if handle.__class__ is _PointHandle:  # a point kind's exact name: the inline drop
+            handle.remove()
+            return
         if handle.match is None and handle.kind in _FLAT_POINT_KINDS:
-            # _drop_locked() for a point kind's exact name: the twin of
-            # _register_point_hook. The caller holds the handle: only the plans the points
-            # let go of are dropped after the lock.
-            stale: Sequence[Point] = ()
-            self._lock.acquire()
-            try:
-                if handle._registered:
-                    handle._registered = False
-                    name = handle.name
-                    names = self._exact[handle.kind]
-                    if names[name] is handle:
-                        del names[name]
-                    else:
-                        _remove_from(names, name, handle)
-                    stale, _replaced = self._follow_locked(name, handle, False)  # see above
-            finally:
-                self._lock.release()
-            if stale:
-                failure = _tell(stale)
-                if failure is not None:
-                    raise failure
+            # The same drop for such a handle made elsewhere (the checked path, an adapter).
+            _PointHandle.remove(handle)  # type: ignore[arg-type]
             return
         # Not ``with self._changing``: its __enter__ and __exit__ are two calls through C,
         # and a hook point's hook added and removed per call is a benchmark row.
@@ -735,7 +777,7 @@ class Registry:
         lock; with the plans the points let go of, to be dropped after it too."""
         stale: List[Point] = []
         replaced: List[PointPlan] = []
-        for ref in self._points.refs(name):  # a tuple, never changed in place
+        for ref in self._points.refs_or(name, ()):  # a tuple, never changed in place
             point = ref()
             if point is not None:
                 follow = getattr(point, "follow", None)

@@ -18,11 +18,11 @@ import time
 import traceback
 import types
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import hookbus
@@ -231,8 +231,11 @@ def _make_hook(spec: Hook, index: int, log: List[Any], target: Any) -> Callable[
     return run
 
 
-def _outcome(plan: Plan) -> Tuple[List[Any], List[Any]]:
-    """Register the plan's hooks on a fresh bus, call its point twice; what a user sees."""
+def _outcome(plan: Plan, added: Optional[Hook] = None) -> Tuple[List[Any], List[Any]]:
+    """Register the plan's hooks on a fresh bus, call its point twice; what a user sees.
+
+    With ``added``, a plain hook: call it once more, then three times with that hook
+    added before the call and removed after it."""
     bus = EventBus()
     log: List[Any] = []
 
@@ -267,7 +270,9 @@ def _outcome(plan: Plan) -> Tuple[List[Any], List[Any]]:
         getattr(bus, spec.kind)("work", hook, **options)
     bus.errors = plan.policy  # type: ignore[assignment]
     results: List[Any] = []
-    for _ in range(2):
+    extra = None if added is None else _make_hook(added, len(hooks), log, target)
+    for round in range(2 if added is None else 6):
+        handle = None if extra is None or round < 3 else getattr(bus, added.kind)("work", extra)
         try:
             if plan.traced:
                 with bus.trace():
@@ -281,6 +286,8 @@ def _outcome(plan: Plan) -> Tuple[List[Any], List[Any]]:
                 for e in getattr(error, "exceptions", ())
             ]
             results.append(("raised", type(error).__name__, str(error), notes, nested))
+        if handle is not None:
+            handle.remove()
     return log, results
 
 
@@ -328,6 +335,51 @@ def test_a_plans_first_call_does_what_call_with_hooks_does(plan: Plan) -> None:
     with reference_from_the_first_call():
         expected = _outcome(plan)
     assert _outcome(plan) == expected
+
+
+added_hooks = st.builds(
+    Hook,
+    st.sampled_from(("pre", "post", "exception")),
+    st.sampled_from(tuple(dict.fromkeys(PRE + POST + EXCEPTION))),
+    st.just("plain"),
+)
+
+
+@settings(max_examples=300)
+@given(st.one_of(plans, around_plans), added_hooks)
+@example(  # the first exception hook: a shape of its own, though its counts are the same
+    Plan(False, (Hook("post", "none", "plain"),), "raise", False, True),
+    Hook("exception", "recover", "plain"),
+)
+def test_a_plan_followed_per_call_does_what_call_with_hooks_does(plan: Plan, added: Hook) -> None:
+    # A plain hook added before each call and removed after it: the point follows each
+    # change (HookPoint.follow), and the plan made by the addition runs its shape's first
+    # call, kept by the point from the first such plan on (HookPoint._keep_first).
+    with reference_from_the_first_call():
+        expected = _outcome(plan, added)
+    assert _outcome(plan, added) == expected
+
+
+def test_a_plan_followed_per_call_runs_the_first_call_its_point_kept() -> None:
+    # Guards the test above: from the second addition on, the plan made runs the kept
+    # first call directly (plan.run), and a removal gives the compiled plan back.
+    bus = EventBus()
+    seen: List[str] = []
+    work = bus.hookable("work")(lambda x: x)
+    point: HookPoint = work.__hookbus_point__  # type: ignore[attr-defined]
+    work.post(lambda ctx: seen.append("post"))
+    work(1)
+    work(1)
+    compiled = point.plan
+    runs = []
+    for round in range(3):
+        handle = bus.pre("work", lambda ctx: seen.append("pre"))
+        runs.append(point.plan.run.__name__)  # type: ignore[union-attr]
+        assert work(round) == round
+        handle.remove()
+        assert point.plan is compiled
+    assert runs == ["_run_first", "added_first_call", "added_first_call"]
+    assert seen == ["post", "post"] + ["pre", "post"] * 3
 
 
 def _load_failing_in_its_post_hook() -> Callable[[str], str]:

@@ -118,6 +118,23 @@ def test_an_event_registration_with_options_builds_what_handle_init_builds() -> 
     assert _public(fast)[1:] == _public(slow)[1:]  # the handle bus.on makes drops inline
 
 
+@pytest.mark.parametrize("kind", ["pre", "post", "exception"])
+def test_a_point_hook_registration_builds_what_handle_init_builds(kind: str) -> None:
+    # register's flat point path builds a plain handle inline, as Handle.plain does.
+    bus = EventBus()
+    bus.wrap(lambda x: x, "a.b")
+
+    def hook(ctx: Any) -> None:
+        return None
+
+    fast = getattr(bus, kind)("a.b", hook)
+    registry, seq = bus.registry, fast.seq
+    slow = Handle(registry, kind, "a.b", hook, 0, seq, False, None, False, False, None)
+    slow._registered = True
+    assert _fields(fast) == _fields(slow)
+    assert set(_fields(fast)) == set(Handle.__slots__) - {"__weakref__"}
+
+
 @pytest.mark.parametrize("phase", ["pre", "post", "grad"])
 def test_for_call_builds_what_call_context_init_builds(phase: str) -> None:
     args, kwargs, target = (1, 2), {"k": 3}, object()
