@@ -143,6 +143,33 @@ def test_a_context_is_a_call_context_and_refuses_pickling_clearly() -> None:
         pickle.dumps(ctx)
 
 
+def test_the_constructor_takes_every_field_by_position_or_keyword_and_refuses_missing_ones() -> (
+    None
+):
+    point = object()
+    by_position = CallContext("load", "target", ("a",), {"b": 1}, 4, "post", point)
+    by_keyword = CallContext(
+        name="load",
+        target="target",
+        args=("a",),
+        kwargs={"b": 1},
+        call_index=4,
+        phase="post",
+        point=point,
+    )
+    for ctx in (by_position, by_keyword):
+        assert type(ctx) is CallContext
+        fields = (ctx.name, ctx.target, ctx.args, ctx.kwargs, ctx.call_index, ctx.phase)
+        assert fields == ("load", "target", ("a",), {"b": 1}, 4, "post")
+        assert (ctx.result, ctx._point, ctx.skipped) == (None, point, False)
+    defaults = CallContext("load", None, (), {})
+    assert (defaults.call_index, defaults.phase, defaults._point) == (0, "pre", None)
+    with pytest.raises(TypeError, match="kwargs"):
+        CallContext("load", None, ())  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        CallContext("load", None, (), {}, 0, "pre", None, "extra")  # type: ignore[call-arg]
+
+
 # --- ctx.skip ------------------------------------------------------------------------------
 
 
