@@ -333,6 +333,70 @@ def test_a_norm_skipped_under_two_buses_with_names_is_read_by_both_when_it_runs(
     assert sorted(seen) == ["first", "second"]
 
 
+_LAYER_NORM_SLOTS = ["ln1.hook_scale", "ln1.hook_normalized"]
+
+
+def _skip_with(value: torch.Tensor) -> Any:
+    return lambda ctx: ctx.skip(value)
+
+
+def test_a_layer_norm_skipped_by_a_users_hook_gives_its_names_no_value() -> None:
+    # A LayerNorm holds neither value: they are computed from its input. A call that
+    # a pre hook skipped ran no norm, so it had none; read from its input, they would
+    # be values that never existed in the forward.
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    for slot in _LAYER_NORM_SLOTS:
+        bus.post(f"blocks.0.{slot}", lambda ctx: seen.append(ctx.name))
+    skipping = bus.pre("transformer.h.0.ln_1", lambda ctx: ctx.skip(ctx.args[0]))
+    with torch.no_grad():
+        model(tokens())
+    assert seen == []
+    skipping.remove()
+    with torch.no_grad():
+        model(tokens())
+    assert seen == [f"blocks.0.{slot}" for slot in _LAYER_NORM_SLOTS]
+
+
+@pytest.mark.parametrize("slot", _LAYER_NORM_SLOTS)
+def test_a_write_to_a_skipped_layer_norms_name_leaves_the_skip_value(slot: str) -> None:
+    model, bus, _ = named("gpt2", "eager")
+    value = torch.full((2, 7, 32), 0.5)
+    with torch.no_grad(), bus.pre("transformer.h.0.ln_1", _skip_with(value)):
+        skipped = model(tokens()).logits
+        with bus.post(f"blocks.0.{slot}", replacing(lambda x: x * 3.0)):
+            written = model(tokens()).logits
+    torch.testing.assert_close(written, skipped, **TOLERANCE)
+
+
+def test_a_layer_norm_replaced_by_a_patch_gives_its_names_no_value() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    for slot in _LAYER_NORM_SLOTS:
+        bus.post(f"blocks.0.{slot}", lambda ctx: seen.append(ctx.name))
+    stored = {"transformer.h.0.ln_1": torch.zeros(2, 7, 32)}
+    with torch.no_grad():
+        with hookbus.torch.patch(model, stored, "transformer.h.0.ln_1"):
+            model(tokens())
+        assert seen == []
+        model(tokens())
+    assert seen == [f"blocks.0.{slot}" for slot in _LAYER_NORM_SLOTS]
+
+
+def test_a_layer_norm_skipped_on_another_bus_gives_the_names_no_value() -> None:
+    model, first, _ = named("gpt2", "eager")
+    second = hookbus.EventBus()
+    hookbus.torch.attach(model, second)
+    seen: List[str] = []
+    first.post("blocks.0.ln1.hook_scale", lambda ctx: seen.append(ctx.name))
+    second.pre("transformer.h.0.ln_1", lambda ctx: ctx.skip(ctx.args[0]), once=True)
+    with torch.no_grad():
+        model(tokens())
+        assert seen == []
+        model(tokens())
+    assert seen == ["blocks.0.ln1.hook_scale"]
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_a_resid_mid_write_by_a_hook_removed_in_its_call_is_whole_and_not_carried_over(
     arch: str,
