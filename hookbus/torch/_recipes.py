@@ -92,6 +92,10 @@ class Net(Protocol):
         """A module's name on the attachment."""
         ...
 
+    def module(self, name: str) -> nn.Module:
+        """The module named ``name`` on the attachment (``KeyError`` once collected)."""
+        ...
+
     def detach(self) -> None:
         """Remove every hook registered on it."""
         ...

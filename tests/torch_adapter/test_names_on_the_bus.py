@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any, List
 
@@ -440,6 +441,85 @@ def test_a_resid_mid_write_by_a_hook_that_detaches_in_its_call_is_whole(arch: st
     torch.testing.assert_close(after, plain, **TOLERANCE)
     assert native_hooks(model) == {}
     assert not any("forward" in vars(module) for module in model.modules())
+
+
+# --- modules replaced after attach ---------------------------------------------------------
+
+
+def test_a_name_reading_a_module_replaced_after_attach_is_refused_naming_it() -> None:
+    # The names read the modules that were there at attach(): a hook on a name that
+    # reads a replaced one would never run (or read the old module), so it is refused.
+    model, bus, _ = named("gpt2", "eager")
+    attn = model.transformer.h[0].attn
+    attn.c_attn = copy.deepcopy(attn.c_attn)
+    with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'.*attach"):
+        bus.post("blocks.0.attn.hook_q", print)
+    with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'"):
+        bus.post("blocks.*.attn.hook_v", print)
+    assert bus.registry.hooks() == []  # nothing left half-registered
+    with bus.post("blocks.1.attn.hook_q", print), bus.post("blocks.0.hook_resid_pre", print):
+        pass  # names that read no replaced module register as before
+
+
+def test_names_attached_again_after_a_replacement_read_the_new_module() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, names="transformer").detach()
+    model.transformer.h[0] = copy.deepcopy(model.transformer.h[0])
+    hookbus.torch.attach(model, bus, names="transformer")
+    seen: List[str] = []
+    with bus.post("blocks.0.attn.hook_q", lambda ctx: seen.append(ctx.name)):
+        model(tokens())
+    assert seen == ["blocks.0.attn.hook_q"]
+
+
+def test_replacing_a_module_that_a_hooked_name_reads_warns_naming_it() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    bus.post("blocks.0.attn.hook_z", lambda ctx: seen.append(ctx.name))
+    with pytest.warns(
+        RuntimeWarning, match=r"'transformer\.h\.0'.*blocks\.0\.attn\.hook_z.*attach"
+    ):
+        model.transformer.h[0] = copy.deepcopy(model.transformer.h[0])
+    model(tokens())
+    assert seen == []  # the hook stays on the old block: warned, not silent
+
+
+def test_a_peft_adapter_injected_after_attach_warns_and_refuses_the_names_it_adapts() -> None:
+    peft = pytest.importorskip("peft")
+    model, bus, _ = named("llama", "eager")
+    bus.post("blocks.0.attn.hook_q", print)
+    lora = peft.LoraConfig(target_modules=["q_proj"], r=4)
+    with pytest.warns(RuntimeWarning, match=r"'model\.layers\.0\.self_attn\.q_proj'.*attach"):
+        peft.get_peft_model(model, lora)
+    with pytest.raises(ValueError, match=r"'model\.layers\.1\.self_attn\.q_proj'.*attach"):
+        bus.post("blocks.1.attn.hook_q", print)
+
+
+def test_replacing_a_module_no_hooked_name_reads_neither_warns_nor_refuses() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    bus.post("blocks.1.attn.hook_z", print)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.lm_head = copy.deepcopy(model.lm_head)  # no name reads it
+        model.transformer.h[0].attn.c_proj = model.transformer.h[0].attn.c_proj  # the same
+        model.transformer.h[0].mlp = copy.deepcopy(model.transformer.h[0].mlp)  # not hooked
+    bus.post("blocks.0.attn.hook_z", print)
+    bus.post("blocks.1.mlp.hook_post", print)
+
+
+def test_a_see_through_wrapper_put_around_a_module_after_attach_is_no_replacement() -> None:
+    wrappers = pytest.importorskip("torch.distributed.algorithms._checkpoint.checkpoint_wrapper")
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    bus.post("blocks.0.hook_resid_pre", lambda ctx: seen.append(ctx.name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.transformer.h[0] = wrappers.checkpoint_wrapper(model.transformer.h[0])
+    bus.post("blocks.0.attn.hook_z", lambda ctx: seen.append(ctx.name))
+    with torch.no_grad():
+        model(tokens())
+    assert seen == ["blocks.0.hook_resid_pre", "blocks.0.attn.hook_z"]
 
 
 # --- two vocabularies on one model ---------------------------------------------------------
