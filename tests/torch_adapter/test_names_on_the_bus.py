@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import warnings
 from typing import Any, List
 
@@ -598,6 +599,19 @@ def test_no_native_hook_is_on_the_model_while_no_name_has_hooks(arch: str, impl:
     assert native_hooks(model) == {}
     assert not names.active
     model(tokens())  # the hook left on the bus reaches nothing
+
+
+def test_detach_leaves_torchs_global_module_registration_hooks_as_they_were() -> None:
+    from torch.nn.modules import module as torch_module
+
+    gc.collect()  # models of earlier tests, attached and dropped, stop watching
+    before = dict(torch_module._global_module_registration_hooks)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(tiny_model("gpt2"), bus, names="transformer")
+    bus.post("blocks.*.attn.hook_z", print)  # the names hooked are watched for replacement
+    assert torch_module._global_module_registration_hooks != before
+    net.detach()
+    assert torch_module._global_module_registration_hooks == before
 
 
 def test_hooks_registered_before_the_vocabulary_apply_once_it_is_made() -> None:
