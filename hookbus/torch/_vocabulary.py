@@ -106,7 +106,9 @@ class Vocabulary(Removable):
         if registry.has_hooks(NAME_KINDS):  # hooks registered before apply at once
             for handle in registry.hooks():
                 if handle.kind in NAME_KINDS:
-                    self._make(self._matching(handle.name, handle.match))
+                    names = self._matching(handle.name, handle.match)
+                    self._reads.add(names, self._modules_read)
+                    self._make(names)
 
     @property
     def architecture(self) -> str:

@@ -486,6 +486,15 @@ def test_replacing_a_module_that_a_hooked_name_reads_warns_naming_it() -> None:
     assert seen == []  # the hook stays on the old block: warned, not silent
 
 
+def test_replacing_a_module_that_a_name_hooked_before_attach_reads_warns() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    bus.post("blocks.1.hook_resid_post", print)
+    hookbus.torch.attach(model, bus, names="transformer")
+    with pytest.warns(RuntimeWarning, match=r"'transformer\.h\.1'.*hook_resid_post"):
+        model.transformer.h[1] = copy.deepcopy(model.transformer.h[1])
+
+
 def test_a_peft_adapter_injected_after_attach_warns_and_refuses_the_names_it_adapts() -> None:
     peft = pytest.importorskip("peft")
     model, bus, _ = named("llama", "eager")
