@@ -65,6 +65,7 @@ LAYERS: List[List[str]] = [
         "torch/_grad.py",
         "torch/_feed.py",
         "torch/_distributed.py",
+        "torch/_replaced_modules.py",
     ],
     # The forward swap (skips, patches, recompiles), and what a capture recorded.
     ["torch/_forward_swap.py", "torch/_cache.py"],

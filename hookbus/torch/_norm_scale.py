@@ -4,12 +4,17 @@ A ``LayerNorm`` never holds them: they are computed from its input while a
 hook wants them, and when one was replaced the output is the normalized value
 times the weight plus the bias. An RMSNorm holds both: ``1 / rsqrt(...)`` is the
 scale, the first ``mul`` the normalized value (operation points).
+
+Either is read only in a call whose forward runs: a call skipped by a pre hook
+(on any bus) or replaced by ``patch`` normalizes nothing, so it has neither
+value. A LayerNorm's are computed in a bracket of its forward (:class:`Bracketed`),
+which such a call never runs; an RMSNorm's operations are not called in it.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +22,7 @@ from torch import nn
 
 from ..adapter import CallContext, Handle, Removable
 from ._operations import OperationSelection
-from ._recipes import Net, Site, quiet, unchanged
+from ._recipes import Bracketed, Net, Site, quiet, unchanged
 
 __all__ = ["NormScale"]
 
@@ -25,10 +30,10 @@ __all__ = ["NormScale"]
 class NormScale(Site):
     """``hook_scale`` and ``hook_normalized`` of one norm: ``[b, s, 1]`` and ``[b, s, d]``.
 
-    A ``LayerNorm`` never holds them: they are computed from its input while a
-    hook wants them, and when one was replaced the output is the normalized
-    value times the weight plus the bias. Any other norm (RMSNorm) holds both:
-    ``1 / rsqrt(...)`` is the scale, the first ``mul`` the normalized value.
+    A ``LayerNorm`` never holds them: they are computed from its input, inside its
+    forward, while a hook wants them, and when one was replaced the output is the
+    normalized value times the weight plus the bias. Any other norm (RMSNorm) holds
+    both: ``1 / rsqrt(...)`` is the scale, the first ``mul`` the normalized value.
     """
 
     SLOTS = ("scale", "normalized")
@@ -42,7 +47,7 @@ class NormScale(Site):
 
     def install_site(self, net: Net) -> List[Removable]:
         if isinstance(self.module, nn.LayerNorm):
-            return [net.post(self.module, self._on_layer_norm)]
+            return [Bracketed(self.module, self._layer_norm)]
         # A norm that calls no rsqrt (OLMo's LayerNorm without affine) would leave the
         # names' hooks silent: its first call that ran and held no value is refused.
         self._check = net.post(self.module, self._check_read)
@@ -76,10 +81,10 @@ class NormScale(Site):
             return [net.post(f"{name}:rsqrt.0", self._on_rsqrt)]
         return [net.post(f"{name}:mul.0", self._on_normalized)]
 
-    def _on_layer_norm(self, ctx: CallContext) -> None:
+    def _layer_norm(self, run: Callable[..., Any], norm: Any, *args: Any, **kwargs: Any) -> Any:
+        """The LayerNorm's forward, bracketed: its values, from the input it normalizes."""
         emits = self.emits
-        norm: Any = self.module
-        x = ctx.args[0]
+        x = args[0] if args else kwargs["input"]
         shape: Tuple[int, ...] = tuple(norm.normalized_shape)
         if "scale" in emits:
             dims = tuple(range(-len(shape), 0))
@@ -89,13 +94,13 @@ class NormScale(Site):
             if new_scale is not scale:
                 normalized = (x - x.mean(dim=dims, keepdim=True)) / new_scale
                 normalized = emits.get("normalized", unchanged)(normalized, norm)
-                ctx.result = _affine(norm, normalized)
-                return
+                return _affine(norm, normalized)
         if "normalized" in emits:
             normalized = F.layer_norm(x, shape, None, None, norm.eps)
             new = emits["normalized"](normalized, norm)
             if new is not normalized:
-                ctx.result = _affine(norm, new)
+                return _affine(norm, new)
+        return run(norm, *args, **kwargs)
 
     def _on_rsqrt(self, ctx: CallContext) -> None:
         self._read.held = True

@@ -34,6 +34,7 @@ from ._script_refusal import hold_script_refusal, release_script_refusal
 
 __all__ = [
     "Batched",
+    "Bracketed",
     "Emit",
     "Flattened",
     "HeadResult",
@@ -89,6 +90,10 @@ class Net(Protocol):
 
     def name_of(self, module: nn.Module) -> str:
         """A module's name on the attachment."""
+        ...
+
+    def module(self, name: str) -> nn.Module:
+        """The module named ``name`` on the attachment (``KeyError`` once collected)."""
         ...
 
     def detach(self) -> None:
@@ -285,12 +290,38 @@ class ResidMid:
                 _with_first_input(ctx, new)
                 local.change = new - x
 
-        return [net.pre(self.mid, on_mid), _BlockChange(self.block, local)]
+        return [net.pre(self.mid, on_mid), Bracketed(self.block, _BlockChange(local).around)]
 
 
-class _BlockChange(Removable):
+class Bracketed(Removable):
+    """``bracket(run, module, *args, **kwargs)`` around ``module``'s forward until
+    removed (:meth:`ForwardSwap.add_bracket`): what a recipe uses to act inside the
+    forward itself, only in a call whose forward runs (a call skipped or replaced runs
+    none), and in the very call it started, whatever happens to the hooks meanwhile."""
+
+    __slots__ = ("_bracket", "_module", "_swap")
+
+    def __init__(self, module: nn.Module, bracket: Callable[..., Any]) -> None:
+        self._bracket = bracket  # held here: the swap holds a bound method weakly
+        self._module = weakref.ref(module)
+        self._swap: Optional[ForwardSwap] = ForwardSwap.acquire(module)
+        self._swap.add_bracket(bracket)
+        hold_script_refusal(module)
+
+    def remove(self) -> None:
+        swap, self._swap = self._swap, None
+        if swap is None:
+            return
+        swap.remove_bracket(self._bracket)
+        swap.release()
+        module = self._module()
+        if module is not None:
+            release_script_refusal(module)
+
+
+class _BlockChange:
     """Adds a written ``hook_resid_mid``'s change to its block's output, from a bracket of
-    the block's forward (:meth:`ForwardSwap.add_bracket`).
+    the block's forward (:class:`Bracketed`).
 
     Inside the forward, so every post hook of the block sees the sum (``hook_resid_post``
     included). And in the very call that wrote it, whatever happens to the hooks
@@ -299,14 +330,10 @@ class _BlockChange(Removable):
     written, and no change is left to the next call.
     """
 
-    __slots__ = ("__weakref__", "_local", "_module", "_swap")
+    __slots__ = ("__weakref__", "_local")  # the swap holds the bracket weakly
 
-    def __init__(self, block: nn.Module, local: threading.local) -> None:
+    def __init__(self, local: threading.local) -> None:
         self._local = local
-        self._module = weakref.ref(block)
-        self._swap: Optional[ForwardSwap] = ForwardSwap.acquire(block)
-        self._swap.add_bracket(self.around)  # held weakly: the install list holds this
-        hold_script_refusal(block)
 
     def around(self, run: Callable[..., Any], module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         local = self._local
@@ -320,16 +347,6 @@ class _BlockChange(Removable):
             return with_first_item(output, first + change.view(first.shape))
         finally:
             local.change = None
-
-    def remove(self) -> None:
-        swap, self._swap = self._swap, None
-        if swap is None:
-            return
-        swap.remove_bracket(self.around)
-        swap.release()
-        block = self._module()
-        if block is not None:
-            release_script_refusal(block)
 
 
 class HeadResult:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+import warnings
 from typing import Any, Dict, List, Optional, Set, Tuple, cast
 
 from torch import nn
@@ -40,8 +41,10 @@ from ._recipes import (
     ResidMid,
     linear_weight,
 )
+from ._replaced_modules import ModuleReads, Replaced
 from ._table_detection import DOCS, Found, find_architecture
 from ._unwrap import unwrap, walk
+from ._user_line import stacklevel_outside_hookbus
 from ._value_point import NAME_KINDS, NamePoint, is_name
 
 __all__ = [
@@ -79,7 +82,7 @@ class Vocabulary(Removable):
 
     __slots__ = (
         "__weakref__", "_absent", "_architecture", "_dims", "_making", "_net", "_points",
-        "_recipes", "bus",
+        "_reads", "_recipes", "_warned", "bus",
     )  # fmt: skip
 
     def __init__(
@@ -92,12 +95,20 @@ class Vocabulary(Removable):
         self._net: Optional[Net] = net
         self._points: Dict[str, NamePoint] = {}
         self._making = threading.Lock()
+        # The modules that the names hooked read, as attached: one replaced since is
+        # refused at a hook's registration, and warned of as it is replaced while a name
+        # reading it has hooks (once: a PEFT injection replaces dozens).
+        self._reads = ModuleReads(model, net.name_of, net.module)
+        self._warned = False
+        self._reads.watch(self._on_replaced)
         registry = bus.registry
         registry.add_source(self)
         if registry.has_hooks(NAME_KINDS):  # hooks registered before apply at once
             for handle in registry.hooks():
                 if handle.kind in NAME_KINDS:
-                    self._make(self._matching(handle.name, handle.match))
+                    names = self._matching(handle.name, handle.match)
+                    self._reads.add(names, self._modules_read)
+                    self._make(names)
 
     @property
     def architecture(self) -> str:
@@ -156,8 +167,39 @@ class Vocabulary(Removable):
                 f"ctx.result); for {'an' if kind[0] in 'aeiou' else 'a'} {kind} hook on a "
                 f"module, use the module's name"
             )
+        if kind is not None:
+            self._reads.add(names, self._modules_read)
+            replaced = self._reads.replaced(names)
+            if replaced is not None:
+                raise _replaced_error(*replaced)
         self._make(names)
         return True
+
+    def _modules_read(self, name: str) -> List[nn.Module]:
+        return _modules_read(self._recipes[name][0])
+
+    def _on_replaced(self, replaced: Replaced) -> None:
+        """A module that names read is being replaced (torch's registration hook): warn
+        if one of them has hooks, which stay on the old module."""
+        points = self._points
+        hooked = [
+            name
+            for name in self._reads.reading(replaced.path)
+            if name in points and points[name].plan is not None
+        ]
+        if not hooked or self._warned or self._net is None:
+            return
+        self._warned = True
+        shown = ", ".join(map(repr, hooked[:3])) + (", ..." if len(hooked) > 3 else "")
+        warnings.warn(
+            f"hookbus.torch: the module {replaced.path!r} ({replaced.was}) is being replaced "
+            f"by {_what(replaced.now)} after attach(), and the hooks on {shown} read it: they "
+            f"stay on the old module and no longer see the forward (hooks on names that "
+            f"read a replaced module are refused from now on). detach() and attach the "
+            f"model again, after the change, to read the new one",
+            RuntimeWarning,
+            stacklevel=stacklevel_outside_hookbus(),
+        )
 
     def refuse_unmatched(self, kind: str, name: str, match: Optional[Matcher]) -> None:
         """Refuse a name meant for the vocabulary that this model does not have."""
@@ -202,6 +244,7 @@ class Vocabulary(Removable):
             return
         with self._making:
             points, self._points = self._points, {}
+        self._reads.close()
         registry = self.bus.registry
         registry.remove_source(self)
         registry.remove_points(list(points.values()))
@@ -231,6 +274,31 @@ def unknown_name(
         f"no name of {architecture}'s vocabulary {what} {name!r}{shown} "
         f"(net.vocabulary.names lists them; see {DOCS})"
     )
+
+
+def _replaced_error(name: str, replaced: Replaced) -> ValueError:
+    return ValueError(
+        f"{name!r} reads the module {replaced.path!r}, which was a {replaced.was} at "
+        f"attach() and is now {_what(replaced.now)}: the names read the modules the model "
+        f"had when it was attached. detach() and attach the model again, after the "
+        f"change, to read the new one"
+    )
+
+
+def _what(now: Optional[str]) -> str:
+    return f"a {now}" if now is not None else "gone"
+
+
+def _modules_read(recipe: Any) -> List[nn.Module]:
+    """The modules a recipe reads (hooks, or reads the weights of), its inner recipe's too."""
+    found: List[nn.Module] = []
+    attributes = cast(Dict[str, Any], vars(recipe))
+    for value in attributes.values():
+        if isinstance(value, nn.Module):
+            found.append(value)
+        elif callable(getattr(value, "install", None)) and not isinstance(value, type):
+            found.extend(_modules_read(value))
+    return found
 
 
 def _module(root: nn.Module, path: str) -> nn.Module:

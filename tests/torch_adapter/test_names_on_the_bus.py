@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import gc
 import warnings
 from typing import Any, List
 
@@ -333,6 +335,70 @@ def test_a_norm_skipped_under_two_buses_with_names_is_read_by_both_when_it_runs(
     assert sorted(seen) == ["first", "second"]
 
 
+_LAYER_NORM_SLOTS = ["ln1.hook_scale", "ln1.hook_normalized"]
+
+
+def _skip_with(value: torch.Tensor) -> Any:
+    return lambda ctx: ctx.skip(value)
+
+
+def test_a_layer_norm_skipped_by_a_users_hook_gives_its_names_no_value() -> None:
+    # A LayerNorm holds neither value: they are computed from its input. A call that
+    # a pre hook skipped ran no norm, so it had none; read from its input, they would
+    # be values that never existed in the forward.
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    for slot in _LAYER_NORM_SLOTS:
+        bus.post(f"blocks.0.{slot}", lambda ctx: seen.append(ctx.name))
+    skipping = bus.pre("transformer.h.0.ln_1", lambda ctx: ctx.skip(ctx.args[0]))
+    with torch.no_grad():
+        model(tokens())
+    assert seen == []
+    skipping.remove()
+    with torch.no_grad():
+        model(tokens())
+    assert seen == [f"blocks.0.{slot}" for slot in _LAYER_NORM_SLOTS]
+
+
+@pytest.mark.parametrize("slot", _LAYER_NORM_SLOTS)
+def test_a_write_to_a_skipped_layer_norms_name_leaves_the_skip_value(slot: str) -> None:
+    model, bus, _ = named("gpt2", "eager")
+    value = torch.full((2, 7, 32), 0.5)
+    with torch.no_grad(), bus.pre("transformer.h.0.ln_1", _skip_with(value)):
+        skipped = model(tokens()).logits
+        with bus.post(f"blocks.0.{slot}", replacing(lambda x: x * 3.0)):
+            written = model(tokens()).logits
+    torch.testing.assert_close(written, skipped, **TOLERANCE)
+
+
+def test_a_layer_norm_replaced_by_a_patch_gives_its_names_no_value() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    for slot in _LAYER_NORM_SLOTS:
+        bus.post(f"blocks.0.{slot}", lambda ctx: seen.append(ctx.name))
+    stored = {"transformer.h.0.ln_1": torch.zeros(2, 7, 32)}
+    with torch.no_grad():
+        with hookbus.torch.patch(model, stored, "transformer.h.0.ln_1"):
+            model(tokens())
+        assert seen == []
+        model(tokens())
+    assert seen == [f"blocks.0.{slot}" for slot in _LAYER_NORM_SLOTS]
+
+
+def test_a_layer_norm_skipped_on_another_bus_gives_the_names_no_value() -> None:
+    model, first, _ = named("gpt2", "eager")
+    second = hookbus.EventBus()
+    hookbus.torch.attach(model, second)
+    seen: List[str] = []
+    first.post("blocks.0.ln1.hook_scale", lambda ctx: seen.append(ctx.name))
+    second.pre("transformer.h.0.ln_1", lambda ctx: ctx.skip(ctx.args[0]), once=True)
+    with torch.no_grad():
+        model(tokens())
+        assert seen == []
+        model(tokens())
+    assert seen == ["blocks.0.ln1.hook_scale"]
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_a_resid_mid_write_by_a_hook_removed_in_its_call_is_whole_and_not_carried_over(
     arch: str,
@@ -376,6 +442,94 @@ def test_a_resid_mid_write_by_a_hook_that_detaches_in_its_call_is_whole(arch: st
     torch.testing.assert_close(after, plain, **TOLERANCE)
     assert native_hooks(model) == {}
     assert not any("forward" in vars(module) for module in model.modules())
+
+
+# --- modules replaced after attach ---------------------------------------------------------
+
+
+def test_a_name_reading_a_module_replaced_after_attach_is_refused_naming_it() -> None:
+    # The names read the modules that were there at attach(): a hook on a name that
+    # reads a replaced one would never run (or read the old module), so it is refused.
+    model, bus, _ = named("gpt2", "eager")
+    attn = model.transformer.h[0].attn
+    attn.c_attn = copy.deepcopy(attn.c_attn)
+    with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'.*attach"):
+        bus.post("blocks.0.attn.hook_q", print)
+    with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'"):
+        bus.post("blocks.*.attn.hook_v", print)
+    assert bus.registry.hooks() == []  # nothing left half-registered
+    with bus.post("blocks.1.attn.hook_q", print), bus.post("blocks.0.hook_resid_pre", print):
+        pass  # names that read no replaced module register as before
+
+
+def test_names_attached_again_after_a_replacement_read_the_new_module() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, names="transformer").detach()
+    model.transformer.h[0] = copy.deepcopy(model.transformer.h[0])
+    hookbus.torch.attach(model, bus, names="transformer")
+    seen: List[str] = []
+    with bus.post("blocks.0.attn.hook_q", lambda ctx: seen.append(ctx.name)):
+        model(tokens())
+    assert seen == ["blocks.0.attn.hook_q"]
+
+
+def test_replacing_a_module_that_a_hooked_name_reads_warns_naming_it() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    bus.post("blocks.0.attn.hook_z", lambda ctx: seen.append(ctx.name))
+    with pytest.warns(
+        RuntimeWarning, match=r"'transformer\.h\.0'.*blocks\.0\.attn\.hook_z.*attach"
+    ):
+        model.transformer.h[0] = copy.deepcopy(model.transformer.h[0])
+    model(tokens())
+    assert seen == []  # the hook stays on the old block: warned, not silent
+
+
+def test_replacing_a_module_that_a_name_hooked_before_attach_reads_warns() -> None:
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    bus.post("blocks.1.hook_resid_post", print)
+    hookbus.torch.attach(model, bus, names="transformer")
+    with pytest.warns(RuntimeWarning, match=r"'transformer\.h\.1'.*hook_resid_post"):
+        model.transformer.h[1] = copy.deepcopy(model.transformer.h[1])
+
+
+def test_a_peft_adapter_injected_after_attach_warns_and_refuses_the_names_it_adapts() -> None:
+    peft = pytest.importorskip("peft")
+    model, bus, _ = named("llama", "eager")
+    bus.post("blocks.0.attn.hook_q", print)
+    lora = peft.LoraConfig(target_modules=["q_proj"], r=4)
+    with pytest.warns(RuntimeWarning, match=r"'model\.layers\.0\.self_attn\.q_proj'.*attach"):
+        peft.get_peft_model(model, lora)
+    with pytest.raises(ValueError, match=r"'model\.layers\.1\.self_attn\.q_proj'.*attach"):
+        bus.post("blocks.1.attn.hook_q", print)
+
+
+def test_replacing_a_module_no_hooked_name_reads_neither_warns_nor_refuses() -> None:
+    model, bus, _ = named("gpt2", "eager")
+    bus.post("blocks.1.attn.hook_z", print)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.lm_head = copy.deepcopy(model.lm_head)  # no name reads it
+        model.transformer.h[0].attn.c_proj = model.transformer.h[0].attn.c_proj  # the same
+        model.transformer.h[0].mlp = copy.deepcopy(model.transformer.h[0].mlp)  # not hooked
+    bus.post("blocks.0.attn.hook_z", print)
+    bus.post("blocks.1.mlp.hook_post", print)
+
+
+def test_a_see_through_wrapper_put_around_a_module_after_attach_is_no_replacement() -> None:
+    wrappers = pytest.importorskip("torch.distributed.algorithms._checkpoint.checkpoint_wrapper")
+    model, bus, _ = named("gpt2", "eager")
+    seen: List[str] = []
+    bus.post("blocks.0.hook_resid_pre", lambda ctx: seen.append(ctx.name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.transformer.h[0] = wrappers.checkpoint_wrapper(model.transformer.h[0])
+    bus.post("blocks.0.attn.hook_z", lambda ctx: seen.append(ctx.name))
+    with torch.no_grad():
+        model(tokens())
+    assert seen == ["blocks.0.hook_resid_pre", "blocks.0.attn.hook_z"]
 
 
 # --- two vocabularies on one model ---------------------------------------------------------
@@ -454,6 +608,19 @@ def test_no_native_hook_is_on_the_model_while_no_name_has_hooks(arch: str, impl:
     assert native_hooks(model) == {}
     assert not names.active
     model(tokens())  # the hook left on the bus reaches nothing
+
+
+def test_detach_leaves_torchs_global_module_registration_hooks_as_they_were() -> None:
+    from torch.nn.modules import module as torch_module
+
+    gc.collect()  # models of earlier tests, attached and dropped, stop watching
+    before = dict(torch_module._global_module_registration_hooks)
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(tiny_model("gpt2"), bus, names="transformer")
+    bus.post("blocks.*.attn.hook_z", print)  # the names hooked are watched for replacement
+    assert torch_module._global_module_registration_hooks != before
+    net.detach()
+    assert torch_module._global_module_registration_hooks == before
 
 
 def test_hooks_registered_before_the_vocabulary_apply_once_it_is_made() -> None:
