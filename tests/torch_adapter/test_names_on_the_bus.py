@@ -453,8 +453,9 @@ def test_a_name_reading_a_module_replaced_after_attach_is_refused_naming_it() ->
     model, bus, _ = named("gpt2", "eager")
     attn = model.transformer.h[0].attn
     attn.c_attn = copy.deepcopy(attn.c_attn)
-    with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'.*attach"):
+    with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'.*attach") as refused:
         bus.post("blocks.0.attn.hook_q", print)
+    assert "was a Conv1D at attach() and is now another Conv1D" in str(refused.value)
     with pytest.raises(ValueError, match=r"'transformer\.h\.0\.attn\.c_attn'"):
         bus.post("blocks.*.attn.hook_v", print)
     assert bus.registry.hooks() == []  # nothing left half-registered
