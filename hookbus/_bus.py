@@ -263,50 +263,6 @@ class EventBus:
                     note_fast_error(self.registry, error, event, raised_by, args, kwargs)
             raise
 
-    def _emitter(self, event: str) -> Callable[..., None]:
-        """:meth:`emit` with ``event`` bound: what a declared event's ``Event.emit`` is.
-
-        A copy of emit's fast loop for an emission without keywords whose plan is
-        cached; every other emission goes to :meth:`emit` itself. A Python function
-        that Python 3.11 calls inline, where a ``functools.partial`` of emit is a call
-        through C: about a fifth of a 1-hook emit. Parity: ``tests/test_fast_copies.py``.
-        """
-        plans = self._plans  # never replaced, only cleared
-        registry = self.registry
-        emit = self.emit
-
-        def emit_event(*args: Any, **kwargs: Any) -> None:
-            plan: Any
-            try:
-                plan = plans[event]  # a subscript, not .get: a call through C
-            except KeyError:
-                return emit(event, *args, **kwargs)
-            if kwargs or plan.__class__ is EventPlan:
-                return emit(event, *args, **kwargs)
-            try:
-                if len(plan) == 1:
-                    hook = plan[0]
-                    result = hook(*args)
-                    if result is not None and result.__class__ is CoroutineType:
-                        check_event_result(result, event)
-                else:
-                    for hook in plan:
-                        result = hook(*args)
-                        if result is not None and result.__class__ is CoroutineType:
-                            check_event_result(result, event)
-            except Exception as error:
-                try:  # as in emit: bound unless raised before the first hook
-                    raised_by = hook  # pyright: ignore[reportPossiblyUnboundVariable]
-                except UnboundLocalError:
-                    raised_by = None
-                if raised_by is not None:
-                    note_fast_error(registry, error, event, raised_by, args, kwargs)
-                raise
-            return None
-
-        emit_event.__name__ = emit_event.__qualname__ = "emit"
-        return emit_event
-
     def _emit_planned(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         """What an event's plan runs when the fast loop can't run its hooks (the
         registry binds ``event``): emit's full loop."""
@@ -1005,10 +961,9 @@ class EventBus:
                 )
             name = check_name(stub.__name__, "event name", allow_pattern=False)
         self.registry.declare(Declared(name, signature, historic))
-        # emit's copy with the name bound, unless a subclass changed what emit does.
-        own = type(self).emit is EventBus.emit
-        emit = self._emitter(name) if own else None
-        return Event(self, name, stub, signature, historic=historic, emit=emit)
+        # Event.emit runs emit's cached plans itself, unless a subclass changed what emit does.
+        plans = self._plans if type(self).emit is EventBus.emit else None
+        return Event(self, name, stub, signature, historic=historic, plans=plans)
 
     def forget(self, name: str) -> None:
         """Drop the past emissions of the historic event ``name``, releasing their arguments.

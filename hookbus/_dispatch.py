@@ -24,13 +24,14 @@ Events
       :func:`note_fast_error`. Slow twin: ``dispatch_event``. A plan the loop can't
       run as bare callables is a ``_plan.EventPlan``, a tuple holding what runs the
       full loop, so that the loop runs every plan with no test of its kind first.
-      ``Event.emit``: a copy of that loop with the name bound, for an emission without
-      keywords whose plan is cached (``EventBus._emitter``: a Python function, called
-      inline, where a ``functools.partial`` of ``bus.emit`` is a call through C, about a
-      fifth of a 1-hook emit; the declared events row's ``event.emit`` line pays for
-      it); every other emission goes to ``bus.emit``, and so does every emission of a
-      bus whose class changes ``emit`` (a ``functools.partial`` then). Slow twin:
-      ``bus.emit``.
+      ``_event.py`` ``Event.emit``: a copy of that loop with the name bound, for an
+      emission without keywords whose plan is cached (the bus gives the event its
+      plans): a method, which CPython calls inline and specializes, where a
+      ``functools.partial`` of ``bus.emit`` held by the instance is a call through C
+      and an attribute lookup CPython does not specialize (the declared events row's
+      ``event.emit`` line pays for it); every other emission goes to ``bus.emit``, and
+      so does every emission of a bus whose class changes ``emit``. Slow twin: a
+      ``functools.partial`` of ``bus.emit`` (what ``Event.emit`` was before).
       A declared event's arguments are checked by the plan's first callable: the first
       hook itself when its parameters are the spec's, else the generated binder, or,
       where a count is the whole positional check, one generated caller that checks

@@ -7,14 +7,15 @@ spec (``ParamSpec``). It sits below the bus, so it holds the bus through
 
 from __future__ import annotations
 
-import functools
 from inspect import Signature
+from types import CoroutineType, MappingProxyType
 from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
     Generic,
     List,
+    Mapping,
     Optional,
     TypeVar,
     overload,
@@ -22,7 +23,9 @@ from typing import (
 
 from typing_extensions import Concatenate, Literal, ParamSpec, Protocol, Unpack
 
+from ._dispatch import check_event_result, note_fast_error
 from ._names import literal
+from ._plan import EventPlan
 from ._spec import format_spec
 from ._sync_dispatch import dispatch_event
 
@@ -72,13 +75,8 @@ class EventMethods(Protocol):
         ...
 
 
-def _bound_emit(bus: EventMethods, name: str) -> Callable[..., None]:
-    """``bus.emit`` with ``name`` bound, as one C-level partial."""
-    emit: Any = bus.emit
-    function = getattr(emit, "__func__", None)
-    if function is not None and getattr(emit, "__self__", None) is bus:
-        return functools.partial(function, bus, name)
-    return functools.partial(emit, name)  # an emit that is no method of the bus's class
+_NO_PLANS: Mapping[str, Any] = MappingProxyType({})
+"""The plans of an event whose bus gave none: :meth:`Event.emit` is then bus.emit's."""
 
 
 class _OnDecorator(Protocol[P]):
@@ -139,7 +137,7 @@ class Event(Generic[P]):
         signature: Signature,
         *,
         historic: bool = False,
-        emit: Optional[Callable[..., None]] = None,
+        plans: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.bus = bus
         self.name = name
@@ -148,14 +146,12 @@ class Event(Generic[P]):
         self.__doc__ = stub.__doc__
         self.__module__ = stub.__module__
         self.__wrapped__ = stub
-        # An instance attribute over the method below: the same call, only faster.
-        # ``emit``: the bus's emit with the name bound, as a Python function that Python
-        # calls inline (``EventBus._emitter``, a copy of emit's fast loop), given by
-        # the bus that declared the event. Else bus.emit with the name bound: a C-level
-        # partial costs less than a method forwarding to it. It binds the bus's emit
-        # function with the bus as its first argument: a bound method would copy the
-        # arguments once more to put the bus first.
-        self.__dict__["emit"] = _bound_emit(bus, name) if emit is None else emit
+        # ``plans``: the emit plans the bus caches by name (``EventBus.emit``'s), given
+        # by a bus whose emit is ``EventBus.emit``: :meth:`emit` below then runs a cached
+        # plan itself, a copy of emit's fast loop; else it is bus.emit's. (No instance
+        # value named ``emit``, on any event: CPython specializes ``event.emit(...)``
+        # only for a method that no instance of the class ever shadowed.)
+        self._plans: Mapping[str, Any] = _NO_PLANS if plans is None else plans
 
     # --- emitting ---------------------------------------------------------------------
 
@@ -171,7 +167,37 @@ class Event(Generic[P]):
             >>> saved.emit("report.txt")
             report.txt
         """
-        self.bus.emit(self.name, *args, **kwargs)
+        # A copy of EventBus.emit's fast loop with the name bound, for an emission
+        # without keywords whose plan is cached; every other one is bus.emit's
+        # (parity: tests/test_fast_copies.py; it pays: benchmarks/run.py --only fast).
+        name = self.name
+        plan: Any
+        try:
+            plan = self._plans[name]
+        except KeyError:
+            return self.bus.emit(name, *args, **kwargs)
+        if kwargs or plan.__class__ is EventPlan:
+            return self.bus.emit(name, *args, **kwargs)
+        try:
+            if len(plan) == 1:
+                hook = plan[0]
+                result = hook(*args)
+                if result is not None and result.__class__ is CoroutineType:
+                    check_event_result(result, name)
+            else:
+                for hook in plan:
+                    result = hook(*args)
+                    if result is not None and result.__class__ is CoroutineType:
+                        check_event_result(result, name)
+        except Exception as error:
+            try:  # as in EventBus.emit: bound unless raised before the first hook
+                raised_by = hook  # pyright: ignore[reportPossiblyUnboundVariable]
+            except UnboundLocalError:
+                raised_by = None
+            if raised_by is not None:
+                note_fast_error(self.bus.registry, error, name, raised_by, args, kwargs)
+            raise
+        return None
 
     def collect(self, *args: P.args, **kwargs: P.kwargs) -> List[Any]:
         """The hooks' results in call order: ``bus.collect(name, ...)``.

@@ -44,7 +44,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hookbus import CallContext, EventBus
+from hookbus import CallContext, Event, EventBus
 from hookbus._handle import Handle
 from hookbus._names import matcher_for
 from hookbus._plan import PointPlan
@@ -246,6 +246,7 @@ def _run_declared(
     for index, behaviour in enumerate(plan):
         event.on(make(index, behaviour))
     assert bus.registry.plan_event("e").__class__ is tuple  # cached: the copy runs
+    assert "emit" not in vars(event)  # the method, the copy: no instance value shadows it
     outcome = None
     try:
         if how == "event":
@@ -332,6 +333,19 @@ def test_event_emit_of_a_bus_whose_class_changes_emit_runs_that_emit() -> None:
     event.on(lambda x: seen.append(x))
     event.emit(1)
     assert seen == [("e", (1,)), 1]
+    assert "emit" not in vars(event)  # no event shadows the method (see Event.__init__)
+
+
+def test_an_event_made_without_its_bus_plans_emits_through_bus_emit() -> None:
+    # Event(...) by hand gets no plans: its emit is bus.emit's.
+    bus = EventBus()
+    declared = bus.event("e")(lambda x: None)
+    seen: List[Any] = []
+    declared.on(lambda x: seen.append(x))
+    event = Event(bus, "e", declared.__wrapped__, declared.signature)
+    event.emit(1)
+    assert seen == [1]
+    assert "emit" not in vars(event)  # no event shadows the method (see Event.__init__)
 
 
 # --- the registry's fast paths of register and remove against their slow twins --------
