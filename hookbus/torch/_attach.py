@@ -62,7 +62,7 @@ from ._operations import (
     unreached_operation,
 )
 from ._point import KINDS, ModulePoint
-from ._replaced_modules import ModuleReads, Replaced
+from ._replaced_modules import ModuleReads
 from ._selection import (
     ROOT,
     GroupSelector,
@@ -231,8 +231,7 @@ class Attachment(Removable):
     __slots__ = (
         "__weakref__", "_compiled", "_cut_warned", "_far", "_handles", "_ids", "_making",
         "_model", "_modules", "_operations", "_points", "_raw", "_raw_names", "_reads",
-        "_replace_warned", "_vocabulary", "_warned", "_wrappers", "bus", "prefix",
-        "strict_ddp",
+        "_vocabulary", "_warned", "_wrappers", "bus", "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -267,11 +266,12 @@ class Attachment(Removable):
         self._operations: List[OperationSelection] = []  # removed by detach()
         self._vocabulary: Optional[Vocabulary] = None  # names="transformer"
         # The modules that hooks by name were registered on, made at the first such
-        # registration (nothing at attach): one replaced since is refused, and warned
-        # of as it is replaced (once). Raw names, wrappers among them, are not checked.
+        # registration (nothing at attach): a hook on one replaced since is refused. Not
+        # watched as they are replaced (the names vocabulary's are): a model kept alive
+        # by a hook that holds it would keep torch's global hook for every submodule
+        # assignment in the process. Raw names, wrappers among them, are not checked.
         self._reads: Optional[ModuleReads] = None
         self._raw_names = raw_names
-        self._replace_warned = False
         #: Whether a DistributedDataParallel without find_unused_parameters wraps
         #: the model: a post hook that cuts an output from the graph then breaks it.
         self.strict_ddp = False
@@ -437,7 +437,6 @@ class Attachment(Removable):
                 reads = self._reads
                 if reads is None:
                     reads = self._reads = _module_reads(model, self._modules, self.prefix)
-            reads.watch(self._on_replaced)
         reads.add_paths(names, self._paths_of)
         found = reads.replaced(names)
         if found is None:
@@ -460,33 +459,6 @@ class Attachment(Removable):
 
     def _name_at(self, path: str) -> str:
         return f"{self.prefix}.{path}" if self.prefix else path
-
-    def _on_replaced(self, replaced: Replaced) -> None:
-        """A module that hooks by name were registered on (or inside) is being replaced
-        (torch's registration hook): warn if some still are, as they stay on it."""
-        reads = self._reads
-        if reads is None or self._replace_warned or not self._modules:
-            return
-        bus = self.bus
-        hooked = [
-            name
-            for name in reads.reading(replaced.path)
-            if any(handle.kind in KINDS for handle in bus.hooks(name))
-        ]
-        if not hooked:
-            return
-        self._replace_warned = True
-        path = self._name_at(replaced.path)
-        shown = ", ".join(map(repr, hooked[:3])) + (", ..." if len(hooked) > 3 else "")
-        warnings.warn(
-            f"hookbus.torch: the module {path!r} ({replaced.was}) is being replaced by "
-            f"{replaced.taken_by()} after attach(), and the hooks on {shown} are on it or "
-            f"inside it: they stay on the old module and no longer see the forward (hooks "
-            f"by the name of a replaced module are refused from now on). detach() and "
-            f"attach the model again, after the change, to hook the new one",
-            RuntimeWarning,
-            stacklevel=stacklevel_outside_hookbus(),
-        )
 
     def _make(self, names: List[str]) -> None:
         """Make the points of ``names`` not made yet; each applies the hooks matching it."""
@@ -1031,9 +1003,7 @@ class Attachment(Removable):
         vocabulary, self._vocabulary = self._vocabulary, None
         if vocabulary is not None:  # its names first, with the hooks they put on the model
             vocabulary.remove()
-        reads, self._reads = self._reads, None
-        if reads is not None:
-            reads.close()
+        self._reads = None
         self._detach_points()  # first: removing the hooks then reaches no module point
         selections, self._operations = self._operations, []
         for selection in selections:
@@ -1099,11 +1069,8 @@ def _matcher(name: str, match: Optional[Matcher]) -> Optional[Matcher]:
 
 
 def _module_reads(model: nn.Module, modules: Dict[str, _ModuleRef], prefix: str) -> ModuleReads:
-    """A :class:`ModuleReads` of the attachment's ``modules``, by their paths below ``model``.
-
-    It holds the attachment's dicts, not the attachment: a cycle through it would
-    outlive the model until a second garbage collection, and watch till then.
-    """
+    """A :class:`ModuleReads` of the attachment's ``modules``, by their paths below ``model``
+    (it holds the attachment's dict, not the attachment: no cycle through it)."""
     dotted = f"{prefix}." if prefix else ""
 
     def path_of(module: nn.Module) -> str:  # for ModuleReads.add: the attachment adds paths
