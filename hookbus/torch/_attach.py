@@ -62,6 +62,7 @@ from ._operations import (
     unreached_operation,
 )
 from ._point import KINDS, ModulePoint
+from ._replaced_modules import ModuleReads
 from ._selection import (
     ROOT,
     GroupSelector,
@@ -229,8 +230,8 @@ class Attachment(Removable):
 
     __slots__ = (
         "__weakref__", "_compiled", "_cut_warned", "_far", "_handles", "_ids", "_making",
-        "_model", "_modules", "_operations", "_points", "_raw", "_vocabulary", "_warned",
-        "_wrappers", "bus", "prefix", "strict_ddp",
+        "_model", "_modules", "_operations", "_points", "_raw", "_raw_names", "_reads",
+        "_vocabulary", "_warned", "_wrappers", "bus", "prefix", "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -264,6 +265,13 @@ class Attachment(Removable):
         self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
         self._operations: List[OperationSelection] = []  # removed by detach()
         self._vocabulary: Optional[Vocabulary] = None  # names="transformer"
+        # The modules that hooks by name were registered on, made at the first such
+        # registration (nothing at attach): a hook on one replaced since is refused. Not
+        # watched as they are replaced (the names vocabulary's are): a model kept alive
+        # by a hook that holds it would keep torch's global hook for every submodule
+        # assignment in the process. Raw names, wrappers among them, are not checked.
+        self._reads: Optional[ModuleReads] = None
+        self._raw_names = raw_names
         #: Whether a DistributedDataParallel without find_unused_parameters wraps
         #: the model: a post hook that cuts an output from the graph then breaks it.
         self.strict_ddp = False
@@ -325,6 +333,8 @@ class Attachment(Removable):
             return False
         names = self._matching(name, match)
         if names:
+            if kind is not None:  # a hook is being registered: not on a replaced module
+                self._refuse_replaced(names)
             self._make(names)
             return True
         module, colon, _ = name.rpartition(":")
@@ -413,6 +423,42 @@ class Attachment(Removable):
         if match is None:
             return [name] if name in modules else []
         return [each for each in modules if match(each)]
+
+    def _refuse_replaced(self, names: List[str]) -> None:
+        """Refuse a hook on ``names`` if one of their modules, or one it is inside, was
+        replaced since attach: the hook would sit on the old module, which the forward
+        no longer calls (``model.get_submodule(name)`` is the new one)."""
+        reads = self._reads
+        if reads is None:
+            model = self._model()
+            if model is None or self._raw_names:
+                return
+            with self._making:
+                reads = self._reads
+                if reads is None:
+                    reads = self._reads = _module_reads(model, self._modules, self.prefix)
+        reads.add_paths(names, self._paths_of)
+        found = reads.replaced(names)
+        if found is None:
+            return
+        name, replaced = found
+        replaced = replaced._replace(path=self._name_at(replaced.path))
+        inside = "" if name == replaced.path else "it is inside "
+        raise ValueError(
+            f"cannot hook {name!r}: {inside}{replaced.described()}: hooks by name go on "
+            f"the modules the model had when it was attached, and the forward no longer "
+            f"calls that one. detach() and attach the model again, after the change, to "
+            f"hook the new one"
+        )
+
+    def _paths_of(self, name: str) -> List[str]:
+        """The path below the model of the module named ``name`` (none for the model)."""
+        if name == (self.prefix or ROOT):
+            return []
+        return [name[len(self.prefix) + 1 :] if self.prefix else name]
+
+    def _name_at(self, path: str) -> str:
+        return f"{self.prefix}.{path}" if self.prefix else path
 
     def _make(self, names: List[str]) -> None:
         """Make the points of ``names`` not made yet; each applies the hooks matching it."""
@@ -957,6 +1003,7 @@ class Attachment(Removable):
         vocabulary, self._vocabulary = self._vocabulary, None
         if vocabulary is not None:  # its names first, with the hooks they put on the model
             vocabulary.remove()
+        self._reads = None
         self._detach_points()  # first: removing the hooks then reaches no module point
         selections, self._operations = self._operations, []
         for selection in selections:
@@ -1019,6 +1066,26 @@ def bus_or_default(bus: Optional[EventBus], caller: str) -> EventBus:
 def _matcher(name: str, match: Optional[Matcher]) -> Optional[Matcher]:
     """A matcher for ``name`` when it is a pattern (``match`` says the whole name was one)."""
     return matcher_for(name) if match is not None and is_pattern(name) else None
+
+
+def _module_reads(model: nn.Module, modules: Dict[str, _ModuleRef], prefix: str) -> ModuleReads:
+    """A :class:`ModuleReads` of the attachment's ``modules``, by their paths below ``model``
+    (it holds the attachment's dict, not the attachment: no cycle through it)."""
+    dotted = f"{prefix}." if prefix else ""
+
+    def path_of(module: nn.Module) -> str:  # for ModuleReads.add: the attachment adds paths
+        for name, held in modules.items():
+            if held() is module:
+                return name[len(dotted) :]
+        raise KeyError(type(module).__name__)
+
+    def module_at(path: str) -> nn.Module:
+        module = modules[f"{dotted}{path}"]()
+        if module is None:  # collected: it left the model
+            raise KeyError(path)
+        return module
+
+    return ModuleReads(model, path_of, module_at)
 
 
 def _is_strict_ddp(module: nn.Module) -> bool:

@@ -41,12 +41,32 @@ __all__ = ["ModuleReads", "Replaced"]
 
 
 class Replaced(NamedTuple):
-    """A module that a name reads, replaced since attach: its name, its class then and now
-    (``None``: removed)."""
+    """A module that a name reads, replaced since attach: its name, its class then (``""``:
+    collected before it was looked at) and now (``None``: removed).
+
+    Example:
+        >>> Replaced("h.0", "Block", "Block").described()
+        "the module 'h.0', which was a Block at attach() and is now another Block"
+    """
 
     path: str
     was: str
     now: Optional[str]
+
+    def taken_by(self) -> str:
+        """What took its place: ``"a LoraLinear"``, ``"another Conv1D"`` or ``"gone"``."""
+        if self.now is None:
+            return "gone"
+        return f"another {self.now}" if self.now == self.was else f"a {self.now}"
+
+    def described(self) -> str:
+        """The module, what it was at attach() and what is there now, for a message."""
+        if not self.was:
+            return f"the module {self.path!r}, replaced since attach() (now {self.taken_by()})"
+        return (
+            f"the module {self.path!r}, which was a {self.was} at attach() and is now "
+            f"{self.taken_by()}"
+        )
 
 
 OnReplace = Callable[[Replaced], None]
@@ -103,12 +123,18 @@ class ModuleReads:
 
     def add(self, names: Iterable[str], reads: Callable[[str], Iterable[nn.Module]]) -> None:
         """Learn the modules that each of ``names`` reads, ``reads(name)`` (once a name)."""
+        name_of = self._name_of
+        self.add_paths(names, lambda name: [name_of(module) for module in reads(name)])
+
+    def add_paths(self, names: Iterable[str], paths_of: Callable[[str], Iterable[str]]) -> None:
+        """Learn the paths of the modules that each of ``names`` reads, ``paths_of(name)``
+        (once a name): for names whose modules may be collected already."""
         new: List[nn.Module] = []
         with self._lock:
             for name in names:
                 if name in self._paths:
                     continue
-                paths = tuple(dict.fromkeys(self._name_of(module) for module in reads(name)))
+                paths = tuple(dict.fromkeys(paths_of(name)))
                 self._paths[name] = paths
                 for path in paths:
                     parts = path.split(".")
@@ -123,7 +149,7 @@ class ModuleReads:
         try:
             module = self._module_at(prefix)
         except KeyError:  # collected: it left the model since attach
-            self._held[prefix], self._types[prefix] = _gone, "module"
+            self._held[prefix], self._types[prefix] = _gone, ""
             return []
         self._held[prefix] = weakref.ref(module)
         self._types[prefix] = type(module).__name__

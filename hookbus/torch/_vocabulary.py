@@ -193,7 +193,7 @@ class Vocabulary(Removable):
         shown = ", ".join(map(repr, hooked[:3])) + (", ..." if len(hooked) > 3 else "")
         warnings.warn(
             f"hookbus.torch: the module {replaced.path!r} ({replaced.was}) is being replaced "
-            f"by {_what(replaced)} after attach(), and the hooks on {shown} read it: they "
+            f"by {replaced.taken_by()} after attach(), and the hooks on {shown} read it: they "
             f"stay on the old module and no longer see the forward (hooks on names that "
             f"read a replaced module are refused from now on). detach() and attach the "
             f"model again, after the change, to read the new one",
@@ -278,18 +278,10 @@ def unknown_name(
 
 def _replaced_error(name: str, replaced: Replaced) -> ValueError:
     return ValueError(
-        f"{name!r} reads the module {replaced.path!r}, which was a {replaced.was} at "
-        f"attach() and is now {_what(replaced)}: the names read the modules the model "
+        f"{name!r} reads {replaced.described()}: the names read the modules the model "
         f"had when it was attached. detach() and attach the model again, after the "
         f"change, to read the new one"
     )
-
-
-def _what(replaced: Replaced) -> str:
-    """What took a replaced module's place: "a LoraLinear", "another Conv1D" or "gone"."""
-    if replaced.now is None:
-        return "gone"
-    return f"another {replaced.now}" if replaced.now == replaced.was else f"a {replaced.now}"
 
 
 def _modules_read(recipe: Any) -> List[nn.Module]:

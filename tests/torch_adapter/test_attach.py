@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import gc
+import warnings
 import weakref
 from typing import Any, List
 
@@ -256,6 +257,93 @@ def test_selection_and_names_work_without_any_point() -> None:
     with pytest.raises(ValueError, match=r"close names: 'm\.1'"):
         net.select("m.2")
     assert native_hooks(model) == {}
+
+
+# --- modules replaced after attach ------------------------------------------------------
+
+
+def test_a_hook_by_the_name_of_a_module_replaced_after_attach_is_refused_naming_it() -> None:
+    # The attachment's names are the modules that were there at attach(): a hook by
+    # the name of one replaced since would sit on the old module, which the forward no
+    # longer calls (raw torch's get_submodule(name) gives the new one), so it is refused.
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    old = model.layers[0]  # still alive: its class at attach() is known
+    model.layers[0] = Block()
+    with pytest.raises(ValueError, match=r"'layers\.0'.*detach\(\).*attach") as refused:
+        bus.post("layers.0", print)
+    assert "was a Block at attach() and is now another Block" in str(refused.value)
+    for register in (
+        lambda: net.post("layers.0", print),
+        lambda: net.pre("layers.0.attn", print),  # a module inside the replaced one
+        lambda: bus.post("layers.*.mlp", print),  # a pattern matching one
+        lambda: net.post(Block, print),  # a type selecting the old block
+        lambda: net.post(old, print),  # the old module itself
+    ):
+        with pytest.raises(ValueError, match=r"the module 'layers\.0'.*attach"):
+            register()
+    assert bus.registry.hooks() == []  # nothing left half-registered
+    seen: List[str] = []
+
+    def hook(ctx: CallContext) -> None:
+        seen.append(ctx.name)
+
+    with bus.post("layers.1", hook), net.post("norm", hook):
+        model(torch.ones(1, 2))
+    assert seen == ["layers.1", "norm"]  # names of modules not replaced register as before
+
+
+def test_a_module_replaced_and_collected_after_attach_is_refused_naming_what_is_there() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, prefix="enc")
+    model.layers[1].mlp = nn.Linear(2, 2)  # the old Linear is collected at once
+    gc.collect()
+    with pytest.raises(ValueError, match=r"'enc\.layers\.1\.mlp'.*now a Linear.*attach"):
+        bus.post("enc.layers.1.mlp", print)
+    assert bus.registry.hooks() == []
+
+
+def test_a_model_attached_again_after_a_replacement_hooks_the_new_module() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus).detach()
+    model.layers[0] = Block()
+    hookbus.torch.attach(model, bus)
+    seen: List[Any] = []
+    with bus.post("layers.0", lambda ctx: seen.append(ctx.target)):
+        model(torch.ones(1, 2))
+    assert seen == [model.get_submodule("layers.0")]
+
+
+def test_replacing_a_module_no_name_hooked_is_inside_neither_warns_nor_refuses() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    bus.post("layers.1.attn", print)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.norm = nn.LayerNorm(2)  # no hook is on it
+        model.layers[1].attn = model.layers[1].attn  # the same module
+    net.post("layers.1", print)
+    bus.post("layers.0.*", print)
+
+
+def test_a_see_through_wrapper_put_around_a_module_after_attach_is_no_replacement() -> None:
+    wrappers = pytest.importorskip("torch.distributed.algorithms._checkpoint.checkpoint_wrapper")
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    seen: List[str] = []
+    net.post("layers.0.attn", lambda ctx: seen.append(ctx.name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.layers[0] = wrappers.checkpoint_wrapper(model.layers[0])
+    bus.post("layers.0.mlp", lambda ctx: seen.append(ctx.name))
+    with torch.no_grad():
+        model(torch.ones(1, 2))
+    assert seen == ["layers.0.attn", "layers.0.mlp"]
 
 
 # --- detaching, and what an attachment keeps ----------------------------------------------
