@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_module_registration_hook
 from torch.utils.hooks import RemovableHandle
 
-from ._unwrap import bare_model
+from ._unwrap import bare_model, wrapper_attributes
 
 __all__ = ["ModuleReads", "Replaced"]
 
@@ -163,14 +163,16 @@ class ModuleReads:
         if root is None:
             return None
         held, types = self._held, self._types
+        wrappers = wrapper_attributes()  # once: each module below is unwrapped with it
+        bare_root = bare_model(root, wrappers)
         for name in names:
             for path in self._paths.get(name, ()):
-                module: Any = root
+                module: Any = bare_root
                 prefix = ""
                 for part in path.split("."):
                     prefix = f"{prefix}.{part}" if prefix else part
-                    child = bare_model(module)._modules.get(part)
-                    module = bare_model(child) if child is not None else None
+                    child = module._modules.get(part)  # module: unwrapped already
+                    module = bare_model(child, wrappers) if child is not None else None
                     if module is None or module is not held[prefix]():
                         now = type(child).__name__ if child is not None else None
                         return name, Replaced(prefix, types[prefix], now)

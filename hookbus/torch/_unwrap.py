@@ -127,8 +127,13 @@ class ModuleName(NamedTuple):
     """Whether it is a see-through wrapper (its hooks would fire with those of its child)."""
 
 
-def bare_model(model: nn.Module) -> nn.Module:
+def bare_model(
+    model: nn.Module, wrappers: Optional[Dict[type, Optional[str]]] = None
+) -> nn.Module:
     """The module that every see-through wrapper around ``model`` wraps (``model`` if none).
+
+    ``wrappers`` is :func:`wrapper_attributes`, for a caller that unwraps many modules
+    at once (asking it costs a look at every wrapper class's module).
 
     Example:
         >>> from torch import nn
@@ -136,7 +141,8 @@ def bare_model(model: nn.Module) -> nn.Module:
         >>> bare_model(nn.DataParallel(inner)) is inner
         True
     """
-    wrappers = wrapper_attributes()
+    if wrappers is None:
+        wrappers = wrapper_attributes()
     attribute = wrapped_attribute(model, wrappers)
     while attribute is not None:
         model = model._modules[attribute]  # type: ignore[assignment]  # not None: checked
