@@ -216,24 +216,7 @@ def make_checking_call(spec: Signature, name: str) -> Optional[CallerFactory]:
         if not each.isidentifier() or keyword.iskeyword(each):
             raise TypeError(f"the spec of {name!r} has a parameter named {each!r}")
     parameters = ", ".join([*names, "/"]) if names else ""
-    namespace: Dict[str, Any] = {}
-    # Generated source, as for the binder: only checked identifiers and fixed text.
-    exec(
-        f"def factory({hook_var}):\n"
-        f"    def checking({parameters}):\n"
-        f"        return {hook_var}({', '.join(names)})\n"
-        f"    return checking\n",
-        namespace,
-    )
-    make = namespace["factory"]
-
-    def factory(hook: Callable[..., Any]) -> Callable[..., Any]:
-        caller = make(hook)
-        _named(caller, name)
-        caller.__wrapped__ = hook  # which hook it calls: error notes name that one
-        return caller  # type: ignore[no-any-return]
-
-    return factory
+    return _compile_callers(name, hook_var, parameters, names, {})
 
 
 # --- hooks that take the arguments they name (pluggy's rule) -------------------------------
@@ -353,6 +336,15 @@ def _caller_factory(spec: Signature, name: str, call: _Call, with_name: bool) ->
     positionals, keywords = call
     passed = ([event_var] if with_name else []) + positionals
     passed += [f"{keyword}={keyword}" for keyword in keywords]
+    return _compile_callers(name, hook_var, parameters, passed, namespace)
+
+
+def _compile_callers(
+    name: str, hook_var: str, parameters: str, passed: List[str], namespace: Dict[str, Any]
+) -> CallerFactory:
+    """The factory of generated callers ``caller(parameters)`` that return
+    ``hook(passed)``, each named ``name`` (for Python's binding errors) and wrapping
+    its hook; ``namespace`` holds what the parameters' defaults refer to."""
     # Generated source, as for the binder: only checked identifiers and fixed text.
     exec(
         f"def factory({hook_var}):\n"
