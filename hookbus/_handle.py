@@ -360,7 +360,7 @@ class Handle(Removable):
 
         ``None`` for any, and once a weakly held target was collected (the hook is
         then unregistered). Built-in values (``str``, ``int``, ``float``, ``bytes``,
-        ``complex``) match by value, as blinker's senders do; other objects by
+        ``complex``) match by value, as blinker's ``str`` and ``int`` senders do; other objects by
         identity, held weakly when they support it.
         """
         sender = self._options.target
