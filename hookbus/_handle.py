@@ -696,7 +696,16 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
             f"strongly (the default)"
         )
     if is_method:
-        return weakref.WeakMethod(hook, collected)
+        try:
+            return weakref.WeakMethod(hook, collected)
+        except TypeError:
+            owner = type(hook.__self__).__name__
+            raise TypeError(
+                f"weak=True holds a method's object weakly, but {hook_name(hook)} is bound "
+                f"to a {owner}, which does not support weak references; accepted: methods "
+                f"of objects that do (a class with '__weakref__' in its __slots__, or "
+                f"without __slots__); or register it strongly"
+            ) from None
     if is_c_method:
         bound: Any = hook
         return _WeakCMethod(hook, bound.__self__, collected)

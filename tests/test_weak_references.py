@@ -200,6 +200,26 @@ def test_weak_method_of_an_object_without_weak_references_is_refused() -> None:
     assert bus.hooks() == []
 
 
+def test_weak_python_method_of_an_object_without_weak_references_is_refused_clearly() -> None:
+    class Slotted:  # __slots__ without __weakref__: no weak reference to it can be made
+        __slots__ = ()
+
+        def update(self, value: Any) -> None: ...
+
+    bus = EventBus()
+    owner = Slotted()
+    refused = (
+        r"weak=True .*Slotted.update is bound to a Slotted, which does not support weak "
+        r"references; accepted: .*__weakref__"
+    )
+    with pytest.raises(TypeError, match=refused) as info:
+        bus.on("e", owner.update, weak=True)
+    assert "register it strongly" in str(info.value)
+    with pytest.raises(TypeError, match=refused):
+        bus.pre("e", owner.update, weak=True)
+    assert bus.hooks() == []
+
+
 def test_weak_method_found_under_another_name_is_refused() -> None:
     class Queue(collections.deque):  # type: ignore[type-arg]
         def append(self, item: Any) -> None:  # an override hides deque.append
