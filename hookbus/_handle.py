@@ -699,7 +699,7 @@ def _weak_reference(hook: Callable[..., Any], handle: Handle) -> Any:
         try:
             return weakref.WeakMethod(hook, collected)
         except TypeError:
-            owner = type(hook.__self__).__name__
+            owner = type(cast(Any, hook).__self__).__name__
             raise TypeError(
                 f"weak=True holds a method's object weakly, but {hook_name(hook)} is bound "
                 f"to a {owner}, which does not support weak references; accepted: methods "
