@@ -360,8 +360,9 @@ class Handle(Removable):
 
         ``None`` for any, and once a weakly held target was collected (the hook is
         then unregistered). Built-in values (``str``, ``int``, ``float``, ``bytes``,
-        ``complex``) match by value, as blinker's ``str`` and ``int`` senders do; other objects by
-        identity, held weakly when they support it.
+        ``complex``) match by value, as blinker's ``str`` and ``int`` senders do; a bound
+        method, that method of that object; other objects by identity, held weakly when
+        they support it.
         """
         sender = self._options.target
         return None if sender is None else sender.get()
@@ -634,7 +635,8 @@ def _unregister_when_collected(handle: Handle) -> Callable[[object], None]:
 class _Sender:
     """A handle's ``target``, held and compared as blinker holds and compares senders.
 
-    By value for built-in values; else by identity, weakly when the object supports
+    By value for built-in values; a bound method by its object and function (each
+    ``obj.method`` is a new object); else by identity. Weakly when the object supports
     it (its hook is unregistered when it is collected), strongly when it can't.
     """
 
@@ -647,6 +649,15 @@ class _Sender:
         if self._value is not None:
             self._how, self._held = "value", target
             return
+        if type(target) is MethodType:
+            # Each ``obj.method`` makes a new method object, which dies at once: compared
+            # by object and function (blinker's key for a method), held as WeakMethod does.
+            try:
+                self._held = weakref.WeakMethod(target, _unregister_when_collected(handle))
+                self._how = "method"
+            except TypeError:  # its object has no weak references
+                self._how, self._held = "strong method", target
+            return
         try:
             self._held = weakref.ref(target, _unregister_when_collected(handle))
             self._how = "weak"
@@ -655,17 +666,21 @@ class _Sender:
 
     def get(self) -> Any:
         """The target, or ``None`` once a weakly held one was collected."""
-        return self._held() if self._how == "weak" else self._held
+        how = self._how
+        return self._held() if how == "weak" or how == "method" else self._held
 
     def matches(self, subject: Any) -> bool:
         held = self._held
-        if self._how == "weak":
+        how = self._how
+        if how == "weak":
             held = held()
             return held is not None and subject is held
         if subject is held:
             return True
-        if self._how != "value":
+        if how == "identity":
             return False
+        if how != "value":  # a method: the same function of the same object
+            return type(subject) is MethodType and same_callable(self.get(), subject)
         # By value only between built-in values, as built-ins: a user's __eq__ is never asked.
         value = builtin_value(subject)
         mine: Any = self._value

@@ -1,8 +1,9 @@
 """Targets (``target=``): a hook that runs only for one sender.
 
 ``target=`` matches hashable built-in values by value (a subclass of one, such as a
-StrEnum member, as the built-in value it holds) and other objects by identity, as
-blinker's senders do, never through a user's ``__eq__``. It holds the sender weakly: the
+StrEnum member, as the built-in value it holds), a bound method by its object and
+function, and other objects by identity, as blinker's senders do, never through a user's
+``__eq__``. It holds the sender weakly: the
 hook goes with its sender. One receiver registered both for a sender and for any sender
 is refused, so no emission runs it twice.
 """
@@ -136,6 +137,56 @@ def test_a_target_that_cannot_be_held_weakly_is_held_strongly() -> None:
     bus.on("sig", lambda s: seen.append(s), target=key)
     bus.emit("sig", key)
     assert seen == [key]
+
+
+class _Job:
+    __slots__ = ("__weakref__",)
+
+    def run(self) -> None: ...
+
+
+class _Pinned:  # no weak reference to it can be made
+    __slots__ = ()
+
+    def run(self) -> None: ...
+
+
+def test_a_bound_method_target_matches_that_method_of_that_object_as_blinker_does() -> None:
+    """Each ``job.run`` makes a new method object: a method target is compared by its
+    object and function (blinker's key for a method sender), and held as ``WeakMethod``
+    holds one, so it is not dropped when the method object given dies at once."""
+    bus = EventBus()
+    job, other = _Job(), _Job()
+    seen: List[str] = []
+    handle = bus.on("sig", lambda s: seen.append("run"), target=job.run)
+    assert handle.active
+    assert handle.target == job.run
+    bus.emit("sig", job.run)
+    bus.emit("sig", other.run)  # the same function of another object: not heard
+    bus.emit("sig", job)  # the object itself: not heard
+    assert seen == ["run"]
+    assert handle.fires_for(job.run)
+    assert not handle.fires_for(other.run)
+    with pytest.raises(ValueError, match="already registered"):  # the same sender twice
+        bus.on("sig", handle.hook, target=job.run)
+    alive = weakref.ref(job)
+    del job
+    gc.collect()
+    assert alive() is None, "the method target kept its object alive"
+    assert not handle.active
+    assert bus.hooks() == []
+
+
+def test_a_bound_method_target_of_an_object_without_weak_references_is_held_strongly() -> None:
+    bus = EventBus()
+    pinned = _Pinned()
+    seen: List[str] = []
+    handle = bus.on("sig", lambda s: seen.append("run"), target=pinned.run)
+    bus.emit("sig", pinned.run)
+    bus.emit("sig", _Pinned().run)
+    assert seen == ["run"]
+    assert handle.active
+    assert handle.target == pinned.run
 
 
 # --- target=: never through a user's __eq__, and one receiver runs once -------------------

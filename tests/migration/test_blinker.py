@@ -97,3 +97,22 @@ def test_an_object_target_hears_that_object_alone_as_blinker_does() -> None:
         bus.on("sent", heard.append, target=editor)
         bus.emit("sent", sender)
         assert heard == blinker_heard == ([editor] if sender is editor else [])
+
+
+def test_a_bound_method_target_hears_that_method_of_that_object_as_blinker_does() -> None:
+    class Job:
+        def run(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+    job, other = Job(), Job()
+    for sender in (job.run, other.run, job.stop, job):
+        signal = blinker.Signal()
+        blinker_heard: List[Any] = []
+        signal.connect(blinker_heard.append, sender=job.run, weak=False)
+        signal.send(sender)
+        bus = hookbus.EventBus()
+        heard: List[Any] = []
+        bus.on("sent", heard.append, target=job.run)
+        bus.emit("sent", sender)
+        assert heard == blinker_heard == ([sender] if sender == job.run else [])
