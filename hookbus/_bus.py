@@ -1247,8 +1247,9 @@ class EventBus:
         """A context manager during which ``name`` (a name or pattern) dispatches nothing.
 
         With no name, the whole bus is paused. Pauses apply to every thread and
-        nest (a name stays paused until its last pause ends). Hook points still run
-        their callable, just without hooks.
+        every sender (no hook of the name runs, whatever its ``target``), and nest (a
+        name stays paused until its last pause ends). Hook points still run their
+        callable, just without hooks.
 
         Example:
             >>> import hookbus
