@@ -34,12 +34,16 @@ either the waiter's try finds the token, or the release sees the waiter and wake
 under the condition's lock, which the waiter holds until it waits. The condition's lock
 is reentrant: a weak hook's finalizer may run anywhere, inside this module's own code
 too, and release the mutex it took without blocking (``Registry.forget_collected``).
+The condition is made at the first wait (most buses never wait: a bus made costs a third
+more with one), once, under a lock of this module's.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import List
+from typing import List, Optional
+
+_making = threading.Lock()  # guards the making of a mutex's condition; nothing else
 
 
 class Mutex:
@@ -65,7 +69,7 @@ class Mutex:
         """The token, while the lock is free: empty while it is held."""
         self.waiting = 0
         """How many threads wait for the lock (changed under ``_wakeup``'s lock)."""
-        self._wakeup = threading.Condition()  # reentrant: see the module docstring
+        self._wakeup: Optional[threading.Condition] = None  # made at the first wait
 
     def acquire(self, blocking: bool = True) -> bool:
         """Take the lock, waiting for it if ``blocking``; whether it was taken."""
@@ -79,7 +83,8 @@ class Mutex:
 
     def wait(self) -> None:
         """Wait until the token is free, and take it: :meth:`acquire` when the lock is held."""
-        with self._wakeup:
+        wakeup = self._condition()
+        with wakeup:
             self.waiting += 1
             try:
                 while True:
@@ -87,7 +92,7 @@ class Mutex:
                         self.free.pop()
                         return
                     except IndexError:
-                        self._wakeup.wait()
+                        wakeup.wait()
             finally:
                 self.waiting -= 1
 
@@ -102,8 +107,20 @@ class Mutex:
 
     def wake(self) -> None:
         """Wake one thread that waits for the lock: :meth:`release` when one waits."""
-        with self._wakeup:
-            self._wakeup.notify()
+        wakeup = self._condition()
+        with wakeup:
+            wakeup.notify()
+
+    def _condition(self) -> threading.Condition:
+        """The condition waiters wait on, made once, at the first wait (reentrant, as
+        ``threading.Condition()`` makes it: see the module docstring)."""
+        wakeup = self._wakeup
+        if wakeup is None:
+            with _making:
+                wakeup = self._wakeup
+                if wakeup is None:
+                    wakeup = self._wakeup = threading.Condition()
+        return wakeup
 
     def locked(self) -> bool:
         """Whether the lock is held now, by any thread."""

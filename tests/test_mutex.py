@@ -163,7 +163,7 @@ def test_a_release_inside_a_waiters_own_section_does_not_deadlock() -> None:
     done: List[bool] = []
 
     def finalizer_inside_wait() -> None:
-        with lock._wakeup:
+        with lock._condition():
             lock.waiting += 1  # as wait() counts itself before it tries the token
             try:
                 assert lock.acquire(blocking=False)
