@@ -105,7 +105,7 @@ Registration (``_registry.py``; row 2, register + remove, pays for these)
     * both take and give back the bus lock inline: ``Mutex.acquire``'s free case
       (``lock.free.pop()``, else ``lock.wait()``) and ``Mutex.release`` (``_mutex.py``).
       Twin: those methods, as every other locked section calls them
-      (``tests/test_mutex.py``: the inline paths wait for a held lock).
+      (parity: the inline paths wait for a held lock, and leave it free).
 
 Registration at hook points (``_registry.py``; the row of a plan changed per call pays)
     * ``Registry._register_point_hook``, ``register``'s flat path for a plain pre, post
