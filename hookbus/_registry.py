@@ -32,7 +32,8 @@ for after the lock (a weak hook to sweep sends register to its twin). An event's
 was cached. Measured on row 2, register + remove takes about 1.35x as long without the
 flat path, 1.45x without the inline drop, and 1.07x releasing through ``_unlock()``;
 ``Handle.plain`` (bound once, as ``_plain_handle``) builds the handle in half the time
-``Handle(...)`` takes, and :func:`on_event` makes the same stores inline (a frame less: about 3% of the row).
+``Handle(...)`` takes, and :func:`on_event` makes the same stores inline (a frame less:
+about 3% of the row).
 :func:`on_event` is ``bus.on``'s own body, not a method the bus calls: ``EventBus.on``
 runs its code as its own (:func:`facade_running`), a frame less again (about 5% of the
 row's instructions), and the bus keeps the method's signature and docs.
