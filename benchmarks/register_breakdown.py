@@ -31,6 +31,7 @@ from _harness import Case, absolute, ratio, run_rounds
 
 import hookbus
 from hookbus._handle import Handle
+from hookbus._mutex import Mutex
 
 
 def listener(x: object) -> None:
@@ -95,6 +96,7 @@ def main() -> None:
     bus = hookbus.EventBus()
     bus.on("e", listener).remove()  # the name is checked and cached once
     lock = threading.Lock()
+    mutex = Mutex()
     buckets: dict = {}
     plans = {"e": ()}
     handle = bus.on("e", listener)
@@ -108,6 +110,9 @@ def main() -> None:
          {"new": Handle.plain, "bus": bus.registry}),
         ("lock acquire + release, twice", "acquire(); release(); acquire(); release()",
          {"acquire": lock.acquire, "release": lock.release}),
+        ("  hookbus's bus lock (a Mutex), its token taken + given back inline, twice",
+         "free.pop(); free.append(True); m.waiting; free.pop(); free.append(True); m.waiting",
+         {"free": mutex.free, "m": mutex}),
         ("bucket: insert list, then remove + delete", "b[k] = [f]; b[k].remove(f); del b[k]",
          {"b": buckets, "k": ("event", "e")}),
         ("plan cache dropped, twice (2 dict pops)", pops, {"p": plans}),

@@ -102,6 +102,10 @@ Registration (``_registry.py``; row 2, register + remove, pays for these)
       makes for one (``_registry._EventHandle``), which ``Registry.unregister`` runs
       too (a frame less on row 2: the handle's over the registry's). Slow
       twin: ``Registry._drop_locked``, as ``Registry.remove`` runs it.
+    * both take and give back the bus lock inline: ``Mutex.acquire``'s free case
+      (``lock.free.pop()``, else ``lock.wait()``) and ``Mutex.release`` (``_mutex.py``).
+      Twin: those methods, as every other locked section calls them
+      (parity: the inline paths wait for a held lock, and leave it free).
 
 Registration at hook points (``_registry.py``; the row of a plan changed per call pays)
     * ``Registry._register_point_hook``, ``register``'s flat path for a plain pre, post

@@ -23,15 +23,17 @@ takes two fast copies, listed in ``_dispatch.py``'s map with their parity tests
 (``tests/test_fast_copies.py``) and their own benchmark rows: the flat path of
 :func:`on_event` (``bus.on``; the twin: ``_register_checked``) and the inline drop
 of an event's exact name, ``remove()`` of the handle that path makes (``_EventHandle``, one
-frame; :meth:`Registry.unregister` runs it too; the twin: ``_drop_locked``). Each takes the lock
-by ``acquire()`` rather than ``with`` (half the cost) and releases it inline rather
-than through ``_unlock()``: neither notes anything for after the lock (a weak hook to
-sweep sends register to its twin). An event's hooks (``_event_hooks``) are cached only
-with its plan, so both forget them only where a plan was cached. Measured on row 2, register
-+ remove takes about 1.35x as long without the flat path, 1.45x without the inline
-drop, and 1.07x releasing through ``_unlock()``; ``Handle.plain`` (bound once, as
-``_plain_handle``) builds the handle in half the time ``Handle(...)`` takes, and
-:func:`on_event` makes the same stores inline (a frame less: about 3% of the row).
+frame; :meth:`Registry.unregister` runs it too; the twin: ``_drop_locked``). Each takes the
+lock's token and gives it back inline (``_mutex.py``: the bus lock is a ``Mutex``, whose free
+round trip is one list operation each way, a third of ``threading.Lock``'s; about 10% of
+the row) and releases it there rather than through ``_unlock()``: neither notes anything
+for after the lock (a weak hook to sweep sends register to its twin). An event's hooks
+(``_event_hooks``) are cached only with its plan, so both forget them only where a plan
+was cached. Measured on row 2, register + remove takes about 1.35x as long without the
+flat path, 1.45x without the inline drop, and 1.07x releasing through ``_unlock()``;
+``Handle.plain`` (bound once, as ``_plain_handle``) builds the handle in half the time
+``Handle(...)`` takes, and :func:`on_event` makes the same stores inline (a frame less:
+about 3% of the row).
 :func:`on_event` is ``bus.on``'s own body, not a method the bus calls: ``EventBus.on``
 runs its code as its own (:func:`facade_running`), a frame less again (about 5% of the
 row's instructions), and the bus keeps the method's signature and docs.
@@ -70,7 +72,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import threading
 import weakref
 from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR
 from types import FunctionType
@@ -129,6 +130,7 @@ from ._kinds import (
     where_it_runs,
 )
 from ._live_points import LivePoints
+from ._mutex import Mutex
 from ._names import Matcher, check_and_cache, check_name, is_pattern, matcher_for
 from ._open_scopes import OpenScope, innermost_scope, open_scopes, opened_anywhere
 from ._options import method_name, parse_options
@@ -373,12 +375,18 @@ class _EventHandle(Handle):
     def remove(self) -> None:
         """Unregister the hook. Calling it again, or after ``clear()``, does nothing."""
         registry: Registry = self.registry  # type: ignore[assignment]
-        registry._lock.acquire()
+        lock = registry._lock
+        try:
+            lock.free.pop()  # lock.acquire(), inline (see _mutex.py)
+        except IndexError:  # held: wait for it
+            lock.wait()
+        except AttributeError:  # not a Mutex (a test's stand-in): through its methods
+            lock.acquire()
         try:
             if self._registered:  # a handle's kind and name stay: its bucket is found
                 self._registered = False
                 name = self.name
-                names = registry._exact["event"]
+                names = registry._events
                 if names[name] is self:
                     del names[name]
                 else:
@@ -387,7 +395,13 @@ class _EventHandle(Handle):
                     registry.event_plans.pop(name, None)
                     registry._event_hooks.pop(name, None)
         finally:
-            registry._lock.release()
+            try:
+                lock.free.append(True)  # lock.release(), inline
+            except AttributeError:  # not a Mutex
+                lock.release()
+            else:
+                if lock.waiting:
+                    lock.wake()
 
 
 class _PointHandle(Handle):
@@ -487,13 +501,16 @@ class Registry:
         group of them); :meth:`set_trace` changes it."""
         self.event_plans: Dict[str, Any] = {}
         """Event name -> plan, read by ``emit`` without a lock (never replaced, only cleared)."""
-        self._lock = threading.Lock()
+        self._lock = Mutex()  # threading.Lock's twin, a third of its cost (see _mutex.py)
         self._seq = itertools.count()
         self._changing = _Changing(self)
         # Hooks by kind: exact names by name, patterns in one list, each in registration
         # order. Nested dicts rather than (kind, name) keys: a tuple key costs 56 bytes
         # more per name. Never replaced (the hot path holds them), only changed.
-        self._exact: Dict[str, Dict[str, Bucket]] = {"event": {}}  # events: always there
+        # An event's exact names, kept as well as by kind (never replaced: bus.on and its
+        # handle's remove() read it without a lookup by kind, a tenth of their dict work).
+        self._events: Dict[str, Bucket] = {}
+        self._exact: Dict[str, Dict[str, Bucket]] = {"event": self._events}  # always there
         self._patterns: Dict[str, List[Handle]] = {}
         # Event name -> its hooks and its around hooks' plan (None: none), for the slow paths;
         # a name is here only while its plan is in event_plans (register relies on it).
@@ -936,10 +953,12 @@ class Registry:
                         back.append(handle)
                     handle._registered = True
             # The same dict objects: the hot path of register and remove holds them.
+            named = {kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()}
+            self._events.clear()
+            self._events.update(named.pop("event", {}))
             self._exact.clear()
-            self._exact.update(
-                {kind: {n: b for n, b in names.items() if b} for kind, names in exact.items()}
-            )
+            self._exact["event"] = self._events
+            self._exact.update(named)
             self._patterns.clear()
             self._patterns.update({kind: bucket for kind, bucket in patterns.items() if bucket})
             self._dropped.append(self._traces)
@@ -1641,13 +1660,13 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
     registry = bus.registry
     if hook is None:  # the decorator form
         return registry.decorator("event", event, options)
-    if event.__class__ is not str:  # an enum member (or a mistake): a plain str, or raise
+    if type(event) is not str:  # an enum member (or a mistake): a plain str, or raise
         event = check_name(event, "event name", allow_pattern=True)
     try:
         match = registry._names[event]
     except KeyError:
         match = check_and_cache(registry._names, event, "event name")
-    if hook.__class__ is FunctionType and not hook.__code__.co_flags & _SHAPED_CODE:
+    if type(hook) is FunctionType and not hook.__code__.co_flags & _SHAPED_CODE:
         is_async = MARKED_COROUTINES and hasattr(hook, "_is_coroutine_marker")
     else:
         is_async = _checked_shape("event", hook)
@@ -1674,13 +1693,19 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
     if match is not None or registry.checking or (opened_anywhere and open_scopes.get()):
         handle.seq, handle._registered = 0, False
         return registry._register_checked(handle, None)
+    lock = registry._lock
     try:
-        registry._lock.acquire()
+        try:
+            lock.free.pop()  # lock.acquire(), inline (see _mutex.py)
+        except IndexError:  # held: wait for it
+            lock.wait()
+        except AttributeError:  # not a Mutex (a test's stand-in): through its methods
+            lock.acquire()
         try:
             # A declaration came meanwhile (check the hook), or a weak hook's object
             # died (sweep it): the checked path, which takes the lock the full way.
             if not (registry.checking or registry._collected):
-                names = registry._exact["event"]
+                names = registry._events
                 bucket = names.setdefault(event, handle)
                 if bucket is not handle:  # the name has hooks already
                     duplicate = _same_registration(_members(bucket), handle)
@@ -1699,8 +1724,14 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
                     registry.event_plans.pop(event, None)
                     registry._event_hooks.pop(event, None)
                 return handle
-        finally:
-            registry._lock.release()  # nothing was noted for after the lock
+        finally:  # nothing was noted for after the lock
+            try:
+                lock.free.append(True)  # lock.release(), inline
+            except AttributeError:  # not a Mutex
+                lock.release()
+            else:
+                if lock.waiting:
+                    lock.wake()
     except _Duplicate as found:  # raised here: the message reads the user's hook
         raise _duplicate_error(handle, found.handle) from None
     handle.seq, handle._registered = 0, False

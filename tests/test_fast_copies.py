@@ -10,8 +10,10 @@ speed, and the fast constructors, are checked here against their slow twin:
   ``bus.emit`` with the name bound, against ``bus.emit``);
 * ``Registry.register``'s flat path against ``_register_checked``, and
   ``Registry.unregister``'s inline drop against ``_drop_locked`` (through
-  ``Registry.remove``); and its flat paths for a hook point's plain pre, post and
-  exception hooks against ``_register_checked`` and ``_drop_locked``, and the plan a
+  ``Registry.remove``), and the bus lock they take and give back inline against
+  ``Mutex.acquire`` and ``release`` (they wait for a held lock, and leave it free); and
+  its flat paths for a hook point's plain pre, post and exception hooks against
+  ``_register_checked`` and ``_drop_locked``, and the plan a
   point follows to through them (``HookPoint.follow``) against ``Registry.plan``;
 * ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``, and
   the bare callables it finds in the same loop against what ``PointPlan`` works out
@@ -38,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import threading
+import time
 from typing import Any, Callable, List, Tuple
 
 import pytest
@@ -450,6 +454,40 @@ def test_the_fast_registration_paths_are_the_ones_taken() -> None:
     assert taken == ["checked"]
     registry.unregister(handle)
     assert not handle.active
+
+
+@pytest.mark.parametrize("step", ["register", "remove"])
+def test_the_inline_bus_lock_of_bus_on_and_its_remove_waits_as_mutex_acquire(step: str) -> None:
+    # bus.on and its handle's remove() take the lock's token inline, as Mutex.acquire
+    # does, and give it back as Mutex.release does: while another thread holds the
+    # lock, each waits (counted as a waiter), and the release lets it finish.
+    bus = EventBus()
+    lock = bus.registry._lock
+    handle = bus.on("saved", print) if step == "remove" else None
+    finished: List[bool] = []
+
+    def change() -> None:
+        if handle is None:
+            bus.on("saved", print)
+        else:
+            handle.remove()
+        finished.append(True)
+
+    lock.acquire()
+    thread = threading.Thread(target=change)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while lock.waiting != 1:
+        assert time.monotonic() < deadline, "the change never waited for the lock"
+        time.sleep(0.001)
+    assert finished == []
+    lock.release()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert finished == [True]
+    assert not lock.locked()
+    assert lock.waiting == 0
+    assert len(bus.hooks("saved")) == (1 if step == "register" else 0)
 
 
 def test_removing_an_event_handle_takes_the_inline_drop() -> None:

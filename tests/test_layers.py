@@ -21,7 +21,7 @@ PACKAGE = ROOT / "hookbus"
 # Bottom first. Each layer is a list of module paths under hookbus/ (globs allowed):
 # a module imports only from layers below its own.
 LAYERS: List[List[str]] = [
-    ["_names.py", "_kinds.py"],  # names, glob patterns; the table of what is valid where
+    ["_names.py", "_kinds.py", "_mutex.py"],  # names, glob patterns; the table; the bus lock
     ["_spec.py"],  # event specs: binders, by-name callers
     ["_context.py"],  # the CallContext of one call
     ["_handle.py"],  # one registration, groups of them, and the store they know

@@ -367,3 +367,25 @@ def test_emit_and_collect_see_every_registration_and_removal_before_them(
             assert emitted == list(handles)  # registration order
         elif step == "collect":
             assert bus.collect("e") == list(handles)
+
+
+def test_hooks_registered_and_removed_after_a_restore_reach_emit() -> None:
+    # bus.on and its handle's remove() hold the registry's dict of event names: a
+    # restore fills that same dict, so what they change is what emit then sees.
+    bus = EventBus()
+    seen: List[str] = []
+    kept = bus.on("saved", lambda: seen.append("kept"))
+    snapshot = bus.registry.snapshot()
+    later = bus.on("saved", lambda: seen.append("later"))
+    kept.remove()
+    bus.registry.restore(snapshot)
+    added = bus.on("saved", lambda: seen.append("added"))
+    bus.emit("saved")
+    assert seen == ["kept", "added"]
+    assert not later.active
+    kept.remove()
+    added.remove()
+    seen.clear()
+    bus.emit("saved")
+    assert seen == []
+    assert bus.hooks() == []
