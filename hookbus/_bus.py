@@ -48,7 +48,7 @@ from ._names import check_name
 from ._options import EventHookOptions, HookOptions, PriorityLike, spell_out_options
 from ._pause import Pause
 from ._plan import NO_HOOKS, CheckedPlan, EventPlan, PointPlan
-from ._registry import Registry, facade_running, on_event
+from ._registry import Registry, facade_running, on_event, point_hook_body
 from ._scope import Scope
 from ._spec import spec_of
 from ._subscribe import subscribe
@@ -58,6 +58,12 @@ from ._without import Subset
 
 if TYPE_CHECKING:
     pass
+
+
+# The bodies of bus.pre, bus.post and bus.exception, which those methods run as their own.
+_on_pre = point_hook_body("pre")
+_on_post = point_hook_body("post")
+_on_exception = point_hook_body("exception")
 
 __all__ = ["EventBus", "PointInfo"]
 
@@ -536,6 +542,7 @@ class EventBus:
     @overload
     def pre(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
+    @facade_running(_on_pre)  # one frame (a plan changed per call)
     def pre(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs before each call of the hook point ``name``.
 
@@ -557,15 +564,14 @@ class EventBus:
             >>> greet("ada")
             'hello ADA'
         """
-        if hook is not None:
-            return self.registry.register("pre", name, hook, options)
-        return self.registry.decorator("pre", name, options)
+        return _on_pre(self, name, hook, **options)
 
     @overload
     def post(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
     def post(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
+    @facade_running(_on_post)  # one frame (a plan changed per call)
     def post(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs after each call of ``name`` that returned.
 
@@ -587,15 +593,14 @@ class EventBus:
             >>> load()
             {'public': 2}
         """
-        if hook is not None:
-            return self.registry.register("post", name, hook, options)
-        return self.registry.decorator("post", name, options)
+        return _on_post(self, name, hook, **options)
 
     @overload
     def exception(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...
     @overload
     def exception(self, name: str, /, **options: Unpack[HookOptions]) -> Callable[[H], H]: ...
 
+    @facade_running(_on_exception)  # one frame (a plan changed per call)
     def exception(self, name: str, hook: Any = None, /, **options: Any) -> Any:
         """Register a hook that runs when a call of ``name`` raises an ``Exception``.
 
@@ -620,9 +625,7 @@ class EventBus:
             >>> fetch("https://example.org")
             'cached page'
         """
-        if hook is not None:
-            return self.registry.register("exception", name, hook, options)
-        return self.registry.decorator("exception", name, options)
+        return _on_exception(self, name, hook, **options)
 
     @overload
     def around(self, name: str, hook: AnyHook, /, **options: Unpack[HookOptions]) -> Handle: ...

@@ -108,6 +108,10 @@ Registration (``_registry.py``; row 2, register + remove, pays for these)
       (parity: the inline paths wait for a held lock, and leave it free).
 
 Registration at hook points (``_registry.py``; the row of a plan changed per call pays)
+    * ``_registry.point_hook_body``, the body ``bus.pre``, ``bus.post`` and
+      ``bus.exception`` run as their own (one frame): a plain sync function for a name
+      checked before, with no option, goes straight to the flat path below. Slow twin:
+      ``Registry.register``.
     * ``Registry._register_point_hook``, ``register``'s flat path for a plain pre, post
       or exception hook on a point's exact name with nothing to check: one lock, the
       name's points told after it. Slow twin: ``Registry._register_checked``.

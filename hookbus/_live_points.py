@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._names import Matcher
     from ._plan import Point
 
-__all__ = ["LivePoints"]
+__all__ = ["LivePoints", "PointRefs"]
 
 PointRefs = Tuple["weakref.ref[Point]", ...]
 

@@ -15,6 +15,8 @@ speed, and the fast constructors, are checked here against their slow twin:
   its flat paths for a hook point's plain pre, post and exception hooks against
   ``_register_checked`` and ``_drop_locked``, and the plan a
   point follows to through them (``HookPoint.follow``) against ``Registry.plan``;
+  ``bus.pre``, ``bus.post`` and ``bus.exception`` (``_registry.point_hook_body``)
+  against ``Registry.register``;
 * ``Registry.plan``'s inline lookup of a point's hooks against ``_matching_locked``, and
   the bare callables it finds in the same loop against what ``PointPlan`` works out
   from the hooks alone;
@@ -111,6 +113,64 @@ def test_bus_on_registers_what_its_written_body_registers(options: dict) -> None
     assert slow_bus.hooks() == [slow]
     fast.remove()
     slow.remove()
+    assert fast_bus.hooks() == slow_bus.hooks() == []
+
+
+class _CallableHook:
+    def __call__(self, ctx: Any) -> None:
+        return None
+
+
+async def _async_point_hook(ctx: Any) -> None:
+    return None
+
+
+def _point_hooks() -> List[Any]:
+    def plain(ctx: Any) -> None:
+        return None
+
+    def other(ctx: Any) -> None:
+        return None
+
+    return [plain, other, functools.partial(plain), _CallableHook(), _async_point_hook]
+
+
+@pytest.mark.parametrize("kind", ["pre", "post", "exception"])
+@pytest.mark.parametrize("name", ["a.b", "a.*", "a.c"])
+@pytest.mark.parametrize("options", [{}, {"priority": 3}, {"once": True}])
+def test_bus_point_methods_register_what_register_registers(
+    kind: str, name: str, options: dict
+) -> None:
+    # bus.pre, bus.post and bus.exception run a body of their own that sends a plain
+    # function for a name checked before straight to the flat point path: each
+    # registration must be the one Registry.register makes, a name's first and later.
+    fast_bus, slow_bus = EventBus(), EventBus()
+    for bus in (fast_bus, slow_bus):
+        bus.wrap(lambda x: x, "a.b")
+    fast_handles, slow_handles = [], []
+    for fast_hook, slow_hook in zip(_point_hooks(), _point_hooks()):
+        outcomes = []
+        for bus, hook, handles in (
+            (fast_bus, fast_hook, fast_handles),
+            (slow_bus, slow_hook, slow_handles),
+        ):
+            try:
+                if bus is fast_bus:
+                    handle = getattr(bus, kind)(name, hook, **options)
+                else:
+                    handle = bus.registry.register(kind, name, hook, options)
+            except (TypeError, ValueError) as error:
+                outcomes.append((type(error), str(error).replace(repr(hook), "HOOK")))
+                continue
+            handles.append(handle)
+            public = _public(handle)  # the hook (index 3) and its repr (last) differ
+            outcomes.append(public[:3] + public[4:-1])
+        assert outcomes[0] == outcomes[1]
+    assert [_public(h)[1:3] for h in fast_bus.hooks()] == [
+        _public(h)[1:3] for h in slow_bus.hooks()
+    ]
+    for handle in fast_handles + slow_handles:
+        handle.remove()
     assert fast_bus.hooks() == slow_bus.hooks() == []
 
 
