@@ -131,7 +131,8 @@ ON_EXCEPTION: Final = "on_exception"
 """When the run raises, before the error propagates: ``(runner, *, exception)``.
 
 Instead of the events the run did not reach; the error itself, re-raised unchanged
-after the hooks ran. mmengine has no such stage (its bridge sends it all the same);
+after the hooks ran (under the bridges, a hook's own error here is logged and noted on it, not
+raised in its place). mmengine has no such stage (its bridge sends it all the same);
 hooks that must flush or save state on a crash (a logger closing its file, an
 emergency checkpoint) listen to it."""
 

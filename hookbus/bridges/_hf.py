@@ -167,7 +167,10 @@ class HFBridge:
         model = native.get("model")
         if model is not None:
             self.relay.runner.model = model
-        self.relay.emit(event, native, **keywords)
+        if event == training.ON_EXCEPTION:
+            self.relay.emit_exception(native, keywords["exception"])
+        else:
+            self.relay.emit(event, native, **keywords)
 
     @contextlib.contextmanager
     def _run(self, standalone: bool) -> Generator[None, None, None]:

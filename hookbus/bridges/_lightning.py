@@ -118,7 +118,11 @@ class LightningBridge:
         runner.iter = trainer.fit_loop.epoch_loop.batch_progress.total.completed
         if event in (training.BEFORE_TRAIN, training.BEFORE_TRAIN_EPOCH):
             runner.epoch = trainer.current_epoch  # held until the next epoch begins
-        self.relay.emit(event, {"trainer": trainer, "pl_module": module}, **keywords)
+        native = {"trainer": trainer, "pl_module": module}
+        if event == training.ON_EXCEPTION:
+            self.relay.emit_exception(native, keywords["exception"])
+        else:
+            self.relay.emit(event, native, **keywords)
 
     def metrics(self, trainer: Any, prefixes: Tuple[str, ...]) -> Dict[str, Any]:
         return with_common_names(trainer.callback_metrics, prefixes)

@@ -135,7 +135,7 @@ class MMEngineBridge:
         except BaseException as error:
             if self.runs == 1 and self.relay.active:
                 native = {"runner": self.runner}
-                self.relay.emit(training.ON_EXCEPTION, native, exception=error)
+                self.relay.emit_exception(native, error)
             raise
         finally:
             self.runs -= 1

@@ -8,10 +8,12 @@ plus their *common names*, the names without the stage's prefix.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import hookbus
 from hookbus import training
+from hookbus.adapter import add_note
 
 from ._runner import TrainerRunner
 
@@ -26,6 +28,8 @@ VAL_PREFIXES: Tuple[str, ...] = (
     "eval/",
 )
 """The prefixes a validation metric's common name drops (``val_loss`` -> ``loss``)."""
+
+logger = logging.getLogger("hookbus")
 
 TEST_PREFIXES: Tuple[str, ...] = ("test_", "test/")
 """The prefixes a test metric's common name drops (``test_loss`` -> ``loss``)."""
@@ -112,3 +116,27 @@ class Relay:
         if first and runner.stop_requested:
             runner.stop()
         self.bus.emit(event, runner, **keywords)
+
+    def emit_exception(self, native: Dict[str, Any], error: BaseException) -> None:
+        """Send ``on_exception`` for the run's ``error``, which the caller then re-raises.
+
+        A hook of ``on_exception`` that raises in turn (an emergency checkpoint on a full disk)
+        does not replace the run's error: a caller's ``except`` for the trainer's error must
+        still catch it, as the event's contract says (re-raised unchanged). The hook's error is
+        logged on the ``"hookbus"`` logger, with its traceback, and noted on the run's error.
+        An interrupt (a ``BaseException`` that is no ``Exception``) raised by a hook propagates.
+        """
+        try:
+            self.emit(training.ON_EXCEPTION, native, exception=error)
+        except Exception as hook_error:
+            logger.error(
+                "a hook of on_exception raised while the run's %s was being handled; "
+                "the run's error propagates",
+                type(error).__name__,
+                exc_info=(type(hook_error), hook_error, hook_error.__traceback__),
+            )
+            add_note(
+                error,
+                f"hookbus: a hook of on_exception raised {type(hook_error).__name__} too "
+                "(logged on the 'hookbus' logger)",
+            )

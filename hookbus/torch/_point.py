@@ -115,6 +115,17 @@ _NO_PLAN: Dict[str, _Hooks] = {kind: () for kind in KINDS}
 _WITHOUT_KWARGS: Any = object()
 
 
+class _CallCounter(itertools.count):  # type: ignore[type-arg]
+    """The count behind a module point's ``ctx.call_index``: an ``itertools.count`` dynamo
+    does not trace.
+
+    dynamo traces ``next()`` on an ``itertools.count`` and guards on its value, which changes
+    at every call: a compiled model with a post hook compiled again at each call until torch's
+    ``recompile_limit``, then ran eagerly for good. On a subclass it breaks the graph instead
+    (no warning), so the count runs eagerly; ``next()`` is still the C count's own.
+    """
+
+
 class ModulePoint:
     """The hook point of one ``nn.Module``, named by its qualified name.
 
@@ -177,7 +188,7 @@ class ModulePoint:
         self.name = name
         self.where = where_defined(getattr(type(module), "forward", None))
         """Where the module's ``forward`` is defined, as ``file:line``."""
-        self._calls = itertools.count()
+        self._calls = _CallCounter()
         # Orders updates from threads that change hooks at once: the last to take
         # it reads the newest plan. Reentrant: a warning it issues may run code
         # (a warnings filter) that registers on this very module.

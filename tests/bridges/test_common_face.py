@@ -123,6 +123,37 @@ def test_a_failing_run_ends_with_on_exception_carrying_its_error(
     assert "after_run" not in recorder.events
 
 
+class FailingCleanup:
+    """An emergency-checkpoint hook that fails itself: the disk is full."""
+
+    hook_events = training.EVENTS
+
+    def on_exception(self, runner: Any, *, exception: BaseException) -> None:
+        raise OSError("disk full")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_on_exception_hook_that_raises_does_not_replace_the_runs_error(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The caller's `except FloatingPointError` (retry with a lower learning rate) must still
+    # catch the run's own error: the hook's failure is noted on it and logged, not raised.
+    bus = hookbus.EventBus()
+    run = MAKERS[kind](tmp_path, bus, epochs=1, fail_at=2)
+    recorder = Recorder(bus, run.timeline)  # first: the failing hook ends the dispatch
+    bus.subscribe(FailingCleanup())
+    with (
+        caplog.at_level("ERROR", logger="hookbus"),
+        pytest.raises(FloatingPointError, match="loss diverged") as raised,
+    ):
+        run.train()
+    assert recorder.seen[-1].exception is raised.value
+    notes = getattr(raised.value, "__notes__", [])
+    assert any("on_exception" in note and "OSError" in note for note in notes), notes
+    logged = [r.exc_info[1] for r in caplog.records if r.name == "hookbus" and r.exc_info]
+    assert [type(error) for error in logged] == [OSError]
+
+
 class Broken:
     hook_events = training.EVENTS
 

@@ -329,6 +329,30 @@ def test_compiled_model_that_had_hooks_recompiles_when_they_change() -> None:
 
 
 @pytest.mark.timeout(240)
+def test_a_compiled_model_with_a_post_hook_does_not_recompile_at_each_call() -> None:
+    # The call counter behind ctx.call_index must not be a value dynamo guards on: it
+    # changes at every call, so each call would compile again until torch's
+    # recompile_limit, after which the whole model runs eagerly for good.
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+    model = _compiled_model()
+    compiled = torch.compile(model, backend=counter)
+    x = torch.randn(3, 4)
+    attached = hookbus.torch.attach(compiled, hookbus.EventBus())
+    seen: List[int] = []
+    attached.post("2", lambda ctx: seen.append(ctx.call_index))
+    compiled(x)
+    compiled(x)
+    frames = counter.frame_count
+    calls = torch._dynamo.config.recompile_limit + 2
+    for _ in range(calls):
+        compiled(x)
+    assert counter.frame_count == frames
+    assert seen == list(range(calls + 2))
+    attached.detach()
+
+
+@pytest.mark.timeout(240)
 def test_exception_hooks_do_not_run_under_compile() -> None:
     torch._dynamo.reset()
     model = _compiled_model()

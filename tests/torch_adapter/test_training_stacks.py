@@ -147,6 +147,32 @@ def test_what_a_capture_records_under_reentrant_checkpointing() -> None:
     }
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_which_call_of_a_checkpointed_module_receives_its_gradient(reentrant: bool) -> None:
+    # Non-reentrant: the forward call's tensors are in the graph, the gradient arrives there.
+    # Reentrant: the forward runs under no_grad, only the recomputation's tensors are in the
+    # graph, so the gradient arrives on the recomputed (last) call, as a tensor hook would.
+    x = torch.randn(3, 4, requires_grad=True)
+    model = Checkpointed(reentrant)
+    grad_calls: List[int] = []
+    with hookbus.torch.attach(model, hookbus.EventBus()) as net:
+        net.grad("blocks.0.fc", lambda ctx: grad_calls.append(ctx.call_index))
+        with hookbus.torch.capture(model, "blocks.0.fc", grads=True) as cache:
+            _train_step(model, x)
+    forward, recomputed = cache["blocks.0.fc"].calls
+    receiving = 1 if reentrant else 0
+    assert [forward.grad is not None, recomputed.grad is not None] == [
+        receiving == 0,
+        receiving == 1,
+    ]
+    assert grad_calls == [receiving]
+    plain = Checkpointed(reentrant=False)
+    with hookbus.torch.capture(plain, "blocks.0.fc", grads=True) as expected:
+        _train_step(plain, x)
+    received = (forward, recomputed)[receiving].grad
+    assert torch.allclose(received, expected["blocks.0.fc"].calls[0].grad)
+
+
 # --- Hugging Face GPT-2 with gradient checkpointing -------------------------------------
 
 
