@@ -62,7 +62,7 @@ from ._operations import (
     unreached_operation,
 )
 from ._point import KINDS, ModulePoint
-from ._replaced_modules import ModuleReads
+from ._replaced_modules import ModuleReads, Replaced
 from ._selection import (
     ROOT,
     GroupSelector,
@@ -101,9 +101,17 @@ class _ModuleRef(weakref.ref[nn.Module]):
         return self()
 
 
-# Keeps each model's attachments (and so their points) alive as long as the model,
-# even when the caller drops the Attachment. Attachments hold the model weakly.
-_attachments: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
+# Each model's attachments, weakly (find_attachment). Attachments hold the model weakly.
+_attachments: weakref.WeakKeyDictionary[nn.Module, List[weakref.ref[Attachment]]] = (
+    weakref.WeakKeyDictionary()
+)
+# Keeps each model's attachments alive as long as the model, even when the caller drops
+# the Attachment, while no hook of theirs is on it: an attachment with hooks on the model
+# is kept by them (the model's native hooks hold its points, which hold it). A hook that
+# holds the model (a closure) is held by the bus, which the attachment holds: were the
+# attachment held here all along, the model would never be collected.
+_unhooked: weakref.WeakKeyDictionary[nn.Module, List[Attachment]] = weakref.WeakKeyDictionary()
+_anchor_lock = threading.Lock()  # _unhooked and each attachment's count of hooked points
 
 
 def attach(
@@ -179,7 +187,7 @@ def attach(
         )
     compiled = is_compiled(model)
     model = unwrap(model)
-    for existing in _attachments.get(model, ()):
+    for existing in _attached(model):
         if existing.bus is bus and existing.active:
             raise ValueError(
                 f"{type(model).__name__} is already attached to {bus!r} as {existing!r}; "
@@ -190,8 +198,10 @@ def attach(
     if found is not None:
         try:
             private = EventBus(f"hookbus.torch names of {type(model).__name__}")
-            net = Attachment(model, private, "", compiled=compiled)
-            attachment._vocabulary = Vocabulary(model, bus, net, found, prefix)
+            net = Attachment(model, private, "", compiled=compiled, watch_replaced=False)
+            attachment._vocabulary = Vocabulary(
+                model, bus, net, found, prefix, on_hooked=attachment._anchor
+            )
         except BaseException:
             attachment.detach()
             raise
@@ -229,9 +239,29 @@ class Attachment(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_compiled", "_cut_warned", "_far", "_handles", "_ids", "_making",
-        "_model", "_modules", "_operations", "_points", "_raw", "_raw_names", "_reads",
-        "_vocabulary", "_warned", "_wrappers", "bus", "prefix", "strict_ddp",
+        "__weakref__",
+        "_compiled",
+        "_cut_warned",
+        "_far",
+        "_handles",
+        "_hooked",
+        "_ids",
+        "_making",
+        "_model",
+        "_modules",
+        "_operations",
+        "_points",
+        "_raw",
+        "_raw_names",
+        "_reads",
+        "_replace_warned",
+        "_vocabulary",
+        "_warned",
+        "_watch_replaced",
+        "_wrappers",
+        "bus",
+        "prefix",
+        "strict_ddp",
     )  # fmt: skip
 
     def __init__(
@@ -242,6 +272,7 @@ class Attachment(Removable):
         *,
         compiled: bool = False,
         raw_names: bool = False,
+        watch_replaced: bool = True,
     ) -> None:
         self.bus = bus
         self.prefix = prefix
@@ -266,12 +297,16 @@ class Attachment(Removable):
         self._operations: List[OperationSelection] = []  # removed by detach()
         self._vocabulary: Optional[Vocabulary] = None  # names="transformer"
         # The modules that hooks by name were registered on, made at the first such
-        # registration (nothing at attach): a hook on one replaced since is refused. Not
-        # watched as they are replaced (the names vocabulary's are): a model kept alive
-        # by a hook that holds it would keep torch's global hook for every submodule
-        # assignment in the process. Raw names, wrappers among them, are not checked.
+        # registration (nothing at attach): a hook on one replaced since is refused, and
+        # replacing one while a point on it (or inside it) has hooks warns, once. Only
+        # while some point has hooks is torch's global registration hook installed
+        # (ModuleReads.hooked); the vocabulary's private attachment leaves the warning
+        # to the vocabulary (watch_replaced=False).
         self._reads: Optional[ModuleReads] = None
         self._raw_names = raw_names
+        self._watch_replaced = watch_replaced
+        self._replace_warned = False
+        self._hooked = 0  # points (and vocabulary names) with hooks on the model: _anchor
         #: Whether a DistributedDataParallel without find_unused_parameters wraps
         #: the model: a post hook that cuts an output from the graph then breaks it.
         self.strict_ddp = False
@@ -296,6 +331,9 @@ class Attachment(Removable):
                 raw_of[name] = raw
         self._compiled = compiled
         self._warned = not compiled
+        with _anchor_lock:
+            _attachments.setdefault(model, []).append(weakref.ref(self))
+            _unhooked.setdefault(model, []).append(self)
         registry = bus.registry
         registry.add_source(self)  # first: a hook registered from now on makes its points
         try:
@@ -306,8 +344,8 @@ class Attachment(Removable):
                         self._make(self._matching(handle.name, handle.match))
         except BaseException:  # an async hook matches a module: refused, as add_points says
             self._detach_points()
+            self._forget_model()
             raise
-        _attachments.setdefault(model, []).append(self)
 
     # --- points, made on demand: the bus's PointSource ---------------------------------
 
@@ -428,15 +466,9 @@ class Attachment(Removable):
         """Refuse a hook on ``names`` if one of their modules, or one it is inside, was
         replaced since attach: the hook would sit on the old module, which the forward
         no longer calls (``model.get_submodule(name)`` is the new one)."""
-        reads = self._reads
+        reads = self._module_reads()
         if reads is None:
-            model = self._model()
-            if model is None or self._raw_names:
-                return
-            with self._making:
-                reads = self._reads
-                if reads is None:
-                    reads = self._reads = _module_reads(model, self._modules, self.prefix)
+            return
         reads.add_paths(names, self._paths_of)
         found = reads.replaced(names)
         if found is None:
@@ -449,6 +481,89 @@ class Attachment(Removable):
             f"the modules the model had when it was attached, and the forward no longer "
             f"calls that one. detach() and attach the model again, after the change, to "
             f"hook the new one"
+        )
+
+    def _module_reads(self) -> Optional[ModuleReads]:
+        """The :class:`ModuleReads` of the modules hooked by name, made at the first call
+        (``None`` once the model was collected or detached)."""
+        reads = self._reads
+        if reads is not None:
+            return reads
+        model = self._model()
+        if model is None:
+            return None
+        with self._making:
+            reads = self._reads
+            if reads is None and self._modules:
+                reads = _module_reads(model, self._modules, self.prefix, self._raw_names)
+                if self._watch_replaced:
+                    reads.watch(self._on_replaced)
+                self._reads = reads
+        return reads
+
+    def _on_hooked(self, point: ModulePoint, hooked: bool) -> None:
+        """A point came to have hooks, or has none any more: its module, and those it is
+        inside, are watched for a replacement while some point on them has hooks."""
+        self._anchor(hooked)
+        if not self._watch_replaced:
+            return
+        reads = self._module_reads() if hooked else self._reads
+        if reads is None:
+            return
+        if hooked:
+            reads.add_paths([point.name], self._paths_of)
+        reads.hooked(point.name, hooked)
+
+    def _anchor(self, hooked: bool) -> None:
+        """Count a point (or a vocabulary name) that came to have hooks, or has none any
+        more: while none has, :data:`_unhooked` keeps this attachment alive with the model;
+        while some has, the model's native hooks do (see :data:`_unhooked`)."""
+        model = self._model()
+        with _anchor_lock:
+            if model is None or not self._modules:
+                return
+            before, self._hooked = self._hooked, max(0, self._hooked + (1 if hooked else -1))
+            if (before == 0) == (self._hooked == 0):
+                return
+            kept = _unhooked.setdefault(model, [])
+            if self._hooked:
+                if self in kept:
+                    kept.remove(self)
+            else:
+                kept.append(self)
+
+    def _forget_model(self) -> None:
+        """Leave the model's lists of attachments (detach)."""
+        model = self._model()
+        if model is None:
+            return
+        with _anchor_lock:
+            mine = _attachments.get(model, [])
+            mine[:] = [ref for ref in mine if ref() is not None and ref() is not self]
+            kept = _unhooked.get(model, [])
+            if self in kept:
+                kept.remove(self)
+
+    def _on_replaced(self, replaced: Replaced) -> None:
+        """A module that a point with hooks is on (or inside) is being replaced (torch's
+        registration hook): warn, as the hooks stay on the old module."""
+        reads = self._reads
+        if reads is None or self._replace_warned or not self._modules:
+            return
+        hooked = reads.hooked_reading(replaced.path)
+        if not hooked:
+            return
+        self._replace_warned = True
+        path = self._name_at(replaced.path)
+        shown = ", ".join(map(repr, hooked[:3])) + (", ..." if len(hooked) > 3 else "")
+        warnings.warn(
+            f"hookbus.torch: the module {path!r} ({replaced.was}) is being replaced by "
+            f"{replaced.taken_by()} after attach(), and the hooks on {shown} are on it or "
+            f"inside it: they stay on the old module and no longer see the forward (hooks "
+            f"by the name of a replaced module are refused from now on). detach() and "
+            f"attach the model again, after the change, to hook the new one",
+            RuntimeWarning,
+            stacklevel=stacklevel_outside_hookbus(),
         )
 
     def _paths_of(self, name: str) -> List[str]:
@@ -475,6 +590,7 @@ class Attachment(Removable):
                     point.on_compiled_miss = self._warn_compiled
                 if self.strict_ddp:
                     point.on_graph_cut = self._warn_graph_cut
+                point.on_hooked = self._on_hooked
                 made.append(point)
             if not made:
                 return
@@ -1003,7 +1119,9 @@ class Attachment(Removable):
         vocabulary, self._vocabulary = self._vocabulary, None
         if vocabulary is not None:  # its names first, with the hooks they put on the model
             vocabulary.remove()
-        self._reads = None
+        reads, self._reads = self._reads, None
+        if reads is not None:  # first: the points' hooks then go with nothing to watch
+            reads.close()
         self._detach_points()  # first: removing the hooks then reaches no module point
         selections, self._operations = self._operations, []
         for selection in selections:
@@ -1011,11 +1129,7 @@ class Attachment(Removable):
         handles = list(self._handles)
         self._handles = weakref.WeakSet()
         HandleGroup(handles).remove()
-        model = self._model()
-        if model is not None:
-            mine = _attachments.get(model, [])
-            if self in mine:
-                mine.remove(self)
+        self._forget_model()
 
     remove = detach
 
@@ -1068,9 +1182,12 @@ def _matcher(name: str, match: Optional[Matcher]) -> Optional[Matcher]:
     return matcher_for(name) if match is not None and is_pattern(name) else None
 
 
-def _module_reads(model: nn.Module, modules: Dict[str, _ModuleRef], prefix: str) -> ModuleReads:
+def _module_reads(
+    model: nn.Module, modules: Dict[str, _ModuleRef], prefix: str, raw: bool
+) -> ModuleReads:
     """A :class:`ModuleReads` of the attachment's ``modules``, by their paths below ``model``
-    (it holds the attachment's dict, not the attachment: no cycle through it)."""
+    (``raw``: wrappers named); it holds the attachment's dict, not the attachment: no
+    cycle through it."""
     dotted = f"{prefix}." if prefix else ""
 
     def path_of(module: nn.Module) -> str:  # for ModuleReads.add: the attachment adds paths
@@ -1085,7 +1202,7 @@ def _module_reads(model: nn.Module, modules: Dict[str, _ModuleRef], prefix: str)
             raise KeyError(path)
         return module
 
-    return ModuleReads(model, path_of, module_at)
+    return ModuleReads(model, path_of, module_at, raw=raw)
 
 
 def _is_strict_ddp(module: nn.Module) -> bool:
@@ -1106,7 +1223,13 @@ def _short(module: nn.Module) -> str:
 
 def find_attachment(model: nn.Module, bus: EventBus) -> Optional[Attachment]:
     """The active attachment of ``model`` to ``bus``, or ``None``."""
-    for existing in _attachments.get(unwrap(model), ()):
+    for existing in _attached(unwrap(model)):
         if existing.bus is bus and existing.active:
             return existing
     return None
+
+
+def _attached(model: nn.Module) -> List[Attachment]:
+    """The attachments of ``model`` still alive."""
+    refs = _attachments.get(model, ())
+    return [existing for existing in (ref() for ref in refs) if existing is not None]

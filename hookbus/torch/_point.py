@@ -169,6 +169,7 @@ class ModulePoint:
         "native_post",
         "on_compiled_miss",
         "on_graph_cut",
+        "on_hooked",
         "recompile_on_change",
         "registry",
         "where",
@@ -231,6 +232,9 @@ class ModulePoint:
         # Called when a post hook replaced an output in the graph by one out of it
         # (the attachment warns, under DDP without find_unused_parameters).
         self.on_graph_cut: Optional[Callable[[ModulePoint], None]] = None
+        #: Called with ``True`` when the point comes to have hooks (natives on its module),
+        #: ``False`` when it has none any more (the attachment watches its module meanwhile).
+        self.on_hooked: Optional[Callable[[ModulePoint, bool], None]] = None
 
     @property
     def module(self) -> Optional[torch.nn.Module]:
@@ -313,6 +317,9 @@ class ModulePoint:
                     hold_script_refusal(module)
                 else:
                     release_script_refusal(module)
+                on_hooked = self.on_hooked
+                if on_hooked is not None:
+                    on_hooked(self, bool(self._natives))
             if self.recompile_on_change:
                 if swapped or tuple(self._natives) != before:
                     self._renew_compile_swap(module)
@@ -349,6 +356,8 @@ class ModulePoint:
                 self._sync(module, phase, False)
             if had_natives and module is not None:
                 release_script_refusal(module)
+            if had_natives and self.on_hooked is not None:
+                self.on_hooked(self, False)
             if self._compile_swap is not None:
                 self._renew_compile_swap(module)
             for handle in self._grad_handles:

@@ -106,9 +106,10 @@ def wrapped_attribute(module: nn.Module, wrappers: Dict[type, Optional[str]]) ->
     try:
         attribute = wrappers[kind]
     except KeyError:
-        attribute = wrappers[kind] = next(
-            (name for cls, name in _cache_for if issubclass(kind, cls)), None
-        )
+        attribute = next((name for cls, name in _cache_for if issubclass(kind, cls)), None)
+        if "<locals>" not in kind.__qualname__:  # a class made in a function may be
+            wrappers[kind] = attribute  # collected: kept here, it would keep what it holds
+
     if attribute is None or module._modules.get(attribute) is None:
         return None
     return attribute

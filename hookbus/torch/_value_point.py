@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from ..adapter import (
     CallContext,
@@ -64,8 +64,8 @@ class NamePoint:
     """
 
     __slots__ = (
-        "__weakref__", "_calls", "_fast", "_installed", "_lock", "_net", "bus", "name", "plan",
-        "recipe", "registry", "slot",
+        "__weakref__", "_calls", "_fast", "_installed", "_lock", "_net", "bus", "name",
+        "on_hooked", "plan", "recipe", "registry", "slot",
     )  # fmt: skip
 
     kinds = NAME_KINDS
@@ -87,6 +87,9 @@ class NamePoint:
         self._installed: List[Removable] = []
         self._calls = itertools.count()
         self._lock = threading.Lock()
+        #: Called with ``True`` when the name comes to have hooks (its recipe installed),
+        #: ``False`` when it has none any more (the vocabulary watches what it reads).
+        self.on_hooked: Optional[Callable[[NamePoint, bool], None]] = None
 
     @property
     def where(self) -> str:
@@ -120,12 +123,17 @@ class NamePoint:
                 else None
             )
             net = self._net
+            was_hooked = bool(self._installed)
             if plan is not None and not self._installed and net is not None:
                 self._installed = self.recipe.install(net, self.emit, self.slot)
             elif plan is None and self._installed:
                 installed, self._installed = self._installed, []
                 for handle in installed:
                     handle.remove()
+            hooked = bool(self._installed)
+            on_hooked = self.on_hooked
+            if hooked != was_hooked and on_hooked is not None:  # in order: under the lock
+                on_hooked(self, hooked)
 
     def emit(self, value: Any, target: Any) -> Any:
         """Run this name's hooks on ``value``; what they left in ``ctx.result``."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import threading
 import warnings
-from typing import Any, Dict, List, Optional, Set, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, cast
 
 from torch import nn
 
@@ -81,14 +81,24 @@ class Vocabulary(Removable):
     """
 
     __slots__ = (
-        "__weakref__", "_absent", "_architecture", "_dims", "_making", "_net", "_points",
-        "_reads", "_recipes", "_warned", "bus",
+        "__weakref__", "_absent", "_architecture", "_dims", "_making", "_net",
+        "_on_name_hooked", "_points", "_reads", "_recipes", "_warned", "bus",
     )  # fmt: skip
 
     def __init__(
-        self, model: nn.Module, bus: EventBus, net: Net, found: Found, prefix: str = ""
+        self,
+        model: nn.Module,
+        bus: EventBus,
+        net: Net,
+        found: Found,
+        prefix: str = "",
+        *,
+        on_hooked: Optional[Callable[[bool], None]] = None,
     ) -> None:
         self.bus = bus
+        # Told when a name comes to have hooks, or has none any more (the attachment
+        # counts them: while some has, the model's native hooks keep it alive).
+        self._on_name_hooked = on_hooked
         self._architecture = found.architecture.name
         self._dims = found.dims
         self._recipes, self._absent = recipes(model, found, prefix)
@@ -97,7 +107,8 @@ class Vocabulary(Removable):
         self._making = threading.Lock()
         # The modules that the names hooked read, as attached: one replaced since is
         # refused at a hook's registration, and warned of as it is replaced while a name
-        # reading it has hooks (once: a PEFT injection replaces dozens).
+        # reading it has hooks (once: a PEFT injection replaces dozens); watched only
+        # while some name has hooks (NamePoint.on_hooked).
         self._reads = ModuleReads(model, net.name_of, net.module)
         self._warned = False
         self._reads.watch(self._on_replaced)
@@ -178,15 +189,19 @@ class Vocabulary(Removable):
     def _modules_read(self, name: str) -> List[nn.Module]:
         return _modules_read(self._recipes[name][0])
 
+    def _on_hooked(self, point: NamePoint, hooked: bool) -> None:
+        """A name came to have hooks, or has none any more: what it reads is watched
+        for a replacement while some name reading it has hooks."""
+        if hooked:
+            self._reads.add([point.name], self._modules_read)
+        self._reads.hooked(point.name, hooked)
+        if self._on_name_hooked is not None:
+            self._on_name_hooked(hooked)
+
     def _on_replaced(self, replaced: Replaced) -> None:
-        """A module that names read is being replaced (torch's registration hook): warn
-        if one of them has hooks, which stay on the old module."""
-        points = self._points
-        hooked = [
-            name
-            for name in self._reads.reading(replaced.path)
-            if name in points and points[name].plan is not None
-        ]
+        """A module that names with hooks read is being replaced (torch's registration
+        hook): warn, as their hooks stay on the old module."""
+        hooked = self._reads.hooked_reading(replaced.path)
         if not hooked or self._warned or self._net is None:
             return
         self._warned = True
@@ -224,6 +239,7 @@ class Vocabulary(Removable):
                 if name not in self._points:
                     recipe, slot = self._recipes[name]
                     point = NamePoint(self.bus, net, name, recipe, slot)
+                    point.on_hooked = self._on_hooked
                     self._points[name] = point
                     made.append(point)
             if made:

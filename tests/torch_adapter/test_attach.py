@@ -317,6 +317,101 @@ def test_a_model_attached_again_after_a_replacement_hooks_the_new_module() -> No
     assert seen == [model.get_submodule("layers.0")]
 
 
+def test_replacing_a_module_hooked_by_name_warns_naming_it() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    seen: List[str] = []
+    net.post("layers.0.attn", lambda ctx: seen.append(ctx.name))
+    with pytest.warns(RuntimeWarning, match=r"'layers\.0'.*'layers\.0\.attn'.*attach"):
+        model.layers[0] = Block()
+    model(torch.ones(1, 2))
+    assert seen == []  # the hook stays on the old block: warned, not silent
+
+
+def test_replacing_a_module_hooked_before_attach_warns_naming_it() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    bus.post("enc.layers.1", print)
+    hookbus.torch.attach(model, bus, prefix="enc")
+    with pytest.warns(RuntimeWarning, match=r"'enc\.layers\.1' \(Block\).*'enc\.layers\.1'"):
+        model.layers[1] = Block()
+
+
+def test_replacing_a_module_whose_hooks_were_all_removed_does_not_warn() -> None:
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    with bus.post("layers.0", print), net.pre(Block, print):
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.layers[0] = Block()
+    with pytest.raises(ValueError, match=r"'layers\.0'.*attach"):
+        bus.post("layers.0", print)  # refused all the same: it would sit on the old block
+
+
+def _registration_hooks() -> Any:
+    from torch.nn.modules import module as torch_module
+
+    return dict(torch_module._global_module_registration_hooks)
+
+
+def test_torchs_global_registration_hook_is_there_only_while_hooks_by_name_are() -> None:
+    gc.collect()  # models of earlier tests, hooked and dropped, stop watching
+    before = _registration_hooks()
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    net.select("layers.*")  # names read, no hook: nothing watched
+    assert _registration_hooks() == before
+    first, second = bus.post("layers.0", print), net.pre(nn.Linear, print)
+    assert _registration_hooks() != before
+    first.remove()
+    assert _registration_hooks() != before  # the Linears' hooks are still there
+    second.remove()
+    assert _registration_hooks() == before  # the last hook by name went
+    bus.post("layers.1.mlp", print)
+    assert _registration_hooks() != before
+    net.detach()
+    assert _registration_hooks() == before
+
+
+def test_a_model_hooked_by_name_and_dropped_is_collected_and_no_longer_watched() -> None:
+    gc.collect()
+    before = _registration_hooks()
+    model = Encoder()
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus)
+    net.post("layers.0", lambda ctx, held=model: print(held))  # the hook holds the model
+    kept = hookbus.EventBus()
+    hookbus.torch.attach(model, kept).post("norm", print)  # a bus that outlives the model
+    assert _registration_hooks() != before
+    model_ref, net_ref = weakref.ref(model), weakref.ref(net)
+    del model, bus, net
+    gc.collect()
+    assert model_ref() is None
+    assert net_ref() is None
+    assert _registration_hooks() == before
+    assert kept.hooks("norm")  # its hook stays on the bus, watching nothing
+
+
+def test_raw_names_refuse_a_hook_on_a_replaced_module_and_warn_as_it_is_replaced() -> None:
+    model = nn.Sequential(nn.DataParallel(nn.Linear(2, 2)), Block())
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, raw_names=True)
+    seen: List[str] = []
+    bus.post("0.module", lambda ctx: seen.append(ctx.name))  # inside a wrapper: no replacement
+    bus.post("0", lambda ctx: seen.append(ctx.name))
+    net.post("1.attn", print)
+    with pytest.warns(RuntimeWarning, match=r"'1' \(Block\).*'1\.attn'.*attach"):
+        model[1] = Block()
+    with pytest.raises(ValueError, match=r"cannot hook '1\.mlp': it is inside the module '1'"):
+        net.post("1.mlp", print)
+    model(torch.ones(1, 2))
+    assert seen == ["0.module", "0"]
+
+
 def test_replacing_a_module_no_name_hooked_is_inside_neither_warns_nor_refuses() -> None:
     model = Encoder()
     bus = hookbus.EventBus()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gc
 import warnings
+import weakref
 from typing import Any, List
 
 import pytest
@@ -621,6 +622,39 @@ def test_detach_leaves_torchs_global_module_registration_hooks_as_they_were() ->
     bus.post("blocks.*.attn.hook_z", print)  # the names hooked are watched for replacement
     assert torch_module._global_module_registration_hooks != before
     net.detach()
+    assert torch_module._global_module_registration_hooks == before
+
+
+def test_torchs_global_registration_hook_is_there_only_while_names_have_hooks() -> None:
+    from torch.nn.modules import module as torch_module
+
+    gc.collect()
+    before = dict(torch_module._global_module_registration_hooks)
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    hookbus.torch.attach(model, bus, names="transformer")
+    with bus.post("blocks.*.attn.hook_z", print):
+        assert torch_module._global_module_registration_hooks != before
+    assert torch_module._global_module_registration_hooks == before  # the last hook went
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.transformer.h[0] = copy.deepcopy(model.transformer.h[0])  # no name hooked
+
+
+def test_a_model_whose_names_hooks_hold_it_is_collected_once_dropped() -> None:
+    from torch.nn.modules import module as torch_module
+
+    gc.collect()
+    before = dict(torch_module._global_module_registration_hooks)
+    model = tiny_model("gpt2")
+    bus = hookbus.EventBus()
+    net = hookbus.torch.attach(model, bus, names="transformer")
+    bus.post("blocks.0.attn.hook_z", lambda ctx, held=model: None)  # the hook holds it
+    model_ref, net_ref = weakref.ref(model), weakref.ref(net)
+    del model, bus, net
+    gc.collect()
+    assert model_ref() is None
+    assert net_ref() is None
     assert torch_module._global_module_registration_hooks == before
 
 

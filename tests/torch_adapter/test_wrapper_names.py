@@ -7,6 +7,8 @@ wrapper are checked here, in one process.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any, Callable, List
 
 import pytest
@@ -166,3 +168,28 @@ def test_a_hook_on_an_adapted_module_of_a_peft_model_sees_the_adapted_output() -
     assert seen[1] == "root"
     assert torch.equal(seen[0], raw[0])
     assert not torch.equal(raw[0], adapted.base_layer(x))  # the adapter changed it
+
+
+def test_a_model_class_made_in_a_function_is_collected_once_its_models_are() -> None:
+    # Telling wrappers apart caches each module class: a class made in a function must
+    # not be kept by it, nor what its methods hold (here, a module shared by its models).
+    def made() -> weakref.ref[type]:
+        shared = nn.Linear(1, 1)
+
+        class Local(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.shared = shared
+
+        model = Local()
+        hookbus.torch.attach(nn.DataParallel(model), hookbus.EventBus()).post("shared", print)
+        assert hookbus.torch.bare_names(nn.Sequential(model)) == {
+            "": "",
+            "0": "0",
+            "0.shared": "0.shared",
+        }
+        return weakref.ref(Local)
+
+    local = made()
+    gc.collect()
+    assert local() is None
