@@ -236,8 +236,8 @@ def _checked_shape(kind: str, hook: Any) -> bool:
     shape = hook_kind(kind).shape
     if not callable(hook):
         raise TypeError(
-            f"{method_name(kind)}() needs a callable hook, got a {type(hook).__name__}; "
-            f"accepted: a function, method, lambda, functools.partial or "
+            f"{method_name(kind)}() needs a callable hook, got {type(hook).__name__} "
+            f"{hook!r}; accepted: a function, method, lambda, functools.partial or "
             f"callable object"
         )
     made = _generator_of(hook)

@@ -113,7 +113,9 @@ def on_grad(
     if not isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"on_grad() needs a torch.Tensor, got {type(tensor).__name__}")
     if not callable(hook):
-        raise TypeError(f"on_grad() needs a callable hook(ctx), got a {type(hook).__name__}")
+        raise TypeError(
+            f"on_grad() needs a callable hook(ctx), got {type(hook).__name__} {hook!r}"
+        )
     if not tensor.requires_grad:
         raise ValueError(
             f"on_grad() needs a tensor that requires grad, got a "

@@ -222,14 +222,3 @@ def test_a_gradient_the_hook_sets_on_the_parameter_itself_is_kept() -> None:
     assert hooked.weight.grad is not None
     assert torch.allclose(hooked.weight.grad, native.weight.grad, atol=1e-6, rtol=0)
     assert torch.allclose(hooked.bias.grad, native.bias.grad, atol=1e-6, rtol=0)
-
-
-def test_a_grad_hook_that_is_no_callable_is_refused_naming_its_type_not_its_value() -> None:
-    class Secret:
-        def __repr__(self) -> str:
-            return "Secret('hunter2-do-not-print')"
-
-    x = torch.ones(2, requires_grad=True)
-    with pytest.raises(TypeError, match=r"got a Secret$") as raised:
-        hookbus.torch.on_grad(x, Secret())  # type: ignore[arg-type]
-    assert "hunter2" not in str(raised.value)
