@@ -28,10 +28,6 @@ spelled out::
         if lock.waiting:
             lock.wake()
 
-(with ``except AttributeError:`` clauses that take a lock which is no ``Mutex``, a test's
-stand-in, through its own ``acquire()`` and ``release()``: an except clause costs nothing
-until it runs).
-
 No wake-up is lost: a waiter counts itself, under the condition's lock, before it tries
 the token once more, and a release gives the token back before it reads the count. So
 either the waiter's try finds the token, or the release sees the waiter and wakes it

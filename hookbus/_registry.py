@@ -380,8 +380,6 @@ class _EventHandle(Handle):
             lock.free.pop()  # lock.acquire(), inline (see _mutex.py)
         except IndexError:  # held: wait for it
             lock.wait()
-        except AttributeError:  # not a Mutex (a test's stand-in): through its methods
-            lock.acquire()
         try:
             if self._registered:  # a handle's kind and name stay: its bucket is found
                 self._registered = False
@@ -395,13 +393,9 @@ class _EventHandle(Handle):
                     registry.event_plans.pop(name, None)
                     registry._event_hooks.pop(name, None)
         finally:
-            try:
-                lock.free.append(True)  # lock.release(), inline
-            except AttributeError:  # not a Mutex
-                lock.release()
-            else:
-                if lock.waiting:
-                    lock.wake()
+            lock.free.append(True)  # lock.release(), inline
+            if lock.waiting:
+                lock.wake()
 
 
 class _PointHandle(Handle):
@@ -1714,8 +1708,6 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
             lock.free.pop()  # lock.acquire(), inline (see _mutex.py)
         except IndexError:  # held: wait for it
             lock.wait()
-        except AttributeError:  # not a Mutex (a test's stand-in): through its methods
-            lock.acquire()
         try:
             # A declaration came meanwhile (check the hook), or a weak hook's object
             # died (sweep it): the checked path, which takes the lock the full way.
@@ -1740,13 +1732,9 @@ def on_event(bus: Facade, event: Any, hook: Any = None, /, **options: Any) -> An
                     registry._event_hooks.pop(event, None)
                 return handle
         finally:  # nothing was noted for after the lock
-            try:
-                lock.free.append(True)  # lock.release(), inline
-            except AttributeError:  # not a Mutex
-                lock.release()
-            else:
-                if lock.waiting:
-                    lock.wake()
+            lock.free.append(True)  # lock.release(), inline
+            if lock.waiting:
+                lock.wake()
     except _Duplicate as found:  # raised here: the message reads the user's hook
         raise _duplicate_error(handle, found.handle) from None
     handle.seq, handle._registered = 0, False

@@ -211,27 +211,18 @@ def test_a_declaration_landing_as_a_plain_registration_takes_the_lock_is_seen() 
     """The common path of ``on`` decides "nothing to check" before the lock; a
     declaration that lands between that and the lock must still check the hook."""
     bus = EventBus()  # nothing declared yet: bus.on takes the flat path
-    real = bus.registry._lock
+    lock = bus.registry._lock
 
-    class DeclaringFirst:
+    class DeclaringFirst(list):  # the lock's token list: what taking the lock pops
         armed = True
 
-        def acquire(self, blocking: bool = True) -> bool:
+        def pop(self, *index: int) -> Any:
             if DeclaringFirst.armed:  # another thread's declaration, just in time
                 DeclaringFirst.armed = False
                 bus.event("e")(lambda x: None)
-            return real.acquire(blocking)
+            return super().pop(*index)
 
-        def release(self) -> None:
-            real.release()
-
-        def __enter__(self) -> bool:
-            return self.acquire()
-
-        def __exit__(self, *exc: object) -> None:
-            real.release()
-
-    bus.registry._lock = DeclaringFirst()  # type: ignore[assignment]
+    lock.free = DeclaringFirst(lock.free)
     with pytest.raises(TypeError, match="event 'e'"):
         bus.on("e", lambda x, y: None)  # needs y: can't take e(x)
     assert not DeclaringFirst.armed
