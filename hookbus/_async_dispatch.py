@@ -115,8 +115,10 @@ async def dispatch_concurrently(  # async only
     error policy then applies to the errors in hook order, once all have finished.
 
     A sync hook's error is one of those errors, except under ``"raise"``: it then
-    stops the emission at once. Whatever stops it (a ``BaseException`` too), the
-    coroutines already made are closed, never left unawaited.
+    stops the emission at once. A sync hook's ``BaseException`` (an interrupt) stops it
+    too, the sync errors before it logged first under ``"log"``, as :func:`dispatch_event_async`
+    logs them. Whatever stops it, the coroutines already made are closed, never left
+    unawaited.
     """
     policy = registry.errors
     tracer = registry.tracer
@@ -139,7 +141,11 @@ async def dispatch_concurrently(  # async only
                 if tracer is not None:
                     tracer._record(event, "event", handle, perf_counter_ns() - start)
                 if not isinstance(error, Exception):
-                    raise  # interrupted: no policy applies
+                    if policy == "log":  # what failed before it is logged, as emit logs it
+                        for done, failed, raised, _ in called:
+                            if raised:
+                                handle_error(policy, failed, done, event, errors)
+                    raise  # interrupted: no policy applies to the interrupt
                 if policy == "raise":
                     add_note(error, describe(handle, event))
                     raise

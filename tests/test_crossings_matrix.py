@@ -1038,6 +1038,16 @@ _ONCE_BROKEN = (
         for policy in ("log", "collect")
         for how in ("gather", "collect")
     ),
+    *(
+        _pinned(
+            "event",
+            (_one("event", "raise"), _one("event", "interrupt")),
+            errors=policy,
+            dispatch=how,
+        )
+        for policy in ("log", "collect")
+        for how in ("gather", "emit_async", "emit")
+    ),
 )
 
 

@@ -167,6 +167,27 @@ def test_gather_logs_a_sync_hook_s_error_and_goes_on(caplog: pytest.LogCaptureFi
     assert any("sync hook failed" in str(record.exc_info) for record in caplog.records)
 
 
+def test_gather_logs_a_sync_hook_s_error_that_came_before_an_interrupt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under ``"log"`` an error that came before a later hook's ``KeyboardInterrupt`` is
+    logged, as ``emit`` and ``emit_async`` log it, not dropped with the emission."""
+    bus = EventBus(errors="log")
+
+    def fails() -> None:
+        raise ValueError("sync hook failed first")
+
+    def interrupts() -> None:
+        raise KeyboardInterrupt
+
+    bus.on("refresh", fails)
+    bus.on("refresh", interrupts)
+    with caplog.at_level(logging.ERROR, logger="hookbus"), pytest.raises(KeyboardInterrupt):
+        asyncio.run(bus.gather("refresh"))
+    logged = [record.exc_info[1] for record in caplog.records if record.exc_info]
+    assert [str(error) for error in logged] == ["sync hook failed first"]
+
+
 @pytest.mark.parametrize("stop", [SystemExit, KeyboardInterrupt])
 def test_gather_closes_the_started_coroutines_when_a_sync_hook_raises_a_base_exception(
     stop: type,
